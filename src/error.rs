@@ -1,0 +1,31 @@
+//! The one error type of the crate: every failure a user can cause or meet is a variant with a
+//! message that says what to change. Nothing in the library panics on bad input.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    /// No wgpu adapter matched the request (none installed, or none on the chosen backend).
+    #[error("no GPU adapter found{0}; install a Vulkan driver (e.g. mesa-vulkan-drivers) or use WGPU_BACKEND=gl")]
+    NoAdapter(String),
+    /// A backend name that wgpu does not know.
+    #[error("unknown backend {0:?}: expected one of vulkan, gl, metal, dx12, all")]
+    UnknownBackend(String),
+    /// The adapter refused a device, or the device reported an error.
+    #[error("device error: {0}")]
+    Device(String),
+    /// A model or run configuration that cannot work (the message names the constraint).
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A data file that cannot be used.
+    #[error("data error: {0}")]
+    Data(String),
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

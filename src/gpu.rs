@@ -1,0 +1,458 @@
+//! Adapters, virtual devices, buffers and transfers: the `Gpu` handle every other module uses.
+//!
+//! One `Gpu` is one `wgpu::Device` + `Queue` on some adapter. Several `Gpu`s can be opened on the
+//! same adapter ("virtual devices"); each can be driven from its own thread. Transfers go through
+//! mapped staging buffers, because GL's `queue.write_buffer` is slow (~1 GB/s). Device errors are
+//! captured by a handler and surfaced by [`Gpu::check`] as [`Error::Device`], never as a panic.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Which adapter to open. `backends = None` reads `WGPU_BACKEND` (default: all backends).
+#[derive(Clone, Debug, Default)]
+pub struct AdapterChoice {
+    pub backends: Option<wgpu::Backends>,
+    /// Prefer the CPU (software) adapter: lavapipe on Vulkan, llvmpipe on GL.
+    pub software: bool,
+    /// Pick the i-th adapter of [`list_adapters`] instead of asking wgpu for one.
+    pub index: Option<usize>,
+}
+
+impl AdapterChoice {
+    /// The software adapter on the backend named by `WGPU_BACKEND` (what tests use).
+    pub fn software() -> Result<Self> {
+        Ok(Self {
+            backends: backends_from_env()?,
+            software: true,
+            index: None,
+        })
+    }
+    /// Any adapter on the backend named by `WGPU_BACKEND`, highest performance first.
+    pub fn from_env() -> Result<Self> {
+        Ok(Self {
+            backends: backends_from_env()?,
+            software: false,
+            index: None,
+        })
+    }
+}
+
+/// Parses a backend name strictly (wgpu itself ignores unknown names with a log line).
+pub fn parse_backends(name: &str) -> Result<wgpu::Backends> {
+    let mut out = wgpu::Backends::empty();
+    for part in name.split(',') {
+        out |= match part.trim().to_lowercase().as_str() {
+            "vulkan" | "vk" => wgpu::Backends::VULKAN,
+            "gl" | "gles" | "opengl" => wgpu::Backends::GL,
+            "metal" | "mtl" => wgpu::Backends::METAL,
+            "dx12" | "d3d12" => wgpu::Backends::DX12,
+            "all" => wgpu::Backends::all(),
+            _ => return Err(Error::UnknownBackend(name.to_string())),
+        };
+    }
+    Ok(out)
+}
+
+/// `WGPU_BACKEND`, parsed strictly; `None` when unset or empty.
+pub fn backends_from_env() -> Result<Option<wgpu::Backends>> {
+    match std::env::var("WGPU_BACKEND") {
+        Ok(v) if !v.trim().is_empty() => parse_backends(&v).map(Some),
+        _ => Ok(None),
+    }
+}
+
+fn instance(backends: Option<wgpu::Backends>) -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = backends.unwrap_or(wgpu::Backends::all());
+    wgpu::Instance::new(desc)
+}
+
+/// What a user needs to know about one adapter to choose it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AdapterDescription {
+    pub index: usize,
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    pub driver: String,
+    pub driver_info: String,
+    pub timestamps: bool,
+    pub shader_f16: bool,
+    pub subgroups: bool,
+    pub subgroup_size: (u32, u32),
+    pub max_storage_binding: u64,
+    pub max_buffer: u64,
+    pub max_workgroup_invocations: u32,
+}
+
+fn describe(index: usize, a: &wgpu::Adapter) -> AdapterDescription {
+    let info = a.get_info();
+    let f = a.features();
+    let l = a.limits();
+    AdapterDescription {
+        index,
+        name: info.name,
+        backend: format!("{:?}", info.backend),
+        device_type: format!("{:?}", info.device_type),
+        driver: info.driver,
+        driver_info: info.driver_info,
+        timestamps: f.contains(wgpu::Features::TIMESTAMP_QUERY),
+        shader_f16: f.contains(wgpu::Features::SHADER_F16),
+        subgroups: f.contains(wgpu::Features::SUBGROUP),
+        subgroup_size: (info.subgroup_min_size, info.subgroup_max_size),
+        max_storage_binding: l.max_storage_buffer_binding_size as u64,
+        max_buffer: l.max_buffer_size,
+        max_workgroup_invocations: l.max_compute_invocations_per_workgroup,
+    }
+}
+
+fn enumerate(backends: Option<wgpu::Backends>) -> Vec<wgpu::Adapter> {
+    let inst = instance(backends);
+    pollster::block_on(inst.enumerate_adapters(backends.unwrap_or(wgpu::Backends::all())))
+}
+
+/// Every adapter on every backend (or on `backends`), in wgpu's order.
+pub fn list_adapters(backends: Option<wgpu::Backends>) -> Vec<AdapterDescription> {
+    enumerate(backends)
+        .iter()
+        .enumerate()
+        .map(|(i, a)| describe(i, a))
+        .collect()
+}
+
+/// Finds the adapter for `choice`.
+pub fn find_adapter(choice: &AdapterChoice) -> Result<wgpu::Adapter> {
+    let backends = match choice.backends {
+        Some(b) => Some(b),
+        None => backends_from_env()?,
+    };
+    let which = match backends {
+        Some(b) => format!(" on backend(s) {b:?}"),
+        None => String::new(),
+    };
+    if let Some(i) = choice.index {
+        let all = enumerate(backends);
+        let n = all.len();
+        return all.into_iter().nth(i).ok_or_else(|| {
+            Error::NoAdapter(format!(" with index {i}{which} ({n} adapter(s) present)"))
+        });
+    }
+    let inst = instance(backends);
+    let opts = wgpu::RequestAdapterOptions {
+        power_preference: wgpu::PowerPreference::HighPerformance,
+        force_fallback_adapter: choice.software,
+        ..Default::default()
+    };
+    match pollster::block_on(inst.request_adapter(&opts)) {
+        Ok(a) => Ok(a),
+        // Some drivers hide the CPU adapter from `force_fallback_adapter`; take any CPU-typed one.
+        Err(e) => {
+            pollster::block_on(inst.enumerate_adapters(backends.unwrap_or(wgpu::Backends::all())))
+                .into_iter()
+                .find(|a| !choice.software || a.get_info().device_type == wgpu::DeviceType::Cpu)
+                .ok_or_else(|| Error::NoAdapter(format!("{which} ({e})")))
+        }
+    }
+}
+
+/// One device on one adapter, plus what the kernels need to know about it.
+#[derive(Clone)]
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub features: wgpu::Features,
+    pub limits: wgpu::Limits,
+    /// Label of this virtual device ("dev0", …), used in errors and timelines.
+    pub label: String,
+    errors: Arc<Mutex<Vec<String>>>,
+    pub(crate) kernels: Arc<crate::kernels::Cache>,
+}
+
+impl Gpu {
+    /// Opens one device on the adapter `choice` selects.
+    pub fn open(choice: &AdapterChoice) -> Result<Gpu> {
+        let adapter = find_adapter(choice)?;
+        Gpu::on_adapter(&adapter, "dev0")
+    }
+
+    /// Opens `n` virtual devices on one adapter; each may be moved to its own thread.
+    pub fn open_virtual(choice: &AdapterChoice, n: usize) -> Result<Vec<Gpu>> {
+        if n == 0 {
+            return Err(Error::Config("at least one device is needed".into()));
+        }
+        let adapter = find_adapter(choice)?;
+        (0..n)
+            .map(|i| Gpu::on_adapter(&adapter, &format!("dev{i}")))
+            .collect()
+    }
+
+    /// Opens a device on `adapter` with the adapter's own limits (2 GiB buffers on Mesa,
+    /// instead of the 128 MiB default binding) and timestamp queries where available.
+    pub fn on_adapter(adapter: &wgpu::Adapter, label: &str) -> Result<Gpu> {
+        let want = wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
+            | wgpu::Features::SHADER_F16;
+        let features = adapter.features() & want;
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some(label),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| Error::Device(format!("{label}: request_device failed: {e}")))?;
+        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut v) = sink.lock() {
+                v.push(e.to_string());
+            }
+        }));
+        Ok(Gpu {
+            kernels: Arc::new(crate::kernels::Cache::default()),
+            device,
+            queue,
+            info: adapter.get_info(),
+            features,
+            limits,
+            label: label.to_string(),
+            errors,
+        })
+    }
+
+    /// "llvmpipe (LLVM 15.0.6, 256 bits) / Vulkan"
+    pub fn adapter_name(&self) -> String {
+        format!("{} / {:?}", self.info.name, self.info.backend)
+    }
+
+    pub fn has_timestamps(&self) -> bool {
+        self.features.contains(wgpu::Features::TIMESTAMP_QUERY)
+    }
+
+    /// Returns the first device error recorded since the last call, as an `Error`.
+    pub fn check(&self) -> Result<()> {
+        let mut v = self
+            .errors
+            .lock()
+            .map_err(|_| Error::Device("error sink poisoned".into()))?;
+        if v.is_empty() {
+            return Ok(());
+        }
+        let msg = v.join("; ");
+        v.clear();
+        Err(Error::Device(format!("{}: {msg}", self.label)))
+    }
+
+    /// Blocks until all submitted work is done.
+    pub fn sync(&self) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Device(format!("{}: poll: {e}", self.label)))?;
+        self.check()
+    }
+
+    /// A storage buffer of `len` 4-byte elements (f32 or u32), zero-initialised.
+    pub fn buffer(&self, label: &str, len: usize) -> View {
+        let size = (len.max(1) * 4) as u64;
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: size.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT),
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        View {
+            buf,
+            offset: 0,
+            len,
+        }
+    }
+
+    /// Copies `data` into `dst` through a mapped staging buffer (fast on GL too).
+    pub fn upload<T: bytemuck::Pod>(&self, dst: &View, data: &[T]) -> Result<()> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        if bytes.len() as u64 != dst.bytes() {
+            return Err(Error::Config(format!(
+                "upload of {} bytes into a view of {} bytes",
+                bytes.len(),
+                dst.bytes()
+            )));
+        }
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("upload"),
+            size: bytes.len() as u64,
+            usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: true,
+        });
+        staging
+            .slice(..)
+            .get_mapped_range_mut()
+            .map_err(|e| Error::Device(format!("{}: map for upload: {e}", self.label)))?
+            .copy_from_slice(bytes);
+        staging.unmap();
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(&staging, 0, &dst.buf, dst.byte_offset(), dst.bytes());
+        self.queue.submit([enc.finish()]);
+        self.check()
+    }
+
+    /// Reads `src` back to the host (waits for all work submitted before).
+    pub fn download<T: bytemuck::Pod>(&self, src: &View) -> Result<Vec<T>> {
+        let size = src.bytes();
+        if size == 0 {
+            return Ok(Vec::new());
+        }
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("download"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(&src.buf, src.byte_offset(), &staging, 0, size);
+        self.queue.submit([enc.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.sync()?;
+        rx.recv_timeout(Duration::from_secs(60))
+            .map_err(|_| Error::Device(format!("{}: readback never completed", self.label)))?
+            .map_err(|e| Error::Device(format!("{}: map failed: {e}", self.label)))?;
+        let out = {
+            let view = staging
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| Error::Device(format!("{}: mapped range: {e}", self.label)))?;
+            bytemuck::cast_slice::<u8, T>(&view).to_vec()
+        };
+        staging.unmap();
+        Ok(out)
+    }
+
+    /// Records `ops` into one compute pass and submits it (does not wait).
+    pub fn run(&self, ops: &[crate::kernels::Op]) -> Result<()> {
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some(&self.label),
+            });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("ops"),
+                timestamp_writes: None,
+            });
+            for op in ops {
+                op.record(&mut pass);
+            }
+        }
+        self.queue.submit([enc.finish()]);
+        self.check()
+    }
+
+    /// Runs `ops` and returns their device duration: GPU timestamps around the pass where the
+    /// adapter has them, else the wall time from submit to completion (device otherwise idle).
+    pub fn run_timed(&self, ops: &[crate::kernels::Op]) -> Result<Duration> {
+        self.sync()?;
+        if !self.has_timestamps() {
+            let t0 = std::time::Instant::now();
+            self.run(ops)?;
+            self.sync()?;
+            return Ok(t0.elapsed());
+        }
+        let qs = self.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("pass time"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2,
+        });
+        let resolve = self.buffer_with_usage("timestamps", 16, wgpu::BufferUsages::QUERY_RESOLVE);
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("timed ops"),
+                timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                    query_set: &qs,
+                    beginning_of_pass_write_index: Some(0),
+                    end_of_pass_write_index: Some(1),
+                }),
+            });
+            for op in ops {
+                op.record(&mut pass);
+            }
+        }
+        enc.resolve_query_set(&qs, 0..2, &resolve.buf, 0);
+        self.queue.submit([enc.finish()]);
+        let ticks: Vec<u64> = self.download(&resolve)?;
+        let ns =
+            ticks[1].saturating_sub(ticks[0]) as f64 * self.queue.get_timestamp_period() as f64;
+        Ok(Duration::from_nanos(ns as u64))
+    }
+
+    fn buffer_with_usage(&self, label: &str, bytes: u64, extra: wgpu::BufferUsages) -> View {
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes,
+            usage: extra | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        View {
+            buf,
+            offset: 0,
+            len: (bytes / 4) as usize,
+        }
+    }
+}
+
+/// A range of 4-byte elements inside a buffer: `(offset, len)` in elements.
+/// Views bound to kernels start at multiples of 64 elements (256 bytes, the largest storage
+/// offset alignment WebGPU allows), which [`crate::params`] guarantees for its layouts.
+#[derive(Clone, Debug)]
+pub struct View {
+    pub buf: wgpu::Buffer,
+    pub offset: usize,
+    pub len: usize,
+}
+
+impl View {
+    pub fn byte_offset(&self) -> u64 {
+        (self.offset * 4) as u64
+    }
+    pub fn bytes(&self) -> u64 {
+        (self.len * 4) as u64
+    }
+    /// The sub-range `[start, start + len)` of this view.
+    pub fn slice(&self, start: usize, len: usize) -> View {
+        assert!(start + len <= self.len, "view slice out of range");
+        View {
+            buf: self.buf.clone(),
+            offset: self.offset + start,
+            len,
+        }
+    }
+}
+
+/// Opens the software adapter for a test. Without one: fails loudly under `CI`, otherwise prints
+/// a skip line and returns `None`.
+pub fn test_gpu() -> Option<Gpu> {
+    test_gpus(1).map(|mut v| v.remove(0))
+}
+
+/// `n` virtual devices on the software adapter, for tests (same policy as [`test_gpu`]).
+pub fn test_gpus(n: usize) -> Option<Vec<Gpu>> {
+    let opened = AdapterChoice::software().and_then(|c| Gpu::open_virtual(&c, n));
+    match opened {
+        Ok(g) => Some(g),
+        Err(e) if std::env::var_os("CI").is_some() => panic!("CI has no usable GPU adapter: {e}"),
+        Err(e) => {
+            eprintln!("SKIP: no GPU adapter ({e}); GPU test skipped");
+            None
+        }
+    }
+}

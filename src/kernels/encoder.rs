@@ -1,0 +1,1 @@
+//! encoder kernels (shaders/encoder.wgsl).

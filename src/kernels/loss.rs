@@ -1,0 +1,1 @@
+//! loss kernels (shaders/loss.wgsl).

@@ -1,0 +1,1 @@
+//! matmul kernels (shaders/matmul.wgsl).

@@ -1,0 +1,239 @@
+//! Kernel registry and dispatch: WGSL sources (one file per op family, `include_str!`),
+//! pipelines built once per device, and one dispatch function per op returning [`Op`]s.
+//!
+//! An [`Op`] is a pipeline + bind group + workgroup count, built once and recorded into a
+//! compute pass as often as needed: a model builds its whole step as `Vec<Op>` at start-up and
+//! replays it every step. Binding convention in every shader: `@binding(0)` is a uniform of
+//! u32/f32 dims, `@binding(1..)` are storage buffers in the order of the dispatch function's
+//! arguments (outputs first, then inputs, as in the CPU twins of [`crate::cpu`]).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use wgpu::util::DeviceExt;
+
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, View};
+
+pub mod attention;
+pub mod elementwise;
+pub mod encoder;
+pub mod loss;
+pub mod matmul;
+pub mod norm;
+pub mod optim;
+
+/// Every shader source, by family name. The run record hashes these.
+pub const SHADERS: &[(&str, &str)] = &[
+    ("attention", include_str!("../../shaders/attention.wgsl")),
+    (
+        "elementwise",
+        include_str!("../../shaders/elementwise.wgsl"),
+    ),
+    ("encoder", include_str!("../../shaders/encoder.wgsl")),
+    ("loss", include_str!("../../shaders/loss.wgsl")),
+    ("matmul", include_str!("../../shaders/matmul.wgsl")),
+    ("norm", include_str!("../../shaders/norm.wgsl")),
+    ("optim", include_str!("../../shaders/optim.wgsl")),
+];
+
+/// Threads per workgroup of every 1-D kernel.
+pub const WG: u32 = 256;
+
+/// One recorded dispatch.
+#[derive(Clone)]
+pub struct Op {
+    pub label: &'static str,
+    pipeline: wgpu::ComputePipeline,
+    bind_group: wgpu::BindGroup,
+    groups: [u32; 3],
+}
+
+impl Op {
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(self.groups[0], self.groups[1], self.groups[2]);
+    }
+}
+
+/// A storage argument: read-only or read-write. Must match the shader's declaration.
+pub enum Arg<'a> {
+    R(&'a View),
+    W(&'a View),
+}
+
+impl Arg<'_> {
+    fn view(&self) -> &View {
+        match self {
+            Arg::R(v) | Arg::W(v) => v,
+        }
+    }
+}
+
+type Key = (&'static str, &'static str);
+
+/// Pipelines of one device, built on first use and kept.
+#[derive(Default)]
+pub struct Cache {
+    pipelines: Mutex<HashMap<Key, (wgpu::ComputePipeline, wgpu::BindGroupLayout)>>,
+}
+
+fn source(shader: &str) -> Result<&'static str> {
+    SHADERS
+        .iter()
+        .find(|(n, _)| *n == shader)
+        .map(|(_, s)| *s)
+        .ok_or_else(|| Error::Config(format!("no shader named {shader}")))
+}
+
+fn pipeline(
+    gpu: &Gpu,
+    shader: &'static str,
+    entry: &'static str,
+    args: &[Arg],
+) -> Result<(wgpu::ComputePipeline, wgpu::BindGroupLayout)> {
+    let mut cache = gpu
+        .kernels
+        .pipelines
+        .lock()
+        .map_err(|_| Error::Device("pipeline cache poisoned".into()))?;
+    if let Some(p) = cache.get(&(shader, entry)) {
+        return Ok(p.clone());
+    }
+    let dev = &gpu.device;
+    let mut entries = vec![wgpu::BindGroupLayoutEntry {
+        binding: 0,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Uniform,
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    }];
+    for (i, a) in args.iter().enumerate() {
+        entries.push(wgpu::BindGroupLayoutEntry {
+            binding: i as u32 + 1,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage {
+                    read_only: matches!(a, Arg::R(_)),
+                },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        });
+    }
+    let bgl = dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some(entry),
+        entries: &entries,
+    });
+    let layout = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(entry),
+        bind_group_layouts: &[Some(&bgl)],
+        immediate_size: 0,
+    });
+    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(shader),
+        source: wgpu::ShaderSource::Wgsl(source(shader)?.into()),
+    });
+    let pipe = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(entry),
+        layout: Some(&layout),
+        module: &module,
+        entry_point: Some(entry),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    gpu.check()?;
+    cache.insert((shader, entry), (pipe.clone(), bgl.clone()));
+    Ok((pipe, bgl))
+}
+
+/// Builds one dispatch of `shader::entry` over `args` with `dims` as its uniform
+/// (u32 words; pass f32 values with `f32::to_bits`).
+pub fn op(
+    gpu: &Gpu,
+    shader: &'static str,
+    entry: &'static str,
+    dims: &[u32],
+    args: &[Arg],
+    groups: [u32; 3],
+) -> Result<Op> {
+    let max = gpu.limits.max_compute_workgroups_per_dimension;
+    if groups.iter().any(|&g| g > max) {
+        return Err(Error::Config(format!(
+            "{entry}: dispatch {groups:?} exceeds {max} per dimension"
+        )));
+    }
+    for a in args {
+        let v = a.view();
+        if v.offset % 64 != 0 {
+            return Err(Error::Config(format!(
+                "{entry}: view offset {} not 64-aligned",
+                v.offset
+            )));
+        }
+    }
+    let (pipeline, bgl) = pipeline(gpu, shader, entry, args)?;
+    let mut words = dims.to_vec();
+    words.resize(dims.len().next_multiple_of(4).max(4), 0);
+    let uniform = gpu
+        .device
+        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(entry),
+            contents: bytemuck::cast_slice(&words),
+            usage: wgpu::BufferUsages::UNIFORM,
+        });
+    let mut entries = vec![wgpu::BindGroupEntry {
+        binding: 0,
+        resource: uniform.as_entire_binding(),
+    }];
+    for (i, a) in args.iter().enumerate() {
+        let v = a.view();
+        entries.push(wgpu::BindGroupEntry {
+            binding: i as u32 + 1,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &v.buf,
+                offset: v.byte_offset(),
+                size: wgpu::BufferSize::new(v.bytes().max(4)),
+            }),
+        });
+    }
+    let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(entry),
+        layout: &bgl,
+        entries: &entries,
+    });
+    gpu.check()?;
+    Ok(Op {
+        label: entry,
+        pipeline,
+        bind_group,
+        groups,
+    })
+}
+
+/// Workgroups for `n` threads of a 1-D kernel of `WG` threads, folded into y past 65535.
+/// Shaders recover the index as `gid.x + gid.y * nwg.x * WG` and bounds-check it.
+pub fn groups_1d(n: usize) -> [u32; 3] {
+    let g = (n as u32).div_ceil(WG).max(1);
+    if g <= 65535 {
+        [g, 1, 1]
+    } else {
+        [65535, g.div_ceil(65535), 1]
+    }
+}
+
+/// Checks that `v` holds at least `need` elements, naming the argument.
+pub fn need(name: &str, v: &View, need: usize) -> Result<()> {
+    if v.len < need {
+        return Err(Error::Config(format!(
+            "{name}: view has {} elements, kernel needs {need}",
+            v.len
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! optim kernels (shaders/optim.wgsl).

@@ -1,0 +1,56 @@
+//! Shared test helpers: random inputs, poisoned outputs, error reports.
+#![allow(dead_code)]
+
+use triaxis::gpu::{Gpu, View};
+use triaxis::rng::Rng;
+
+/// A value no kernel writes: an unwritten output element fails every comparison.
+pub const POISON: f32 = f32::NAN;
+
+/// Uploads `data` into a fresh buffer.
+pub fn buf(g: &Gpu, data: &[f32]) -> View {
+    let v = g.buffer("test", data.len());
+    g.upload(&v, data).unwrap();
+    v
+}
+
+pub fn buf_u32(g: &Gpu, data: &[u32]) -> View {
+    let v = g.buffer("test", data.len());
+    g.upload(&v, data).unwrap();
+    v
+}
+
+/// A buffer of `n` poisoned elements.
+pub fn poisoned(g: &Gpu, n: usize) -> View {
+    buf(g, &vec![POISON; n])
+}
+
+pub fn rand(rng: &mut Rng, n: usize) -> Vec<f32> {
+    rng.vec(n, 1.0)
+}
+
+/// Compares GPU output with the CPU twin; prints and returns (max abs, max rel) error.
+/// Fails on NaN (poison left in place) or error above `tol` (abs or rel, whichever is looser).
+pub fn check(name: &str, gpu: &[f32], cpu: &[f32], tol: f32) -> (f32, f32) {
+    assert_eq!(gpu.len(), cpu.len(), "{name}: length");
+    let (mut abs, mut rel) = (0.0f32, 0.0f32);
+    for (i, (&a, &b)) in gpu.iter().zip(cpu).enumerate() {
+        assert!(
+            a.is_finite(),
+            "{name}: element {i} not written or not finite: {a} (cpu {b})"
+        );
+        let e = (a - b).abs();
+        let r = e / b.abs().max(1e-6);
+        assert!(
+            e <= tol || r <= tol,
+            "{name}: element {i}: gpu {a} cpu {b} (abs {e}, rel {r})"
+        );
+        abs = abs.max(e);
+        rel = rel.max(r.min(e / tol.max(1e-12) * tol));
+    }
+    println!(
+        "{name}: n={} max abs err {abs:.3e}, max rel err {rel:.3e}",
+        gpu.len()
+    );
+    (abs, rel)
+}
