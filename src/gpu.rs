@@ -29,6 +29,15 @@ impl AdapterChoice {
             index: None,
         })
     }
+    /// From command-line flags: `--backend NAME` (else `WGPU_BACKEND`), `--adapter INDEX`,
+    /// `--software` (prefer the CPU adapter).
+    pub fn from_flags(backend: Option<&str>, index: Option<usize>, software: bool) -> Result<Self> {
+        let backends = match backend {
+            Some(b) => Some(parse_backends(b)?),
+            None => backends_from_env()?,
+        };
+        Ok(Self { backends, software, index })
+    }
     /// Any adapter on the backend named by `WGPU_BACKEND`, highest performance first.
     pub fn from_env() -> Result<Self> {
         Ok(Self {

@@ -20,10 +20,15 @@
 
 pub mod cost;
 pub mod cpu;
+pub mod data;
 pub mod error;
 pub mod gpu;
 pub mod kernels;
+pub mod model;
+pub mod params;
+pub mod record;
 pub mod rng;
+pub mod train;
 
 pub use error::{Error, Result};
 pub use gpu::{Gpu, View};

@@ -1,0 +1,219 @@
+//! Training data: a built-in generated corpus (multi-digit addition, `482+39=521`) so everything
+//! runs with no download, or any text file at byte level. Deterministic batches from a seed, a
+//! train/validation split, and a dataset version (SHA-256 of the bytes + generator parameters).
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::model::Micro;
+use crate::rng::Rng;
+
+/// Token alphabet of the addition corpus.
+pub const ADDITION_ALPHABET: &str = "0123456789+=\n";
+
+/// How text maps to token ids.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Vocab {
+    /// A fixed character list; id = index.
+    Chars(String),
+    /// Byte-level: id = byte value (256 ids).
+    Bytes,
+}
+
+impl Vocab {
+    pub fn size(&self) -> usize {
+        match self {
+            Vocab::Chars(s) => s.chars().count(),
+            Vocab::Bytes => 256,
+        }
+    }
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        match self {
+            Vocab::Bytes => Ok(text.bytes().map(u32::from).collect()),
+            Vocab::Chars(a) => text
+                .chars()
+                .map(|ch| {
+                    a.chars()
+                        .position(|x| x == ch)
+                        .map(|i| i as u32)
+                        .ok_or_else(|| Error::Data(format!("character {ch:?} is not in the vocabulary")))
+                })
+                .collect(),
+        }
+    }
+    pub fn decode(&self, ids: &[u32]) -> String {
+        match self {
+            Vocab::Bytes => String::from_utf8_lossy(&ids.iter().map(|&i| i as u8).collect::<Vec<_>>()).into_owned(),
+            Vocab::Chars(a) => {
+                let chars: Vec<char> = a.chars().collect();
+                ids.iter().map(|&i| chars.get(i as usize).copied().unwrap_or('?')).collect()
+            }
+        }
+    }
+}
+
+/// Parameters of the addition generator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct AdditionSpec {
+    /// Operands have 1..=digits digits.
+    pub digits: u32,
+    pub train_problems: usize,
+    pub val_problems: usize,
+    pub seed: u64,
+}
+
+impl Default for AdditionSpec {
+    fn default() -> Self {
+        AdditionSpec { digits: 3, train_problems: 40_000, val_problems: 2_000, seed: 1234 }
+    }
+}
+
+/// A tokenised corpus with its split and version.
+#[derive(Clone, Debug)]
+pub struct Corpus {
+    /// "addition(digits=3,…)" or the file name.
+    pub name: String,
+    pub vocab: Vocab,
+    pub train: Vec<u32>,
+    pub val: Vec<u32>,
+    /// "sha256:<hex>" of the corpus bytes and generator parameters.
+    pub version: String,
+    /// Held-out `(prompt, answer)` pairs for exact-match accuracy (addition only).
+    pub val_problems: Vec<(String, String)>,
+}
+
+impl Corpus {
+    /// The built-in addition corpus. A problem `a+b` is held out iff a hash of (a, b) says so,
+    /// so no validation problem ever appears in the training text.
+    pub fn addition(spec: AdditionSpec) -> Result<Corpus> {
+        if spec.digits == 0 || spec.digits > 9 || spec.train_problems == 0 || spec.val_problems == 0 {
+            return Err(Error::Data(format!("impossible addition corpus {spec:?}")));
+        }
+        let mut rng = Rng::new(spec.seed);
+        let (mut train, mut val, mut val_problems) = (String::new(), String::new(), Vec::new());
+        let (mut ntrain, mut tries) = (0usize, 0usize);
+        let limit = 100 * (spec.train_problems + spec.val_problems);
+        while ntrain < spec.train_problems || val_problems.len() < spec.val_problems {
+            tries += 1;
+            if tries > limit {
+                return Err(Error::Data(format!("{spec:?}: too few distinct problems for a held-out split")));
+            }
+            // operand lengths uniform in 1..=digits, then a uniform value of that length
+            let operand = |rng: &mut Rng| {
+                let d = 1 + rng.below(spec.digits as u64) as u32;
+                let lo = if d == 1 { 0 } else { 10u64.pow(d - 1) };
+                lo + rng.below(10u64.pow(d) - lo)
+            };
+            let (a, b) = (operand(&mut rng), operand(&mut rng));
+            let held_out = (a.wrapping_mul(0x9E37_79B9) ^ b.wrapping_mul(0x85EB_CA6B)) % 10 == 0;
+            let line = format!("{a}+{b}={}\n", a + b);
+            if held_out && val_problems.len() < spec.val_problems {
+                val.push_str(&line);
+                val_problems.push((format!("{a}+{b}="), format!("{}", a + b)));
+            } else if !held_out && ntrain < spec.train_problems {
+                train.push_str(&line);
+                ntrain += 1;
+            }
+        }
+        let vocab = Vocab::Chars(ADDITION_ALPHABET.to_string());
+        let params = format!("{spec:?}");
+        Ok(Corpus {
+            name: format!("addition(digits={}, train={}, val={}, seed={})", spec.digits, spec.train_problems, spec.val_problems, spec.seed),
+            version: version(&[params.as_bytes(), train.as_bytes(), val.as_bytes()]),
+            train: vocab.encode(&train)?,
+            val: vocab.encode(&val)?,
+            vocab,
+            val_problems,
+        })
+    }
+
+    /// A text file at byte level; the last `val_fraction` of the bytes is the validation split.
+    pub fn text_file(path: &std::path::Path, val_fraction: f64) -> Result<Corpus> {
+        let bytes = std::fs::read(path).map_err(|e| Error::Data(format!("cannot read {}: {e}", path.display())))?;
+        if bytes.is_empty() {
+            return Err(Error::Data(format!("{} is empty", path.display())));
+        }
+        if !(0.0..1.0).contains(&val_fraction) {
+            return Err(Error::Data(format!("validation fraction {val_fraction} is not in [0, 1)")));
+        }
+        let split = ((bytes.len() as f64) * (1.0 - val_fraction)) as usize;
+        let ids: Vec<u32> = bytes.iter().map(|&b| b as u32).collect();
+        let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        Ok(Corpus {
+            version: version(&[format!("bytes,val_fraction={val_fraction}").as_bytes(), &bytes]),
+            name,
+            vocab: Vocab::Bytes,
+            train: ids[..split].to_vec(),
+            val: ids[split..].to_vec(),
+            val_problems: Vec::new(),
+        })
+    }
+
+    /// Checks that both splits hold at least one window of `t + 1` tokens.
+    pub fn check_context(&self, t: usize) -> Result<()> {
+        for (split, d) in [("training", &self.train), ("validation", &self.val)] {
+            if d.len() < t + 1 {
+                return Err(Error::Data(format!(
+                    "the {split} split of {} has {} tokens; a sequence of {t} needs at least {}: shorten the context or use more data",
+                    self.name,
+                    d.len(),
+                    t + 1
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn version(parts: &[&[u8]]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_le_bytes());
+        h.update(p);
+    }
+    format!("sha256:{}", hex(&h.finalize()))
+}
+
+/// Lower-case hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Seeded random windows of a token stream: `(tokens, targets)`, each [B·T], targets shifted by one.
+#[derive(Clone, Debug)]
+pub struct Batcher {
+    rng: Rng,
+}
+
+impl Batcher {
+    pub fn new(seed: u64) -> Self {
+        Batcher { rng: Rng::new(seed) }
+    }
+
+    pub fn next(&mut self, data: &[u32], micro: Micro) -> Result<(Vec<u32>, Vec<u32>)> {
+        let t = micro.t;
+        if data.len() < t + 1 {
+            return Err(Error::Data(format!("{} tokens cannot fill a window of {}", data.len(), t + 1)));
+        }
+        let (mut x, mut y) = (Vec::with_capacity(micro.tokens()), Vec::with_capacity(micro.tokens()));
+        for _ in 0..micro.b {
+            let start = self.rng.below((data.len() - t) as u64) as usize;
+            x.extend_from_slice(&data[start..start + t]);
+            y.extend_from_slice(&data[start + 1..start + t + 1]);
+        }
+        Ok((x, y))
+    }
+}
+
+/// The `i`-th fixed (non-random) validation window batch: consecutive windows of `t + 1` tokens.
+pub fn eval_batch(data: &[u32], micro: Micro, i: usize) -> (Vec<u32>, Vec<u32>) {
+    let t = micro.t;
+    let windows = (data.len() - 1) / t;
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    for r in 0..micro.b {
+        let start = ((i * micro.b + r) % windows.max(1)) * t;
+        x.extend_from_slice(&data[start..start + t]);
+        y.extend_from_slice(&data[start + 1..start + t + 1]);
+    }
+    (x, y)
+}

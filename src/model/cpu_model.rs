@@ -1,0 +1,134 @@
+//! The whole model on the host, built from the CPU twins in the same order as the GPU passes:
+//! the reference the GPU model's losses and gradients are tested against. Slow and plain.
+
+use super::{GptConfig, Micro};
+use crate::cpu;
+use crate::error::Result;
+use crate::params::Layout;
+
+/// One microbatch through every block: returns per-token losses and adds the parameter
+/// gradients (scaled by `dloss` per token) into `grads`. `params`/`grads` use `layout`
+/// (the full model's layout, `cfg.layout(&cfg.blocks())`).
+#[allow(clippy::too_many_arguments)]
+pub fn forward_backward(
+    cfg: &GptConfig,
+    layout: &Layout,
+    params: &[f32],
+    grads: &mut [f32],
+    tokens: &[u32],
+    targets: &[u32],
+    micro: Micro,
+    dloss: f32,
+) -> Result<Vec<f32>> {
+    cfg.validate()?;
+    micro.validate(cfg)?;
+    let (b, t) = (micro.b, micro.t);
+    let (n, c, nh, v) = (b * t, cfg.channels, cfg.heads, cfg.vocab);
+    let p = |name: &str| layout.slice(params, name);
+    let z = |len: usize| vec![0.0f32; len];
+
+    // ---- forward, keeping what backward needs ----
+    let mut resid = vec![z(n * c)];
+    cpu::encoder_forward(&mut resid[0], tokens, p("wte")?, p("wpe")?, b, t, c);
+    struct Saved {
+        ln1: Vec<f32>, m1: Vec<f32>, r1: Vec<f32>, qkv: Vec<f32>, atty: Vec<f32>, att: Vec<f32>,
+        x2: Vec<f32>, ln2: Vec<f32>, m2: Vec<f32>, r2: Vec<f32>, fch: Vec<f32>, fchg: Vec<f32>,
+    }
+    let mut saved = Vec::new();
+    for l in 0..cfg.layers {
+        let w = |x: &str| p(&format!("h{l}.{x}"));
+        let x = resid[l].clone();
+        let (mut ln1, mut m1, mut r1) = (z(n * c), z(n), z(n));
+        cpu::layernorm_forward(&mut ln1, &mut m1, &mut r1, &x, w("ln1w")?, w("ln1b")?, n, c);
+        let mut qkv = z(n * 3 * c);
+        cpu::matmul_forward(&mut qkv, &ln1, w("qkvw")?, Some(w("qkvb")?), n, c, 3 * c);
+        let (mut atty, mut att) = (z(n * c), z(b * nh * t * t));
+        cpu::attention_forward(&mut atty, &mut att, &qkv, b, t, c, nh);
+        let mut attproj = z(n * c);
+        cpu::matmul_forward(&mut attproj, &atty, w("attprojw")?, Some(w("attprojb")?), n, c, c);
+        let mut x2 = z(n * c);
+        cpu::residual_forward(&mut x2, &x, &attproj);
+        let (mut ln2, mut m2, mut r2) = (z(n * c), z(n), z(n));
+        cpu::layernorm_forward(&mut ln2, &mut m2, &mut r2, &x2, w("ln2w")?, w("ln2b")?, n, c);
+        let mut fch = z(n * 4 * c);
+        cpu::matmul_forward(&mut fch, &ln2, w("fcw")?, Some(w("fcb")?), n, c, 4 * c);
+        let mut fchg = z(n * 4 * c);
+        cpu::gelu_forward(&mut fchg, &fch);
+        let mut fcproj = z(n * c);
+        cpu::matmul_forward(&mut fcproj, &fchg, w("fcprojw")?, Some(w("fcprojb")?), n, 4 * c, c);
+        let mut out = z(n * c);
+        cpu::residual_forward(&mut out, &x2, &fcproj);
+        resid.push(out);
+        saved.push(Saved { ln1, m1, r1, qkv, atty, att, x2, ln2, m2, r2, fch, fchg });
+    }
+    let xl = &resid[cfg.layers];
+    let (mut lnf, mut mf, mut rf) = (z(n * c), z(n), z(n));
+    cpu::layernorm_forward(&mut lnf, &mut mf, &mut rf, xl, p("lnfw")?, p("lnfb")?, n, c);
+    let mut logits = z(n * v);
+    cpu::matmul_forward(&mut logits, &lnf, p("headw")?, None, n, c, v);
+    let (mut losses, mut dlogits) = (z(n), z(n * v));
+    cpu::crossentropy_forward_backward(&mut losses, &mut dlogits, &logits, targets, n, v, dloss);
+
+    // ---- backward ----
+    let gsum = grads;
+    let mut dx = z(n * c);
+    let mut dln = z(n * c);
+    cpu::matmul_backward(&mut dln, layout.slice_mut(gsum, "headw")?, None, &dlogits, &lnf, p("headw")?, n, c, v);
+    {
+        let (dw, db) = two(layout, gsum, "lnfw", "lnfb")?;
+        cpu::layernorm_backward(&mut dx, dw, db, &dln, xl, p("lnfw")?, &mf, &rf, n, c);
+    }
+    for l in (0..cfg.layers).rev() {
+        let s = &saved[l];
+        let w = |x: &str| p(&format!("h{l}.{x}"));
+        let nm = |x: &str| format!("h{l}.{x}");
+        let mut dfchg = z(n * 4 * c);
+        {
+            let (dw, db) = two(layout, gsum, &nm("fcprojw"), &nm("fcprojb"))?;
+            cpu::matmul_backward(&mut dfchg, dw, Some(db), &dx, &s.fchg, w("fcprojw")?, n, 4 * c, c);
+        }
+        let mut dfch = z(n * 4 * c);
+        cpu::gelu_backward(&mut dfch, &s.fch, &dfchg);
+        {
+            let (dw, db) = two(layout, gsum, &nm("fcw"), &nm("fcb"))?;
+            cpu::matmul_backward(&mut dln, dw, Some(db), &dfch, &s.ln2, w("fcw")?, n, c, 4 * c);
+        }
+        {
+            let (dw, db) = two(layout, gsum, &nm("ln2w"), &nm("ln2b"))?;
+            cpu::layernorm_backward(&mut dx, dw, db, &dln, &s.x2, w("ln2w")?, &s.m2, &s.r2, n, c);
+        }
+        let mut datty = z(n * c);
+        {
+            let (dw, db) = two(layout, gsum, &nm("attprojw"), &nm("attprojb"))?;
+            cpu::matmul_backward(&mut datty, dw, Some(db), &dx, &s.atty, w("attprojw")?, n, c, c);
+        }
+        let mut dqkv = z(n * 3 * c);
+        cpu::attention_backward(&mut dqkv, &datty, &s.qkv, &s.att, b, t, c, nh);
+        {
+            let (dw, db) = two(layout, gsum, &nm("qkvw"), &nm("qkvb"))?;
+            cpu::matmul_backward(&mut dln, dw, Some(db), &dqkv, &s.ln1, w("qkvw")?, n, c, 3 * c);
+        }
+        {
+            let (dw, db) = two(layout, gsum, &nm("ln1w"), &nm("ln1b"))?;
+            cpu::layernorm_backward(&mut dx, dw, db, &dln, &resid[l], w("ln1w")?, &s.m1, &s.r1, n, c);
+        }
+    }
+    {
+        let (dwte, dwpe) = two(layout, gsum, "wte", "wpe")?;
+        cpu::encoder_backward(dwte, dwpe, &dx, tokens, b, t, c);
+    }
+    Ok(losses)
+}
+
+/// Two disjoint mutable tensor slices of one flat buffer.
+fn two<'a>(layout: &Layout, flat: &'a mut [f32], a: &str, b: &str) -> Result<(&'a mut [f32], &'a mut [f32])> {
+    let (ta, tb) = (layout.get(a)?.clone(), layout.get(b)?.clone());
+    assert!(ta.offset + ta.len <= tb.offset || tb.offset + tb.len <= ta.offset, "overlapping tensors");
+    if ta.offset < tb.offset {
+        let (lo, hi) = flat.split_at_mut(tb.offset);
+        Ok((&mut lo[ta.offset..ta.offset + ta.len], &mut hi[..tb.len]))
+    } else {
+        let (lo, hi) = flat.split_at_mut(ta.offset);
+        Ok((&mut hi[..ta.len], &mut lo[tb.offset..tb.offset + tb.len]))
+    }
+}

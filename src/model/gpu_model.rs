@@ -1,0 +1,256 @@
+//! The model on one device: parameters for a contiguous range of blocks, activation buffers for
+//! one microbatch shape, and the forward and backward passes pre-built as `Vec<Op>` (built once,
+//! replayed every microbatch).
+//!
+//! Boundaries, so a pipeline stage can run any range:
+//! - input: `tokens` [B·T] if the range starts with the embedding, else `resid[0]` [B·T, C]
+//!   (the activations received from the previous stage);
+//! - output: `losses` [B·T] if the range ends with the head, else `resid[last]` [B·T, C];
+//! - backward input: `dresid` [B·T, C] received from the next stage unless the range holds the
+//!   head; backward output: `dresid` again (the gradient w.r.t. `resid[0]`).
+
+use super::{Block, GptConfig, Micro};
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, View};
+use crate::kernels::{attention as ka, elementwise as ke, encoder as kenc, loss as kl, matmul as km, norm as kn, Op};
+use crate::params::Buffers;
+
+/// Activations a transformer layer saves for its backward pass. Shapes for n = B·T rows.
+struct LayerActs {
+    ln1: View,      // [n, C]
+    ln1_mean: View, // [n]
+    ln1_rstd: View, // [n]
+    qkv: View,      // [n, 3C]
+    atty: View,     // [n, C]
+    att: View,      // [B, NH, T, T]
+    attproj: View,  // [n, C]
+    x2: View,       // [n, C]  residual after attention
+    ln2: View,      // [n, C]
+    ln2_mean: View, // [n]
+    ln2_rstd: View, // [n]
+    fch: View,      // [n, 4C]
+    fch_gelu: View, // [n, 4C]
+    fcproj: View,   // [n, C]
+}
+
+/// Head activations and the loss.
+struct HeadActs {
+    lnf: View,      // [n, C]
+    lnf_mean: View, // [n]
+    lnf_rstd: View, // [n]
+    logits: View,   // [n, V]
+    dlogits: View,  // [n, V]
+    losses: View,   // [n]
+}
+
+/// Gradient scratch shared by all layers of the range (activation gradients are assigned, so
+/// one set serves every layer in turn).
+struct Scratch {
+    dln: View,      // [n, C]
+    dqkv: View,     // [n, 3C]
+    datty: View,    // [n, C]
+    datt: View,     // [B, NH, T, T]
+    dfch: View,     // [n, 4C]
+    dfch_gelu: View, // [n, 4C]
+}
+
+/// A contiguous range of blocks on one device, ready to run microbatches of one shape.
+pub struct GpuModel {
+    pub gpu: Gpu,
+    pub cfg: GptConfig,
+    pub blocks: Vec<Block>,
+    pub micro: Micro,
+    pub buffers: Buffers,
+    /// Token ids [B·T] (used when the range starts with the embedding).
+    pub tokens: View,
+    /// Target ids [B·T] (used when the range ends with the head).
+    pub targets: View,
+    /// Residual stream: `resid[0]` is the range's input, `resid[k+1]` the output of its k-th layer.
+    pub resid: Vec<View>,
+    /// Gradient w.r.t. the residual stream, updated in place by the backward pass.
+    pub dresid: View,
+    layers: Vec<(usize, LayerActs)>,
+    head: Option<HeadActs>,
+    scratch: Scratch,
+    pub forward: Vec<Op>,
+    pub backward: Vec<Op>,
+}
+
+impl GpuModel {
+    /// Allocates `blocks` (contiguous, in order) on `gpu` for microbatches of shape `micro`.
+    /// `dloss` is the weight of each token's loss in the objective (e.g. 1 / tokens per step).
+    pub fn new(gpu: &Gpu, cfg: GptConfig, blocks: &[Block], micro: Micro, dloss: f32) -> Result<GpuModel> {
+        cfg.validate()?;
+        micro.validate(&cfg)?;
+        check_contiguous(&cfg, blocks)?;
+        let (n, c, v) = (micro.tokens(), cfg.channels, cfg.vocab);
+        let att_len = micro.b * cfg.heads * micro.t * micro.t;
+        let buf = |name: &str, len: usize| gpu.buffer(name, len);
+        let layout = cfg.layout(blocks);
+        let buffers = Buffers::new(gpu, &layout);
+        let layer_ids: Vec<usize> =
+            blocks.iter().filter_map(|b| if let Block::Layer(l) = b { Some(*l) } else { None }).collect();
+        let resid = (0..=layer_ids.len()).map(|k| buf(&format!("resid{k}"), n * c)).collect();
+        let layers = layer_ids
+            .iter()
+            .map(|&l| {
+                (l, LayerActs {
+                    ln1: buf("ln1", n * c),
+                    ln1_mean: buf("ln1.mean", n),
+                    ln1_rstd: buf("ln1.rstd", n),
+                    qkv: buf("qkv", n * 3 * c),
+                    atty: buf("atty", n * c),
+                    att: buf("att", att_len),
+                    attproj: buf("attproj", n * c),
+                    x2: buf("x2", n * c),
+                    ln2: buf("ln2", n * c),
+                    ln2_mean: buf("ln2.mean", n),
+                    ln2_rstd: buf("ln2.rstd", n),
+                    fch: buf("fch", n * 4 * c),
+                    fch_gelu: buf("fch_gelu", n * 4 * c),
+                    fcproj: buf("fcproj", n * c),
+                })
+            })
+            .collect();
+        let head = blocks.contains(&Block::Head).then(|| HeadActs {
+            lnf: buf("lnf", n * c),
+            lnf_mean: buf("lnf.mean", n),
+            lnf_rstd: buf("lnf.rstd", n),
+            logits: buf("logits", n * v),
+            dlogits: buf("dlogits", n * v),
+            losses: buf("losses", n),
+        });
+        let has_layers = !layer_ids.is_empty();
+        let scratch = Scratch {
+            dln: buf("dln", n * c),
+            dqkv: buf("dqkv", if has_layers { n * 3 * c } else { 1 }),
+            datty: buf("datty", if has_layers { n * c } else { 1 }),
+            datt: buf("datt", if has_layers { att_len } else { 1 }),
+            dfch: buf("dfch", if has_layers { n * 4 * c } else { 1 }),
+            dfch_gelu: buf("dfch_gelu", if has_layers { n * 4 * c } else { 1 }),
+        };
+        let mut m = GpuModel {
+            gpu: gpu.clone(),
+            cfg,
+            blocks: blocks.to_vec(),
+            micro,
+            buffers,
+            tokens: buf("tokens", n),
+            targets: buf("targets", n),
+            resid,
+            dresid: buf("dresid", n * c),
+            layers,
+            head,
+            scratch,
+            forward: Vec::new(),
+            backward: Vec::new(),
+        };
+        m.forward = m.build_forward(dloss)?;
+        m.backward = m.build_backward()?;
+        Ok(m)
+    }
+
+    /// Uploads a host copy of the flat parameters.
+    pub fn set_params(&self, flat: &[f32]) -> Result<()> {
+        self.gpu.upload(&self.buffers.params, flat)
+    }
+
+    /// Reads the flat parameters back.
+    pub fn params(&self) -> Result<Vec<f32>> {
+        self.gpu.download(&self.buffers.params)
+    }
+
+    /// Per-token losses of the last forward pass (head ranges only).
+    pub fn losses(&self) -> Result<Vec<f32>> {
+        let h = self.head.as_ref().ok_or_else(|| Error::Config("this block range has no head".into()))?;
+        self.gpu.download(&h.losses)
+    }
+
+    /// Logits [B·T, V] of the last forward pass (head ranges only).
+    pub fn logits(&self) -> Result<Vec<f32>> {
+        let h = self.head.as_ref().ok_or_else(|| Error::Config("this block range has no head".into()))?;
+        self.gpu.download(&h.logits)
+    }
+
+    /// The range's output activations (what a pipeline stage sends forward).
+    pub fn output(&self) -> &View {
+        self.resid.last().expect("resid is never empty")
+    }
+
+    fn build_forward(&self, dloss: f32) -> Result<Vec<Op>> {
+        let g = &self.gpu;
+        let (b, t) = (self.micro.b, self.micro.t);
+        let (n, c, nh, v) = (b * t, self.cfg.channels, self.cfg.heads, self.cfg.vocab);
+        let p = |name: &str| self.buffers.p(name);
+        let mut ops = Vec::new();
+        if self.blocks[0] == Block::Embedding {
+            ops.extend(kenc::encoder_forward(g, &self.resid[0], &self.tokens, &p("wte")?, &p("wpe")?, b, t, c)?);
+        }
+        for (k, (l, a)) in self.layers.iter().enumerate() {
+            let w = |x: &str| p(&format!("h{l}.{x}"));
+            let (x, out) = (&self.resid[k], &self.resid[k + 1]);
+            ops.extend(kn::layernorm_forward(g, &a.ln1, &a.ln1_mean, &a.ln1_rstd, x, &w("ln1w")?, &w("ln1b")?, n, c)?);
+            ops.extend(km::matmul_forward(g, &a.qkv, &a.ln1, &w("qkvw")?, Some(&w("qkvb")?), n, c, 3 * c)?);
+            ops.extend(ka::attention_forward(g, &a.atty, &a.att, &a.qkv, b, t, c, nh)?);
+            ops.extend(km::matmul_forward(g, &a.attproj, &a.atty, &w("attprojw")?, Some(&w("attprojb")?), n, c, c)?);
+            ops.push(ke::residual_forward(g, &a.x2, x, &a.attproj, n * c)?);
+            ops.extend(kn::layernorm_forward(g, &a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.x2, &w("ln2w")?, &w("ln2b")?, n, c)?);
+            ops.extend(km::matmul_forward(g, &a.fch, &a.ln2, &w("fcw")?, Some(&w("fcb")?), n, c, 4 * c)?);
+            ops.push(ke::gelu_forward(g, &a.fch_gelu, &a.fch, n * 4 * c)?);
+            ops.extend(km::matmul_forward(g, &a.fcproj, &a.fch_gelu, &w("fcprojw")?, Some(&w("fcprojb")?), n, 4 * c, c)?);
+            ops.push(ke::residual_forward(g, out, &a.x2, &a.fcproj, n * c)?);
+        }
+        if let Some(h) = &self.head {
+            let x = self.output();
+            ops.extend(kn::layernorm_forward(g, &h.lnf, &h.lnf_mean, &h.lnf_rstd, x, &p("lnfw")?, &p("lnfb")?, n, c)?);
+            ops.extend(km::matmul_forward(g, &h.logits, &h.lnf, &p("headw")?, None, n, c, v)?);
+            ops.extend(kl::crossentropy_forward_backward(g, &h.losses, &h.dlogits, &h.logits, &self.targets, n, v, dloss)?);
+        }
+        Ok(ops)
+    }
+
+    fn build_backward(&self) -> Result<Vec<Op>> {
+        let g = &self.gpu;
+        let (b, t) = (self.micro.b, self.micro.t);
+        let (n, c, nh, v) = (b * t, self.cfg.channels, self.cfg.heads, self.cfg.vocab);
+        let (p, d) = (|x: &str| self.buffers.p(x), |x: &str| self.buffers.g(x));
+        let s = &self.scratch;
+        let dx = &self.dresid;
+        let mut ops = Vec::new();
+        if let Some(h) = &self.head {
+            ops.push(ke::fill(g, dx, 0.0)?);
+            ops.extend(km::matmul_backward(g, &s.dln, &d("headw")?, None, &h.dlogits, &h.lnf, &p("headw")?, n, c, v)?);
+            let x = self.output();
+            ops.extend(kn::layernorm_backward(g, dx, &d("lnfw")?, &d("lnfb")?, &s.dln, x, &p("lnfw")?, &h.lnf_mean, &h.lnf_rstd, n, c)?);
+        }
+        for (k, (l, a)) in self.layers.iter().enumerate().rev() {
+            let w = |x: &str| p(&format!("h{l}.{x}"));
+            let dw = |x: &str| d(&format!("h{l}.{x}"));
+            let x = &self.resid[k];
+            // dx holds ∂L/∂out = ∂L/∂fcproj = ∂L/∂x2 (through the residual)
+            ops.extend(km::matmul_backward(g, &s.dfch_gelu, &dw("fcprojw")?, Some(&dw("fcprojb")?), dx, &a.fch_gelu, &w("fcprojw")?, n, 4 * c, c)?);
+            ops.push(ke::gelu_backward(g, &s.dfch, &a.fch, &s.dfch_gelu, n * 4 * c)?);
+            ops.extend(km::matmul_backward(g, &s.dln, &dw("fcw")?, Some(&dw("fcb")?), &s.dfch, &a.ln2, &w("fcw")?, n, c, 4 * c)?);
+            ops.extend(kn::layernorm_backward(g, dx, &dw("ln2w")?, &dw("ln2b")?, &s.dln, &a.x2, &w("ln2w")?, &a.ln2_mean, &a.ln2_rstd, n, c)?);
+            // dx now holds ∂L/∂x2 = ∂L/∂attproj
+            ops.extend(km::matmul_backward(g, &s.datty, &dw("attprojw")?, Some(&dw("attprojb")?), dx, &a.atty, &w("attprojw")?, n, c, c)?);
+            ops.extend(ka::attention_backward(g, &s.dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, c, nh)?);
+            ops.extend(km::matmul_backward(g, &s.dln, &dw("qkvw")?, Some(&dw("qkvb")?), &s.dqkv, &a.ln1, &w("qkvw")?, n, c, 3 * c)?);
+            ops.extend(kn::layernorm_backward(g, dx, &dw("ln1w")?, &dw("ln1b")?, &s.dln, x, &w("ln1w")?, &a.ln1_mean, &a.ln1_rstd, n, c)?);
+        }
+        if self.blocks[0] == Block::Embedding {
+            ops.extend(kenc::encoder_backward(g, &d("wte")?, &d("wpe")?, dx, &self.tokens, b, t, c, v)?);
+        }
+        Ok(ops)
+    }
+}
+
+/// Blocks must be a non-empty contiguous run of `cfg.blocks()`.
+pub fn check_contiguous(cfg: &GptConfig, blocks: &[Block]) -> Result<()> {
+    let all = cfg.blocks();
+    let start = blocks.first().and_then(|b| all.iter().position(|x| x == b));
+    match start {
+        Some(s) if all.get(s..s + blocks.len()) == Some(blocks) => Ok(()),
+        _ => Err(Error::Config(format!("blocks {blocks:?} are not a contiguous range of the model"))),
+    }
+}

@@ -1,0 +1,182 @@
+//! The GPT model (llm.c / nanoGPT architecture) as a sequence of blocks, each with explicit
+//! inputs, outputs and a forward/backward pair:
+//!
+//! ```text
+//! tokens ─▶ [Embedding] ─x0─▶ [Layer 0] ─x1─▶ … ─▶ [Layer L−1] ─xL─▶ [Head: lnf, matmul, CE] ─▶ loss
+//!                 ◀──────── dx (one residual-gradient buffer, updated in place) ◀───────── dlogits
+//! Layer: x ─▶ ln1 ─▶ qkv ─▶ attention ─▶ attproj ─(+x)─▶ x2 ─▶ ln2 ─▶ fc ─▶ gelu ─▶ fcproj ─(+x2)─▶ x'
+//! ```
+//!
+//! A pipeline stage owns any contiguous range of blocks ([`Block::range`]); its parameters are
+//! only those blocks' tensors. The head is **not** tied to the token embedding: tying would make
+//! the first and last pipeline stages share a tensor and need an extra gradient all-reduce
+//! between them every step; untied, every stage owns its parameters outright (cost: V·C more
+//! parameters).
+//!
+//! Initialisation is per tensor, seeded by (seed, tensor name), so any partition of the blocks
+//! into stages starts from exactly the same weights as one device.
+
+pub mod cpu_model;
+pub mod gpu_model;
+
+use crate::error::{Error, Result};
+use crate::params::{Layout, Spec};
+use crate::rng::Rng;
+
+/// GPT dimensions. `ctx` is the maximum sequence length (rows of the position embedding).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GptConfig {
+    pub vocab: usize,
+    pub ctx: usize,
+    pub channels: usize,
+    pub heads: usize,
+    pub layers: usize,
+}
+
+impl Default for GptConfig {
+    fn default() -> Self {
+        GptConfig { vocab: 256, ctx: 64, channels: 128, heads: 4, layers: 4 }
+    }
+}
+
+impl GptConfig {
+    /// Checks the dimensions; the error names the violated constraint.
+    pub fn validate(&self) -> Result<()> {
+        let c = self;
+        if c.vocab == 0 || c.ctx == 0 || c.channels == 0 || c.heads == 0 || c.layers == 0 {
+            return Err(Error::Config(format!("every GPT dimension must be positive: {c:?}")));
+        }
+        if c.channels % c.heads != 0 {
+            return Err(Error::Config(format!(
+                "heads ({}) must divide channels ({}): each head takes channels/heads dimensions",
+                c.heads, c.channels
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn head_size(&self) -> usize {
+        self.channels / self.heads
+    }
+
+    /// All blocks in order: embedding, layers, head.
+    pub fn blocks(&self) -> Vec<Block> {
+        let mut v = vec![Block::Embedding];
+        v.extend((0..self.layers).map(Block::Layer));
+        v.push(Block::Head);
+        v
+    }
+
+    /// Parameter specs of `blocks`, in block order.
+    pub fn specs(&self, blocks: &[Block]) -> Vec<Spec> {
+        blocks.iter().flat_map(|b| b.specs(self)).collect()
+    }
+
+    /// The flat layout holding `blocks`' parameters.
+    pub fn layout(&self, blocks: &[Block]) -> Layout {
+        Layout::new(&self.specs(blocks))
+    }
+
+    /// Parameter count of the whole model.
+    pub fn param_count(&self) -> usize {
+        self.specs(&self.blocks()).iter().map(|s| s.shape.iter().product::<usize>()).sum()
+    }
+
+    /// GPT-2 initialisation of `layout`'s tensors into a host flat vector: matrices N(0, 0.02),
+    /// residual projections N(0, 0.02/√(2L)), layernorm gains 1, biases 0.
+    pub fn init(&self, layout: &Layout, seed: u64) -> Vec<f32> {
+        let mut flat = vec![0.0f32; layout.total];
+        for t in &layout.tensors {
+            let dst = &mut flat[t.offset..t.offset + t.len];
+            let short = t.name.rsplit('.').next().unwrap_or(&t.name);
+            if short.ends_with('b') && !t.decay {
+                continue; // biases: zero
+            }
+            if short.starts_with("ln") && short.ends_with('w') {
+                dst.fill(1.0);
+                continue;
+            }
+            let std = if short == "attprojw" || short == "fcprojw" {
+                0.02 / ((2 * self.layers) as f32).sqrt()
+            } else {
+                0.02
+            };
+            let mut rng = Rng::new(seed ^ name_hash(&t.name));
+            dst.iter_mut().for_each(|x| *x = rng.normal() * std);
+        }
+        flat
+    }
+}
+
+/// FNV-1a of a tensor name: the per-tensor seed offset.
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+/// One unit of the model a stage can own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Block {
+    Embedding,
+    Layer(usize),
+    Head,
+}
+
+impl Block {
+    fn specs(&self, cfg: &GptConfig) -> Vec<Spec> {
+        let c = cfg.channels;
+        let s = |name: String, shape: &[usize], decay: bool| Spec { name, shape: shape.to_vec(), decay };
+        match *self {
+            Block::Embedding => vec![
+                s("wte".into(), &[cfg.vocab, c], true),
+                s("wpe".into(), &[cfg.ctx, c], true),
+            ],
+            Block::Layer(l) => {
+                let n = |x: &str| format!("h{l}.{x}");
+                vec![
+                    s(n("ln1w"), &[c], false),
+                    s(n("ln1b"), &[c], false),
+                    s(n("qkvw"), &[3 * c, c], true),
+                    s(n("qkvb"), &[3 * c], false),
+                    s(n("attprojw"), &[c, c], true),
+                    s(n("attprojb"), &[c], false),
+                    s(n("ln2w"), &[c], false),
+                    s(n("ln2b"), &[c], false),
+                    s(n("fcw"), &[4 * c, c], true),
+                    s(n("fcb"), &[4 * c], false),
+                    s(n("fcprojw"), &[c, 4 * c], true),
+                    s(n("fcprojb"), &[c], false),
+                ]
+            }
+            Block::Head => vec![
+                s("lnfw".into(), &[c], false),
+                s("lnfb".into(), &[c], false),
+                s("headw".into(), &[cfg.vocab, c], true),
+            ],
+        }
+    }
+}
+
+/// Shape of one microbatch: `b` sequences of `t` tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Micro {
+    pub b: usize,
+    pub t: usize,
+}
+
+impl Micro {
+    pub fn tokens(&self) -> usize {
+        self.b * self.t
+    }
+    pub fn validate(&self, cfg: &GptConfig) -> Result<()> {
+        if self.b == 0 || self.t == 0 {
+            return Err(Error::Config("microbatch size and sequence length must be positive".into()));
+        }
+        if self.t > cfg.ctx {
+            return Err(Error::Config(format!(
+                "sequence length {} exceeds the model context {}",
+                self.t, cfg.ctx
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,239 @@
+//! Training on one device: gradient accumulation over microbatches, global-norm clipping and
+//! AdamW, all on the GPU with the op lists built once. Also evaluation, greedy generation, the
+//! model checksum, and the CPU twin of one step for tests.
+//!
+//! One step: zero grads ─▶ for each microbatch: upload tokens/targets, forward+backward
+//! (parameter grads accumulate) ─▶ Σg² ─▶ AdamW with clip scale min(1, clip/‖g‖).
+
+use sha2::{Digest, Sha256};
+
+use crate::cpu::{self, AdamW};
+use crate::data::{eval_batch, hex, Corpus, Vocab};
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, View};
+use crate::kernels::{elementwise as ke, optim as ko, Op};
+use crate::model::{cpu_model, gpu_model::GpuModel, GptConfig, Micro};
+
+/// Everything that defines a training run (recorded in the run record).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TrainConfig {
+    pub model: GptConfig,
+    pub micro: Micro,
+    /// Microbatches accumulated per optimizer step.
+    pub grad_accum: usize,
+    pub steps: usize,
+    /// Peak learning rate and the other AdamW settings (`t` is ignored: the step counts).
+    pub adam: AdamW,
+    /// Linear warm-up steps, then cosine decay to `min_lr_frac`·lr.
+    pub warmup: usize,
+    pub min_lr_frac: f32,
+    pub seed: u64,
+}
+
+impl TrainConfig {
+    pub fn tokens_per_step(&self) -> usize {
+        self.micro.tokens() * self.grad_accum
+    }
+
+    /// Learning rate at step `s` (0-based).
+    pub fn lr_at(&self, s: usize) -> f32 {
+        let lr = self.adam.lr;
+        if s < self.warmup {
+            return lr * (s + 1) as f32 / self.warmup as f32;
+        }
+        let span = self.steps.saturating_sub(self.warmup).max(1);
+        let frac = ((s - self.warmup) as f32 / span as f32).min(1.0);
+        let min = lr * self.min_lr_frac;
+        min + 0.5 * (lr - min) * (1.0 + (std::f32::consts::PI * frac).cos())
+    }
+
+    /// AdamW hyper-parameters of step `s` (0-based).
+    pub fn adam_at(&self, s: usize) -> AdamW {
+        AdamW { lr: self.lr_at(s), t: s as u32 + 1, ..self.adam }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        self.model.validate()?;
+        self.micro.validate(&self.model)?;
+        if self.grad_accum == 0 {
+            return Err(Error::Config("gradient accumulation must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Result of one optimizer step.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct StepStats {
+    /// Mean token loss over the step's microbatches.
+    pub loss: f32,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f32,
+    pub lr: f32,
+}
+
+/// The whole model on one device plus its optimizer.
+pub struct Trainer {
+    pub cfg: TrainConfig,
+    pub model: GpuModel,
+    step_ops: Vec<Op>,
+    zero_grads: Op,
+    optim_ops: Vec<Op>,
+    hp: View,
+    norm_sq: View,
+}
+
+impl Trainer {
+    pub fn new(gpu: &Gpu, cfg: TrainConfig) -> Result<Trainer> {
+        cfg.validate()?;
+        let dloss = 1.0 / cfg.tokens_per_step() as f32;
+        let model = GpuModel::new(gpu, cfg.model, &cfg.model.blocks(), cfg.micro, dloss)?;
+        model.set_params(&cfg.model.init(&model.buffers.layout, cfg.seed))?;
+        let b = &model.buffers;
+        let hp = gpu.buffer("adam.hp", 8);
+        let norm_sq = gpu.buffer("grad.norm_sq", 1);
+        let scratch = gpu.buffer("grad.norm_scratch", ko::norm_scratch_len(b.grads.len));
+        let mut optim_ops = ko::grad_norm_squared(gpu, &norm_sq, &scratch, &b.grads)?;
+        optim_ops.extend(ko::adamw(gpu, &b.params, &b.grads, &b.m, &b.v, &hp, &norm_sq, b.layout.decay_end)?);
+        let step_ops = model.forward.iter().chain(&model.backward).cloned().collect();
+        Ok(Trainer { zero_grads: ke::fill(gpu, &b.grads, 0.0)?, step_ops, optim_ops, hp, norm_sq, model, cfg })
+    }
+
+    /// One optimizer step over `batches` (`grad_accum` pairs of tokens/targets), step index `s`.
+    pub fn step(&mut self, batches: &[(Vec<u32>, Vec<u32>)], s: usize) -> Result<StepStats> {
+        if batches.len() != self.cfg.grad_accum {
+            return Err(Error::Config(format!("step needs {} microbatches, got {}", self.cfg.grad_accum, batches.len())));
+        }
+        let g = self.model.gpu.clone();
+        g.run(std::slice::from_ref(&self.zero_grads))?;
+        let mut loss = 0.0f64;
+        for (x, y) in batches {
+            g.upload(&self.model.tokens, x)?;
+            g.upload(&self.model.targets, y)?;
+            g.run(&self.step_ops)?;
+            loss += self.model.losses()?.iter().map(|&l| l as f64).sum::<f64>();
+        }
+        let h = self.cfg.adam_at(s);
+        g.upload(&self.hp, &ko::hyper_words(&h))?;
+        g.run(&self.optim_ops)?;
+        let norm_sq: Vec<f32> = g.download(&self.norm_sq)?;
+        Ok(StepStats {
+            loss: (loss / self.cfg.tokens_per_step() as f64) as f32,
+            grad_norm: norm_sq[0].sqrt(),
+            lr: h.lr,
+        })
+    }
+
+    /// Mean loss of one batch of `(tokens, targets)` without touching parameters.
+    pub fn loss(&mut self, x: &[u32], y: &[u32]) -> Result<f32> {
+        let g = &self.model.gpu;
+        g.upload(&self.model.tokens, x)?;
+        g.upload(&self.model.targets, y)?;
+        g.run(&self.model.forward)?;
+        let l = self.model.losses()?;
+        Ok((l.iter().map(|&v| v as f64).sum::<f64>() / l.len() as f64) as f32)
+    }
+
+    /// Mean validation loss over `batches` fixed windows of the validation split.
+    pub fn eval(&mut self, data: &[u32], batches: usize) -> Result<f32> {
+        let mut sum = 0.0;
+        for i in 0..batches.max(1) {
+            let (x, y) = eval_batch(data, self.cfg.micro, i);
+            sum += self.loss(&x, &y)?;
+        }
+        Ok(sum / batches.max(1) as f32)
+    }
+
+    /// Greedy completion of up to B prompts at once, each for up to `max_new` tokens or until
+    /// `stop`. Row r holds prompt r left-aligned; causality makes padding after it harmless.
+    pub fn generate(&mut self, prompts: &[Vec<u32>], max_new: usize, stop: Option<u32>) -> Result<Vec<Vec<u32>>> {
+        let Micro { b, t } = self.cfg.micro;
+        let v = self.cfg.model.vocab;
+        if prompts.len() > b {
+            return Err(Error::Config(format!("{} prompts but the microbatch holds {b}", prompts.len())));
+        }
+        let mut rows: Vec<Vec<u32>> = prompts.to_vec();
+        let mut done = vec![false; rows.len()];
+        for _ in 0..max_new {
+            let mut x = vec![0u32; b * t];
+            for (r, row) in rows.iter().enumerate() {
+                let keep = &row[row.len().saturating_sub(t)..];
+                x[r * t..r * t + keep.len()].copy_from_slice(keep);
+            }
+            let g = &self.model.gpu;
+            g.upload(&self.model.tokens, &x)?;
+            g.run(&self.model.forward)?;
+            let logits = self.model.logits()?;
+            for (r, row) in rows.iter_mut().enumerate() {
+                if done[r] {
+                    continue;
+                }
+                let pos = row.len().min(t) - 1;
+                let l = &logits[(r * t + pos) * v..(r * t + pos + 1) * v];
+                let next = (0..v).fold(0, |best, j| if l[j] > l[best] { j } else { best }) as u32;
+                row.push(next);
+                done[r] = Some(next) == stop;
+            }
+            if done.iter().all(|&d| d) {
+                break;
+            }
+        }
+        Ok(rows.iter().zip(prompts).map(|(r, p)| r[p.len()..].to_vec()).collect())
+    }
+
+    /// Exact-match accuracy of greedy completions after `=` on held-out addition problems.
+    pub fn addition_accuracy(&mut self, corpus: &Corpus, limit: usize) -> Result<f32> {
+        let Vocab::Chars(_) = corpus.vocab else {
+            return Err(Error::Config("accuracy needs the addition corpus".into()));
+        };
+        let newline = corpus.vocab.encode("\n")?[0];
+        let problems = &corpus.val_problems[..limit.min(corpus.val_problems.len())];
+        let mut correct = 0;
+        for chunk in problems.chunks(self.cfg.micro.b) {
+            let prompts: Vec<Vec<u32>> =
+                chunk.iter().map(|(p, _)| corpus.vocab.encode(&format!("\n{p}"))).collect::<Result<_>>()?;
+            let outs = self.generate(&prompts, 12, Some(newline))?;
+            for ((_, answer), out) in chunk.iter().zip(outs) {
+                let text = corpus.vocab.decode(&out);
+                correct += (text.trim_end_matches('\n') == answer && text.ends_with('\n')) as usize;
+            }
+        }
+        Ok(correct as f32 / problems.len().max(1) as f32)
+    }
+
+    /// SHA-256 over the parameter bytes (little-endian f32, the flat layout).
+    pub fn checksum(&self) -> Result<String> {
+        Ok(checksum(&self.model.params()?))
+    }
+}
+
+/// "sha256:<hex>" of a flat f32 parameter vector.
+pub fn checksum(flat: &[f32]) -> String {
+    let mut h = Sha256::new();
+    h.update(bytemuck::cast_slice::<f32, u8>(flat));
+    format!("sha256:{}", hex(&h.finalize()))
+}
+
+/// The CPU twin of [`Trainer::step`] on host vectors (the full model's layout). Returns the
+/// step's mean loss and the gradient norm.
+pub fn cpu_step(
+    cfg: &TrainConfig,
+    params: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    batches: &[(Vec<u32>, Vec<u32>)],
+    s: usize,
+) -> Result<StepStats> {
+    let layout = cfg.model.layout(&cfg.model.blocks());
+    let dloss = 1.0 / cfg.tokens_per_step() as f32;
+    let mut grads = vec![0.0; layout.total];
+    let mut loss = 0.0f64;
+    for (x, y) in batches {
+        let l = cpu_model::forward_backward(&cfg.model, &layout, params, &mut grads, x, y, cfg.micro, dloss)?;
+        loss += l.iter().map(|&x| x as f64).sum::<f64>();
+    }
+    let h = cfg.adam_at(s);
+    let norm = cpu::grad_norm(&grads);
+    cpu::adamw(params, &grads, m, v, &h, h.clip_scale(norm), layout.decay_end);
+    Ok(StepStats { loss: (loss / cfg.tokens_per_step() as f64) as f32, grad_norm: norm, lr: h.lr })
+}
