@@ -180,6 +180,6 @@ fn sample(trainer: &mut Trainer, corpus: &Corpus) -> anyhow::Result<String> {
     }
     let t = trainer.cfg.micro.t;
     let prompt = corpus.val[..t.min(corpus.val.len()) / 2].to_vec();
-    let out = trainer.generate(&[prompt.clone()], 200, None)?;
+    let out = trainer.generate(std::slice::from_ref(&prompt), 200, None)?;
     Ok(format!("{}{}", corpus.vocab.decode(&prompt), corpus.vocab.decode(&out[0])))
 }

@@ -198,9 +198,9 @@ pub fn attention_forward(
                     max = max.max(s);
                 }
                 let mut sum = 0.0;
-                for t2 in 0..=ti {
-                    row[t2] = (row[t2] - max).exp();
-                    sum += row[t2];
+                for a in &mut row[..=ti] {
+                    *a = (*a - max).exp();
+                    sum += *a;
                 }
                 for (t2, a) in row.iter_mut().enumerate() {
                     *a = if t2 <= ti { *a / sum } else { 0.0 };

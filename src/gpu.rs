@@ -111,7 +111,7 @@ fn describe(index: usize, a: &wgpu::Adapter) -> AdapterDescription {
         shader_f16: f.contains(wgpu::Features::SHADER_F16),
         subgroups: f.contains(wgpu::Features::SUBGROUP),
         subgroup_size: (info.subgroup_min_size, info.subgroup_max_size),
-        max_storage_binding: l.max_storage_buffer_binding_size as u64,
+        max_storage_binding: l.max_storage_buffer_binding_size,
         max_buffer: l.max_buffer_size,
         max_workgroup_invocations: l.max_compute_invocations_per_workgroup,
     }

@@ -46,7 +46,7 @@ impl GptConfig {
         if c.vocab == 0 || c.ctx == 0 || c.channels == 0 || c.heads == 0 || c.layers == 0 {
             return Err(Error::Config(format!("every GPT dimension must be positive: {c:?}")));
         }
-        if c.channels % c.heads != 0 {
+        if !c.channels.is_multiple_of(c.heads) {
             return Err(Error::Config(format!(
                 "heads ({}) must divide channels ({}): each head takes channels/heads dimensions",
                 c.heads, c.channels
