@@ -1,1 +1,57 @@
-//! loss kernels (shaders/loss.wgsl).
+//! Fused softmax + cross-entropy (shaders/loss.wgsl), twin `cpu::crossentropy_forward_backward`.
+//!
+//! One dispatch, one workgroup per row: the row max and the sum of exponentials are reduced in a
+//! fixed tree (deterministic), then every column's gradient is written and the target column's
+//! thread writes the row's loss. `dlogits` may be the same view as `logits` (in place).
+
+use super::{need, op, Arg, Op};
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, View};
+
+/// losses [n] = −log softmax(logits [n,v])[targets [n]];
+/// dlogits [n,v] = (softmax − onehot(target)) · dloss (assigned). A target ≥ v gives a NaN loss.
+#[allow(clippy::too_many_arguments)]
+pub fn crossentropy_forward_backward(
+    g: &Gpu,
+    losses: &View,
+    dlogits: &View,
+    logits: &View,
+    targets: &View,
+    n: usize,
+    v: usize,
+    dloss: f32,
+) -> Result<Vec<Op>> {
+    if v == 0 {
+        return Err(Error::Config("crossentropy: v must be at least 1".into()));
+    }
+    let nv = n
+        .checked_mul(v)
+        .filter(|&nv| u32::try_from(nv).is_ok())
+        .ok_or_else(|| Error::Config(format!("crossentropy: n·v = {n}·{v} exceeds u32")))?;
+    need("crossentropy losses", losses, n)?;
+    need("crossentropy dlogits", dlogits, nv)?;
+    need("crossentropy logits", logits, nv)?;
+    need("crossentropy targets", targets, n)?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    // One workgroup per row, folded into y past 65535 rows.
+    let groups = if n <= 65535 {
+        [n as u32, 1, 1]
+    } else {
+        [65535, (n as u32).div_ceil(65535), 1]
+    };
+    Ok(vec![op(
+        g,
+        "loss",
+        "crossentropy_forward_backward",
+        &[n as u32, v as u32, dloss.to_bits()],
+        &[
+            Arg::W(losses),
+            Arg::W(dlogits),
+            Arg::W(logits),
+            Arg::R(targets),
+        ],
+        groups,
+    )?])
+}
