@@ -5,8 +5,8 @@ mod common;
 use common::*;
 use triaxis::{cpu, gpu, kernels::encoder as k, rng::Rng};
 
-// (B, T, C, V, maxT)
-const SHAPES: [(usize, usize, usize, usize, usize); 8] = [
+// (B, T, C, V, maxT); C % 4 == 0 takes the vec4 entries
+const SHAPES: [(usize, usize, usize, usize, usize); 9] = [
     (1, 1, 1, 1, 1),
     (1, 7, 7, 3, 9),
     (2, 7, 33, 5, 7),
@@ -15,6 +15,7 @@ const SHAPES: [(usize, usize, usize, usize, usize); 8] = [
     (1, 65, 300, 7, 65),
     (4, 65, 33, 300, 70),
     (8, 128, 64, 5000, 128),
+    (3, 100, 4, 50, 100),
 ];
 
 #[test]
@@ -76,6 +77,13 @@ fn encoder_forward_backward_match_twin() {
             &dwpe,
             0.0,
         );
+        // New tokens into the same buffer: the replayed ops' scratch holds the old positions.
+        let tokens2: Vec<u32> = (0..n).map(|i| ((i * 7 + 3) % v.min(5)) as u32).collect();
+        g.upload(&tb, &tokens2).unwrap();
+        g.run(&ops).unwrap();
+        cpu::encoder_backward(&mut dwte, &mut dwpe, &dout, &tokens2, b, t, c);
+        let got = g.download::<f32>(&dwteb).unwrap();
+        check(&format!("{name} dwte, new tokens"), &got, &dwte, 0.0);
     }
 }
 

@@ -1,11 +1,13 @@
 //! Token + position embedding (shaders/encoder.wgsl), twins `cpu::{encoder_forward,
 //! encoder_backward}`.
 //!
-//! Forward: one dispatch, one thread per output element. Backward: two dispatches and no atomics:
-//! `encoder_links` chains the positions of each token in order (into a `B·T` u32 scratch buffer
-//! that the returned ops own), then `encoder_backward` lets each chain head add its chain's `dout`
-//! rows into `dwte` in position order, and each position `t < T` add its `B` rows into `dwpe`.
-//! Both sums run in the CPU twin's order, so the GPU result equals the twin bit for bit.
+//! Forward: one dispatch, one thread per output element (per 4 channels when `c % 4 == 0`).
+//! Backward: two dispatches and no atomics. `encoder_links` (one workgroup, a walk over the
+//! positions from last to first) chains the positions of each token in order, into scratch
+//! buffers of `B·T` and `V` u32 that the returned ops own; then `encoder_backward` lets each
+//! chain head add its chain's `dout` rows into `dwte` in position order, and each position
+//! `t < T` add its `B` rows into `dwpe`. Both sums run in the CPU twin's order, so the GPU result
+//! equals the twin bit for bit.
 
 use super::{groups_1d, need, op, Arg, Op};
 use crate::error::{Error, Result};
@@ -23,11 +25,17 @@ fn shape(b: usize, t: usize, c: usize) -> Result<(usize, usize)> {
     let n = b.checked_mul(t);
     let nc = n.and_then(|n| n.checked_mul(c));
     match (n, nc) {
-        (Some(n), Some(nc)) if n < 0x7fff_ffff && u32::try_from(nc).is_ok() => Ok((n, nc)),
+        (Some(n), Some(nc)) if u32::try_from(nc).is_ok() => Ok((n, nc)),
         _ => Err(Error::Config(format!(
             "encoder: B·T·C = {b}·{t}·{c} exceeds u32"
         ))),
     }
+}
+
+/// The first `len` elements of `v`, after checking there are that many.
+fn first(name: &str, v: &View, len: usize) -> Result<View> {
+    need(name, v, len)?;
+    Ok(v.slice(0, len))
 }
 
 /// out [B·T,C] = wte[tokens] + wpe[position]; wte [V,C] (V = wte.len / c), wpe [maxT ≥ t, C].
@@ -44,9 +52,6 @@ pub fn encoder_forward(
     c: usize,
 ) -> Result<Vec<Op>> {
     let (n, nc) = shape(b, t, c)?;
-    need("encoder out", out, nc)?;
-    need("encoder tokens", tokens, n)?;
-    need("encoder wpe", wpe, t * c)?;
     let v = wte.len / c;
     if v == 0 {
         return Err(Error::Config(format!(
@@ -54,22 +59,31 @@ pub fn encoder_forward(
             wte.len
         )));
     }
+    let out = first("encoder out", out, nc)?;
+    let tokens = first("encoder tokens", tokens, n)?;
+    let wte = first("encoder wte", wte, v * c)?;
+    let wpe = first("encoder wpe", wpe, t * c)?;
     if n == 0 {
         return Ok(Vec::new());
     }
+    let (entry, cw) = if c % 4 == 0 {
+        ("encoder_forward4", c / 4)
+    } else {
+        ("encoder_forward", c)
+    };
     let dims = [
         n as u32,
-        c as u32,
+        cw as u32,
         t as u32,
         v.min(u32::MAX as usize) as u32,
     ];
     Ok(vec![op(
         g,
         S,
-        "encoder_forward",
+        entry,
         &dims,
-        &[Arg::W(out), Arg::R(tokens), Arg::R(wte), Arg::R(wpe)],
-        groups_1d(nc),
+        &[Arg::W(&out), Arg::R(&tokens), Arg::R(&wte), Arg::R(&wpe)],
+        groups_1d(n * cw),
     )?])
 }
 
@@ -89,39 +103,46 @@ pub fn encoder_backward(
     let (n, nc) = shape(b, t, c)?;
     let vc = v
         .checked_mul(c)
-        .filter(|&vc| u32::try_from(vc).is_ok())
-        .ok_or_else(|| Error::Config(format!("encoder: V·C = {v}·{c} exceeds u32")))?;
-    need("encoder dwte", dwte, vc)?;
-    need("encoder dwpe", dwpe, t * c)?;
-    need("encoder dout", dout, nc)?;
-    need("encoder tokens", tokens, n)?;
+        .filter(|&vc| v > 0 && u32::try_from(vc).is_ok())
+        .ok_or_else(|| Error::Config(format!("encoder: V·C = {v}·{c} must be in 1..2³²")))?;
+    let dwte = first("encoder dwte", dwte, vc)?;
+    let dwpe = first("encoder dwpe", dwpe, t * c)?;
+    let dout = first("encoder dout", dout, nc)?;
+    let tokens = first("encoder tokens", tokens, n)?;
     if n == 0 {
         return Ok(Vec::new());
     }
     let links = g.buffer("encoder links", n);
-    let dims = [n as u32, c as u32, t as u32, v as u32];
+    let firsts = g.buffer("encoder first positions", v);
+    let (entry, cw) = if c % 4 == 0 {
+        ("encoder_backward4", c / 4)
+    } else {
+        ("encoder_backward", c)
+    };
+    let dims = [n as u32, cw as u32, t as u32, v as u32];
     Ok(vec![
         op(
             g,
             S,
             "encoder_links",
             &dims,
-            &[Arg::W(&links), Arg::R(tokens)],
-            groups_1d(n),
+            &[Arg::W(&links), Arg::W(&firsts), Arg::R(&tokens)],
+            [1, 1, 1],
         )?,
         op(
             g,
             S,
-            "encoder_backward",
+            entry,
             &dims,
             &[
-                Arg::W(dwte),
-                Arg::W(dwpe),
-                Arg::R(dout),
-                Arg::R(tokens),
+                Arg::W(&dwte),
+                Arg::W(&dwpe),
+                Arg::R(&dout),
+                Arg::R(&tokens),
                 Arg::R(&links),
+                Arg::R(&firsts),
             ],
-            groups_1d(nc),
+            groups_1d(n * cw),
         )?,
     ])
 }
