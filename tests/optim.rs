@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use triaxis::{cpu, gpu, kernels::optim as k, rng::Rng, View};
 
-const LENS: [usize; 6] = [1, 7, 65, 4097, 100_003, 300_000];
+const LENS: [usize; 8] = [1, 3, 4, 7, 65, 4097, 100_003, 300_000];
 
 #[test]
 fn grad_norm_squared_matches_twin_and_repeats() {
@@ -17,7 +17,7 @@ fn grad_norm_squared_matches_twin_and_repeats() {
         let out = poisoned(&g, 1);
         let scratch = poisoned(&g, k::norm_scratch_len(n));
         let ops = k::grad_norm_squared(&g, &out, &scratch, &xb).unwrap();
-        assert_eq!(ops.len(), 2);
+        assert_eq!(ops.len(), if n < 4 { 1 } else { 2 });
         g.run(&ops).unwrap();
         let got = g.download::<f32>(&out).unwrap();
         let want = cpu::grad_norm(&x);
@@ -44,6 +44,21 @@ fn grad_norm_squared_matches_twin_and_repeats() {
     assert_eq!(g.download::<f32>(&out).unwrap(), vec![0.0]);
 }
 
+/// Like `check`, without the report line: asserts and returns the max abs error.
+fn close(name: &str, gpu: &[f32], cpu: &[f32], tol: f32) -> f32 {
+    assert_eq!(gpu.len(), cpu.len(), "{name}: length");
+    let mut worst = 0.0f32;
+    for (i, (&a, &b)) in gpu.iter().zip(cpu).enumerate() {
+        let e = (a - b).abs();
+        assert!(
+            a.is_finite() && (e <= tol || e <= tol * b.abs()),
+            "{name}: element {i}: gpu {a} cpu {b}"
+        );
+        worst = worst.max(e);
+    }
+    worst
+}
+
 /// One flat buffer holding params | grads | m | v at 64-aligned offsets, as the model lays it out.
 struct Flat {
     params: View,
@@ -67,8 +82,8 @@ fn flat(g: &triaxis::Gpu, n: usize) -> Flat {
 fn adamw_matches_twin_over_steps() {
     let Some(g) = gpu::test_gpu() else { return };
     let mut rng = Rng::new(42);
-    for n in [1, 7, 65, 1000, 100_003] {
-        for clip in [0.0f32, 1e9, 0.5] {
+    for n in [1, 4, 7, 65, 1000, 100_003] {
+        for clip in [0.0f32, 1e9, 0.2] {
             let f = flat(&g, n);
             let mut p = rand(&mut rng, n);
             let (mut m, mut v) = (vec![0.0; n], vec![0.0; n]);
@@ -77,7 +92,7 @@ fn adamw_matches_twin_over_steps() {
             g.upload(&f.v, &v).unwrap();
             let (hp, norm_sq) = (g.buffer("hp", 8), g.buffer("norm_sq", 1));
             let scratch = g.buffer("scratch", k::norm_scratch_len(n));
-            let decay_end = n / 2;
+            let decay_end = n * 3 / 5; // mid-vec4 for most n
             let mut ops = k::grad_norm_squared(&g, &norm_sq, &scratch, &f.grads).unwrap();
             ops.extend(
                 k::adamw(
@@ -85,7 +100,7 @@ fn adamw_matches_twin_over_steps() {
                 )
                 .unwrap(),
             );
-            let mut clipped = false;
+            let (mut clipped, mut worst) = (false, 0.0f32);
             for t in 1..=4 {
                 let h = cpu::AdamW {
                     t,
@@ -103,27 +118,24 @@ fn adamw_matches_twin_over_steps() {
                 clipped |= scale != 1.0;
                 cpu::adamw(&mut p, &grads, &mut m, &mut v, &h, scale, decay_end);
                 let name = format!("adamw n={n} clip={clip} t={t}");
-                check(
-                    &format!("{name} params"),
-                    &g.download::<f32>(&f.params).unwrap(),
-                    &p,
-                    1e-5,
-                );
-                check(
-                    &format!("{name} m"),
-                    &g.download::<f32>(&f.m).unwrap(),
-                    &m,
-                    1e-5,
-                );
-                check(
-                    &format!("{name} v"),
-                    &g.download::<f32>(&f.v).unwrap(),
-                    &v,
-                    1e-5,
-                );
+                for (what, view, want) in
+                    [("params", &f.params, &p), ("m", &f.m, &m), ("v", &f.v, &v)]
+                {
+                    let e = close(
+                        &format!("{name} {what}"),
+                        &g.download::<f32>(view).unwrap(),
+                        want,
+                        1e-5,
+                    );
+                    worst = worst.max(e);
+                }
             }
-            // clip 0.5 clips every size but the smallest; 0 and 1e9 never clip.
-            assert_eq!(clipped, clip == 0.5 && n >= 65, "n={n} clip={clip}");
+            println!("adamw n={n} clip={clip}: t=1..4, max abs err {worst:.3e} (params, m, v)");
+            // |g| < 0.1 per element: clip 0.2 clips n ≥ 65 (norm ≈ 0.058·√n) but never n ≤ 4;
+            // 0 and 1e9 never clip.
+            if n >= 65 || n <= 4 {
+                assert_eq!(clipped, clip == 0.2 && n >= 65, "n={n} clip={clip}");
+            }
         }
     }
 }
