@@ -101,3 +101,34 @@ fn encoder_bad_sizes_are_errors() {
     assert!(k::encoder_backward(&g, &x, &x, &x, &tok, 2, 4, 4, 17).is_err()); // dwte 68 > 64
     assert!(k::encoder_backward(&g, &x, &x, &x, &tok, 2, 4, 4, 16).is_ok());
 }
+
+#[test]
+fn encoder_token_out_of_range() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let (b, t, c, v) = (1, 2, 4, 3);
+    let tb = buf_u32(&g, &[1, 3]);
+    let (wte, wpe) = (buf(&g, &vec![1.0; v * c]), buf(&g, &vec![2.0; t * c]));
+    let out = poisoned(&g, b * t * c);
+    g.run(&k::encoder_forward(&g, &out, &tb, &wte, &wpe, b, t, c).unwrap())
+        .unwrap();
+    let o = g.download::<f32>(&out).unwrap();
+    assert!(o[..c].iter().all(|&x| x == 3.0), "valid token row: {o:?}");
+    assert!(
+        o[c..].iter().all(|x| x.is_nan()),
+        "token ≥ V: NaN row: {o:?}"
+    );
+    // The backward skips it: dwte stays as it was, dwpe still accumulates.
+    let (dwte, dwpe, dout) = (
+        buf(&g, &vec![0.0; v * c]),
+        buf(&g, &vec![0.0; t * c]),
+        buf(&g, &vec![1.0; b * t * c]),
+    );
+    g.run(&k::encoder_backward(&g, &dwte, &dwpe, &dout, &tb, b, t, c, v).unwrap())
+        .unwrap();
+    let dw = g.download::<f32>(&dwte).unwrap();
+    assert_eq!(
+        dw,
+        [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    );
+    assert_eq!(g.download::<f32>(&dwpe).unwrap(), vec![1.0; t * c]);
+}

@@ -3,7 +3,8 @@ mod common;
 use common::*;
 use triaxis::{cpu, gpu, kernels::loss as k, rng::Rng};
 
-const SHAPES: [(usize, usize); 9] = [
+// v % 4 == 0 takes the vec4 entry.
+const SHAPES: [(usize, usize); 11] = [
     (1, 1),
     (1, 7),
     (7, 2),
@@ -13,6 +14,8 @@ const SHAPES: [(usize, usize); 9] = [
     (7, 257),
     (5, 300),
     (9, 5000),
+    (1, 4),
+    (70, 256),
 ];
 
 fn case(g: &triaxis::Gpu, rng: &mut Rng, n: usize, v: usize, in_place: bool) {
@@ -57,6 +60,7 @@ fn crossentropy_matches_twin() {
     }
     case(&g, &mut rng, 33, 300, true);
     case(&g, &mut rng, 3, 5000, true);
+    case(&g, &mut rng, 5, 5001, true);
 }
 
 #[test]
@@ -94,4 +98,22 @@ fn crossentropy_bad_sizes_are_errors() {
     assert!(k::crossentropy_forward_backward(&g, &x, &x, &x, &t, usize::MAX, 8, 1.0).is_err());
     let l = g.buffer("l", 4);
     assert!(k::crossentropy_forward_backward(&g, &l, &x, &x, &t, 4, 16, 1.0).is_ok());
+}
+
+#[test]
+fn crossentropy_target_out_of_range_is_nan() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let (n, v) = (2, 7);
+    let lb = buf(&g, &vec![0.5; n * v]);
+    let tb = buf_u32(&g, &[3, 7]);
+    let (losses, dl) = (poisoned(&g, n), poisoned(&g, n * v));
+    g.run(&k::crossentropy_forward_backward(&g, &losses, &dl, &lb, &tb, n, v, 1.0).unwrap())
+        .unwrap();
+    let l = g.download::<f32>(&losses).unwrap();
+    assert!(
+        (l[0] - (v as f32).ln()).abs() < 1e-6,
+        "uniform row: loss ln v, got {}",
+        l[0]
+    );
+    assert!(l[1].is_nan(), "target ≥ v: NaN loss, got {}", l[1]);
 }

@@ -66,7 +66,7 @@ pub fn encoder_forward(
     if n == 0 {
         return Ok(Vec::new());
     }
-    let (entry, cw) = if c % 4 == 0 {
+    let (entry, cw) = if c.is_multiple_of(4) {
         ("encoder_forward4", c / 4)
     } else {
         ("encoder_forward", c)
@@ -114,7 +114,7 @@ pub fn encoder_backward(
     }
     let links = g.buffer("encoder links", n);
     let firsts = g.buffer("encoder first positions", v);
-    let (entry, cw) = if c % 4 == 0 {
+    let (entry, cw) = if c.is_multiple_of(4) {
         ("encoder_backward4", c / 4)
     } else {
         ("encoder_backward", c)

@@ -63,7 +63,7 @@ pub fn layernorm_forward(
     if n == 0 {
         return Ok(Vec::new());
     }
-    let entry = if c % 4 == 0 {
+    let entry = if c.is_multiple_of(4) {
         "layernorm_forward4"
     } else {
         "layernorm_forward"
@@ -113,7 +113,7 @@ pub fn layernorm_backward(
     if n == 0 {
         return Ok(Vec::new());
     }
-    let v4 = c % 4 == 0;
+    let v4 = c.is_multiple_of(4);
     let mut ops = vec![op(
         g,
         S,
