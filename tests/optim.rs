@@ -1,0 +1,179 @@
+//! Gradient norm and AdamW vs their CPU twins: the norm on awkward lengths (bit-identical on
+//! repeat), AdamW over several steps with clipping active and inactive, decay_end mid-range,
+//! views at non-zero offsets inside one shared buffer.
+mod common;
+use common::*;
+use triaxis::{cpu, gpu, kernels::optim as k, rng::Rng, View};
+
+const LENS: [usize; 8] = [1, 3, 4, 7, 65, 4097, 100_003, 300_000];
+
+#[test]
+fn grad_norm_squared_matches_twin_and_repeats() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(41);
+    for n in LENS {
+        let x = rand(&mut rng, n);
+        let xb = buf(&g, &x);
+        let out = poisoned(&g, 1);
+        let scratch = poisoned(&g, k::norm_scratch_len(n));
+        let ops = k::grad_norm_squared(&g, &out, &scratch, &xb).unwrap();
+        assert_eq!(ops.len(), if n < 4 { 1 } else { 2 });
+        g.run(&ops).unwrap();
+        let got = g.download::<f32>(&out).unwrap();
+        let want = cpu::grad_norm(&x);
+        check(
+            &format!("grad_norm_squared n={n}"),
+            &got,
+            &[want * want],
+            1e-5,
+        );
+        for _ in 0..2 {
+            g.run(&ops).unwrap();
+            let again = g.download::<f32>(&out).unwrap();
+            assert_eq!(
+                got[0].to_bits(),
+                again[0].to_bits(),
+                "n={n}: not bit-identical"
+            );
+        }
+    }
+    // Empty gradient: norm 0.
+    let (out, scratch, empty) = (poisoned(&g, 1), poisoned(&g, 1), g.buffer("e", 0));
+    g.run(&k::grad_norm_squared(&g, &out, &scratch, &empty).unwrap())
+        .unwrap();
+    assert_eq!(g.download::<f32>(&out).unwrap(), vec![0.0]);
+}
+
+/// Like `check`, without the report line: asserts and returns the max abs error.
+fn close(name: &str, gpu: &[f32], cpu: &[f32], tol: f32) -> f32 {
+    assert_eq!(gpu.len(), cpu.len(), "{name}: length");
+    let mut worst = 0.0f32;
+    for (i, (&a, &b)) in gpu.iter().zip(cpu).enumerate() {
+        let e = (a - b).abs();
+        assert!(
+            a.is_finite() && (e <= tol || e <= tol * b.abs()),
+            "{name}: element {i}: gpu {a} cpu {b}"
+        );
+        worst = worst.max(e);
+    }
+    worst
+}
+
+/// One flat buffer holding params | grads | m | v at 64-aligned offsets, as the model lays it out.
+struct Flat {
+    params: View,
+    grads: View,
+    m: View,
+    v: View,
+}
+
+fn flat(g: &triaxis::Gpu, n: usize) -> Flat {
+    let stride = n.next_multiple_of(64);
+    let all = g.buffer("flat", 4 * stride);
+    Flat {
+        params: all.slice(0, n),
+        grads: all.slice(stride, n),
+        m: all.slice(2 * stride, n),
+        v: all.slice(3 * stride, n),
+    }
+}
+
+#[test]
+fn adamw_matches_twin_over_steps() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(42);
+    for n in [1, 4, 7, 65, 1000, 100_003] {
+        for clip in [0.0f32, 1e9, 0.2] {
+            let f = flat(&g, n);
+            let mut p = rand(&mut rng, n);
+            let (mut m, mut v) = (vec![0.0; n], vec![0.0; n]);
+            g.upload(&f.params, &p).unwrap();
+            g.upload(&f.m, &m).unwrap();
+            g.upload(&f.v, &v).unwrap();
+            let (hp, norm_sq) = (g.buffer("hp", 8), g.buffer("norm_sq", 1));
+            let scratch = g.buffer("scratch", k::norm_scratch_len(n));
+            let decay_end = n * 3 / 5; // mid-vec4 for most n
+            let mut ops = k::grad_norm_squared(&g, &norm_sq, &scratch, &f.grads).unwrap();
+            ops.extend(
+                k::adamw(
+                    &g, &f.params, &f.grads, &f.m, &f.v, &hp, &norm_sq, decay_end,
+                )
+                .unwrap(),
+            );
+            let (mut clipped, mut worst) = (false, 0.0f32);
+            for t in 1..=4 {
+                let h = cpu::AdamW {
+                    t,
+                    clip,
+                    lr: 1e-2,
+                    ..Default::default()
+                };
+                let grads: Vec<f32> = rand(&mut rng, n).iter().map(|x| x * 0.1).collect();
+                g.upload(&f.grads, &grads).unwrap();
+                g.upload(&hp, &k::hyper_words(&h)).unwrap();
+                g.run(&ops).unwrap();
+                // The twin takes the norm the device computed, so both clip identically.
+                let nsq = g.download::<f32>(&norm_sq).unwrap()[0];
+                let scale = h.clip_scale(nsq.sqrt());
+                clipped |= scale != 1.0;
+                cpu::adamw(&mut p, &grads, &mut m, &mut v, &h, scale, decay_end);
+                let name = format!("adamw n={n} clip={clip} t={t}");
+                for (what, view, want) in
+                    [("params", &f.params, &p), ("m", &f.m, &m), ("v", &f.v, &v)]
+                {
+                    let e = close(
+                        &format!("{name} {what}"),
+                        &g.download::<f32>(view).unwrap(),
+                        want,
+                        1e-5,
+                    );
+                    worst = worst.max(e);
+                }
+            }
+            println!("adamw n={n} clip={clip}: t=1..4, max abs err {worst:.3e} (params, m, v)");
+            // |g| < 0.1 per element: clip 0.2 clips n ≥ 65 (norm ≈ 0.058·√n) but never n ≤ 4;
+            // 0 and 1e9 never clip.
+            if n >= 65 || n <= 4 {
+                assert_eq!(clipped, clip == 0.2 && n >= 65, "n={n} clip={clip}");
+            }
+        }
+    }
+}
+
+#[test]
+fn hyper_words_layout() {
+    let h = cpu::AdamW {
+        lr: 0.5,
+        beta1: 0.25,
+        beta2: 0.125,
+        eps: 2.0,
+        weight_decay: 4.0,
+        t: 7,
+        clip: 8.0,
+    };
+    let w = k::hyper_words(&h);
+    assert_eq!(w[0], 0.5f32.to_bits());
+    assert_eq!(w[4], 4.0f32.to_bits());
+    assert_eq!(w[5], 7);
+    assert_eq!(w[6], 8.0f32.to_bits());
+    assert_eq!(w[7], 0);
+}
+
+#[test]
+fn optim_bad_sizes_are_errors() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let x = g.buffer("x", 1000);
+    let y = g.buffer("y", 999);
+    let one = g.buffer("one", 1);
+    let none = g.buffer("none", 0);
+    let hp = g.buffer("hp", 8);
+    let short = g.buffer("short", 7);
+    assert!(k::grad_norm_squared(&g, &none, &one, &x).is_err()); // out empty
+    assert!(k::grad_norm_squared(&g, &one, &one, &x).is_err()); // scratch 1 < 16
+    assert!(k::grad_norm_squared(&g, &one, &hp, &y).is_err()); // scratch 8 < 16
+    assert!(k::adamw(&g, &x, &y, &x, &x, &hp, &one, 10).is_err());
+    assert!(k::adamw(&g, &x, &x, &x, &y, &hp, &one, 10).is_err());
+    assert!(k::adamw(&g, &x, &x, &x, &x, &short, &one, 10).is_err());
+    assert!(k::adamw(&g, &x, &x, &x, &x, &hp, &none, 10).is_err());
+    assert!(k::adamw(&g, &x, &x, &x, &x, &hp, &one, 2000).is_ok());
+}
