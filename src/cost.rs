@@ -1,1 +1,0 @@
-//! The analytic cost model (planner).

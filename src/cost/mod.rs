@@ -1,0 +1,96 @@
+//! The analytic cost model and the planner: what a split of the work costs on paper.
+//!
+//! Everything here is pure arithmetic on plain structs, documented with its formula, so that
+//! every figure the trainer measures can be printed beside the figure theory predicts.
+//!
+//! ```text
+//! model      ModelShape (params, layers, hidden, heads, seq, vocab), Precision (P, G, K, act bytes)
+//! comm       ring all-reduce 2(p−1)/p·S, link time S/β + α, step fraction lost, TP traffic per block
+//! pipeline   bubble per schedule (GPipe, 1F1B, interleaved, ZB-H1), microbatches held per stage
+//! memory     ZeRO 0–3 for any (P, G, K), GPT activations per layer (Korthikanti et al.)
+//! cluster    nodes × devices, links, rank placement (tp innermost, then pp, then dp)
+//! layout     dp × tp × pp + ZeRO stage + schedule + microbatches, checked against model and cluster
+//! step       step time = pipeline work / (1 − bubble) + exposed data-parallel traffic
+//! plan       enumerate layouts, filter by memory, rank by step time, apply the decision guide
+//! ```
+//!
+//! Units: bytes, seconds, FLOP/s, bytes/s, all as `f64`. "GB" is 10⁹ bytes, as in DESIGN.md
+//! (7e9 bf16 parameters = 14 GB), and "GB/s" is 10⁹ bytes/s.
+//!
+//! Conventions: a communication figure is either the exact **ring** volume `2(p−1)/p·S` or its
+//! **large-p** limit `2·S`; every printed figure names the one it uses (see [`comm::Convention`]).
+//!
+//! The reference case of DESIGN.md, reproduced by the golden tests:
+//!
+//! ```
+//! use triaxis::cost::comm::{fraction_lost, large_p_allreduce_bytes, ring_allreduce_bytes, Link, Overlap};
+//! let s = 7e9 * 2.0; // bf16 gradients: S = 14 GB
+//! assert!((ring_allreduce_bytes(s, 8) - 24.5e9).abs() < 1.0); // ring, p = 8
+//! let t = Link::gbps(400.0).time(large_p_allreduce_bytes(s)); // 28 GB at 400 GB/s
+//! assert!((t - 0.070).abs() < 1e-12);
+//! let lost = fraction_lost(t, 0.200, Overlap::None); // 70 / (200 + 70)
+//! assert_eq!((lost * 100.0).round(), 26.0);
+//! ```
+
+pub mod cluster;
+pub mod comm;
+pub mod layout;
+pub mod memory;
+pub mod model;
+pub mod pipeline;
+pub mod plan;
+pub mod step;
+
+pub use cluster::Cluster;
+pub use comm::{Convention, Link, Overlap};
+pub use layout::Layout;
+pub use memory::{MemoryBreakdown, ZeroStage};
+pub use model::{ModelShape, Precision};
+pub use pipeline::Schedule;
+pub use plan::{plan, Candidate, Family, FamilyVerdict, Plan, PlanRequest};
+pub use step::StepEstimate;
+
+use crate::error::{Error, Result};
+
+/// One gigabyte as DESIGN.md counts it: 10⁹ bytes.
+pub const GB: f64 = 1e9;
+
+/// `Ok` when `value` is finite and > 0; else a configuration error naming the input and the fix.
+pub(crate) fn positive(what: &str, value: f64, fix: &str) -> Result<()> {
+    if value.is_finite() && value > 0.0 {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "{what} must be a positive finite number, got {value}; {fix}"
+        )))
+    }
+}
+
+/// `Ok` when `value` ≥ 1; else a configuration error naming the input and the fix.
+pub(crate) fn at_least_one(what: &str, value: usize, fix: &str) -> Result<()> {
+    if value >= 1 {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "{what} must be at least 1, got 0; {fix}"
+        )))
+    }
+}
+
+/// The divisors of `n` in increasing order (n ≥ 1; empty for 0).
+pub fn divisors(n: usize) -> Vec<usize> {
+    let mut small = Vec::new();
+    let mut large = Vec::new();
+    let mut d = 1;
+    while d <= n / d {
+        if n.is_multiple_of(d) {
+            small.push(d);
+            if d != n / d {
+                large.push(n / d);
+            }
+        }
+        d += 1;
+    }
+    small.extend(large.into_iter().rev());
+    small
+}
