@@ -26,6 +26,7 @@ pub mod gpu;
 pub mod kernels;
 pub mod model;
 pub mod params;
+pub mod pipeline;
 pub mod record;
 pub mod rng;
 pub mod train;

@@ -1,0 +1,406 @@
+//! Pipeline schedules as data: one ordered list of [`Action`]s per device, built by pure
+//! functions (`gpipe`, `one_f_one_b`, `interleaved`, `zero_bubble_h1`). The same value feeds the
+//! validator, the simulators, the executor and the timeline; nothing else knows a schedule's shape.
+//!
+//! Placement. With `p` devices and `v` chunks per device, the model is cut into `p·v` stages and
+//! device `d` holds stages `d, d+p, d+2p, …` (Megatron's interleaving). An action's `chunk` is the
+//! local chunk index `c`; its model stage is `c·p + d`, where `d` is the index of the list that
+//! holds it. Without interleaving `v = 1` and every chunk is 0.
+//!
+//! ```text
+//!   p = 2, v = 2            stage 0    stage 1    stage 2    stage 3
+//!   device 0 (chunks 0,1)   [c0] ───▶ ─┐          [c1] ───▶ ─┐
+//!   device 1 (chunks 0,1)              └─▶ [c0] ───┘          └─▶ [c1] → loss
+//! ```
+//!
+//! Labels: `{device}{kind}{micro}`, e.g. `2F0`, `1B3`, `0W5`; when `v > 1` the local chunk
+//! follows after `c`: `1F3c1` is device 1's forward of microbatch 3 on its chunk 1 (stage p+1).
+//!
+//! Messages. The forward of stage `s < p·v−1` sends an activation to stage `s+1`; the backward
+//! (B) of stage `s > 0` sends a gradient to stage `s−1`. W sends nothing. Between different
+//! devices a message travels on the channel `(from, to, flow)`, strictly first in first out.
+
+use crate::error::{Error, Result};
+use std::fmt;
+
+/// What an action computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// Forward of one microbatch through one chunk.
+    F,
+    /// Backward. The full backward (input and weight gradients) except in zero-bubble
+    /// schedules, where it is the input-gradient part only.
+    B,
+    /// Weight-gradient part of the backward (zero-bubble schedules only).
+    W,
+}
+
+/// One unit of work on one device: `kind` of microbatch `micro` through local chunk `chunk`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Action {
+    pub kind: Kind,
+    pub micro: usize,
+    pub chunk: usize,
+}
+
+impl Action {
+    pub fn f(micro: usize, chunk: usize) -> Action {
+        Action {
+            kind: Kind::F,
+            micro,
+            chunk,
+        }
+    }
+    pub fn b(micro: usize, chunk: usize) -> Action {
+        Action {
+            kind: Kind::B,
+            micro,
+            chunk,
+        }
+    }
+    pub fn w(micro: usize, chunk: usize) -> Action {
+        Action {
+            kind: Kind::W,
+            micro,
+            chunk,
+        }
+    }
+    /// The printed form on `device`: `2F0`, or `1F3c1` when the schedule has `v > 1`.
+    pub fn label(&self, device: usize, v: usize) -> String {
+        match v {
+            1 => format!("{device}{:?}{}", self.kind, self.micro),
+            _ => format!("{device}{:?}{}c{}", self.kind, self.micro, self.chunk),
+        }
+    }
+}
+
+/// The schedule families, parsed from "gpipe", "1f1b", "interleaved", "zb-h1".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScheduleKind {
+    GPipe,
+    OneFOneB,
+    Interleaved,
+    ZeroBubbleH1,
+}
+
+impl ScheduleKind {
+    pub const NAMES: [&'static str; 4] = ["gpipe", "1f1b", "interleaved", "zb-h1"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ScheduleKind::GPipe => "gpipe",
+            ScheduleKind::OneFOneB => "1f1b",
+            ScheduleKind::Interleaved => "interleaved",
+            ScheduleKind::ZeroBubbleH1 => "zb-h1",
+        }
+    }
+
+    /// Whether the backward is split into B (input gradients) and W (weight gradients).
+    pub fn split_backward(self) -> bool {
+        self == ScheduleKind::ZeroBubbleH1
+    }
+}
+
+impl fmt::Display for ScheduleKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ScheduleKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<ScheduleKind> {
+        let kinds = [
+            ScheduleKind::GPipe,
+            ScheduleKind::OneFOneB,
+            ScheduleKind::Interleaved,
+            ScheduleKind::ZeroBubbleH1,
+        ];
+        let lower = s.trim().to_ascii_lowercase();
+        kinds
+            .into_iter()
+            .find(|k| k.name() == lower)
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "unknown pipeline schedule {s:?}: expected one of {}",
+                    ScheduleKind::NAMES.join(", ")
+                ))
+            })
+    }
+}
+
+/// Which way a message flows between stages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Flow {
+    /// Output of a forward, to the next stage.
+    Activation,
+    /// Input gradient of a backward, to the previous stage.
+    Gradient,
+}
+
+/// A message between two stages: produced by `micro`'s F (activation) or B (gradient) on
+/// stage `stage`, which lives on device `from`; consumed on device `to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Msg {
+    pub from: usize,
+    pub to: usize,
+    pub flow: Flow,
+    pub micro: usize,
+    pub stage: usize,
+}
+
+/// A pipeline schedule: `actions[d]` is the ordered work of device `d`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    /// Devices (pipeline ranks).
+    pub p: usize,
+    /// Microbatches per step.
+    pub m: usize,
+    /// Chunks (virtual stages) per device; 1 unless interleaved.
+    pub v: usize,
+    pub kind: ScheduleKind,
+    pub actions: Vec<Vec<Action>>,
+}
+
+impl Schedule {
+    /// Build the schedule `kind` for `p` devices, `m` microbatches and `v` chunks per device
+    /// (`v` must be 1 except for interleaved).
+    pub fn new(kind: ScheduleKind, p: usize, m: usize, v: usize) -> Result<Schedule> {
+        if kind != ScheduleKind::Interleaved && v != 1 {
+            return Err(Error::Config(format!(
+                "{kind} has one chunk per device (v = 1), got v = {v}; only interleaved uses v > 1"
+            )));
+        }
+        match kind {
+            ScheduleKind::GPipe => gpipe(p, m),
+            ScheduleKind::OneFOneB => one_f_one_b(p, m),
+            ScheduleKind::Interleaved => interleaved(p, m, v),
+            ScheduleKind::ZeroBubbleH1 => zero_bubble_h1(p, m),
+        }
+    }
+
+    /// The value itself (no checks; `validate` checks).
+    pub fn of(
+        kind: ScheduleKind,
+        p: usize,
+        m: usize,
+        v: usize,
+        actions: Vec<Vec<Action>>,
+    ) -> Schedule {
+        Schedule {
+            p,
+            m,
+            v,
+            kind,
+            actions,
+        }
+    }
+
+    /// Number of model stages, `p·v`.
+    pub fn stages(&self) -> usize {
+        self.p * self.v
+    }
+
+    /// Model stage of local `chunk` on `device`.
+    pub fn stage(&self, device: usize, chunk: usize) -> usize {
+        chunk * self.p + device
+    }
+
+    /// `(device, chunk)` holding model stage `stage`.
+    pub fn place(&self, stage: usize) -> (usize, usize) {
+        (stage % self.p, stage / self.p)
+    }
+
+    /// Label of `action` on `device` (see the module doc).
+    pub fn label(&self, device: usize, action: &Action) -> String {
+        action.label(device, self.v)
+    }
+
+    /// The message `action` on `device` consumes from another stage, if any: an activation for
+    /// F of stage > 0, a gradient for B of a stage below the last. It may come from the same
+    /// device (`from == to`), in which case no channel is involved.
+    pub fn input(&self, device: usize, action: &Action) -> Option<Msg> {
+        let s = self.stage(device, action.chunk);
+        let (src, flow) = match action.kind {
+            Kind::F if s > 0 => (s - 1, Flow::Activation),
+            Kind::B if s + 1 < self.stages() => (s + 1, Flow::Gradient),
+            _ => return None,
+        };
+        let from = self.place(src).0;
+        Some(Msg {
+            from,
+            to: device,
+            flow,
+            micro: action.micro,
+            stage: src,
+        })
+    }
+
+    /// The message `action` on `device` produces for another stage, if any.
+    pub fn output(&self, device: usize, action: &Action) -> Option<Msg> {
+        let s = self.stage(device, action.chunk);
+        let (dst, flow) = match action.kind {
+            Kind::F if s + 1 < self.stages() => (s + 1, Flow::Activation),
+            Kind::B if s > 0 => (s - 1, Flow::Gradient),
+            _ => return None,
+        };
+        let to = self.place(dst).0;
+        Some(Msg {
+            from: device,
+            to,
+            flow,
+            micro: action.micro,
+            stage: s,
+        })
+    }
+}
+
+impl fmt::Display for Schedule {
+    /// One line per device: `d: 0F0 0F1 0B0 0B1` (list order, not time).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (d, list) in self.actions.iter().enumerate() {
+            let labels: Vec<String> = list.iter().map(|a| self.label(d, a)).collect();
+            writeln!(f, "{d}: {}", labels.join(" "))?;
+        }
+        Ok(())
+    }
+}
+
+fn check_sizes(name: &str, p: usize, m: usize, v: usize) -> Result<()> {
+    for (what, n) in [
+        ("devices p", p),
+        ("microbatches m", m),
+        ("chunks per device v", v),
+    ] {
+        if n == 0 {
+            return Err(Error::Config(format!(
+                "{name} schedule needs at least one of {what}, got 0"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// GPipe: every device runs all forwards, then all backwards (both in microbatch order).
+/// Each device holds the activations of all `m` microbatches at its peak.
+///
+/// ```text
+/// gpipe(2, 2):  0F0 0F1 .   .   0B0 0B1
+///               .   1F0 1F1 1B0 1B1 .
+/// ```
+pub fn gpipe(p: usize, m: usize) -> Result<Schedule> {
+    check_sizes("gpipe", p, m, 1)?;
+    let actions = (0..p)
+        .map(|_| {
+            (0..m)
+                .map(|i| Action::f(i, 0))
+                .chain((0..m).map(|i| Action::b(i, 0)))
+                .collect()
+        })
+        .collect();
+    Ok(Schedule::of(ScheduleKind::GPipe, p, m, 1, actions))
+}
+
+/// 1F1B (PipeDream-flush): device `d` runs `p−1−d` warm-up forwards, then alternates one forward
+/// and one backward, then drains the remaining backwards. Device `d` holds at most
+/// `min(p−d, m)` microbatches' activations.
+pub fn one_f_one_b(p: usize, m: usize) -> Result<Schedule> {
+    check_sizes("1f1b", p, m, 1)?;
+    let actions = (0..p).map(|d| one_f_one_b_list(p, m, d)).collect();
+    Ok(Schedule::of(ScheduleKind::OneFOneB, p, m, 1, actions))
+}
+
+/// The 1F1B list of device `d` (F and B only).
+fn one_f_one_b_list(p: usize, m: usize, d: usize) -> Vec<Action> {
+    let warm = (p - 1 - d).min(m);
+    let mut list: Vec<Action> = (0..warm).map(|i| Action::f(i, 0)).collect();
+    for j in 0..m {
+        if warm + j < m {
+            list.push(Action::f(warm + j, 0));
+        }
+        list.push(Action::b(j, 0));
+    }
+    list
+}
+
+/// Zero-bubble ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): 1F1B with each
+/// backward split into B (input gradient, on the critical path between stages) and W (weight
+/// gradient, local). Device `d` keeps 1F1B's F/B order and runs the W of microbatch `j` right
+/// after the B of microbatch `j + d`; the `d` W's left at the end fill the cool-down bubble.
+/// Device `d` therefore holds at most `p−d` + `d` = `p` microbatches (activations are freed by
+/// W): the same peak as 1F1B's first device. With unit-cost F, B, W the bubble is
+/// `(p−1)/(3m+p−1)` for `m ≥ p`, a third of 1F1B's idle time.
+///
+/// ```text
+/// zero_bubble_h1(2, 3):  0F0 0F1 .   0B0 0W0 0F2 0B1 0W1 0B2 0W2
+///                        .   1F0 1B0 1F1 1B1 1W0 1F2 1B2 1W1 1W2
+/// ```
+pub fn zero_bubble_h1(p: usize, m: usize) -> Result<Schedule> {
+    check_sizes("zb-h1", p, m, 1)?;
+    let actions = (0..p)
+        .map(|d| {
+            let mut list = Vec::with_capacity(3 * m);
+            let mut next_w = 0;
+            for a in one_f_one_b_list(p, m, d) {
+                list.push(a);
+                if a.kind == Kind::B && a.micro >= d {
+                    list.push(Action::w(next_w, 0));
+                    next_w += 1;
+                }
+            }
+            list.extend((next_w..m).map(|j| Action::w(j, 0)));
+            list
+        })
+        .collect();
+    Ok(Schedule::of(ScheduleKind::ZeroBubbleH1, p, m, 1, actions))
+}
+
+/// Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): each device holds `v` chunks and
+/// walks microbatches in groups of `p`: the k-th forward on every device is microbatch
+/// `(k / pv)·p + k % p` on chunk `(k % pv) / p`; backwards walk the same order with the chunks
+/// reversed. Device `d` runs `2(p−1−d) + (v−1)p` warm-up forwards (at most `m·v`), then
+/// alternates one forward and one backward, then drains. Needs `m % p == 0`. The bubble with
+/// unit-cost chunks is `(p−1)/(v·m+p−1)`. With `v = 1` this is plain 1F1B.
+pub fn interleaved(p: usize, m: usize, v: usize) -> Result<Schedule> {
+    check_sizes("interleaved", p, m, v)?;
+    if v == 1 {
+        let one = one_f_one_b(p, m)?;
+        return Ok(Schedule {
+            kind: ScheduleKind::Interleaved,
+            ..one
+        });
+    }
+    if !m.is_multiple_of(p) {
+        return Err(Error::Config(format!(
+            "interleaved schedule needs the microbatch count to be a multiple of the device \
+             count (m % p == 0), got m = {m}, p = {p}"
+        )));
+    }
+    let total = m * v;
+    // The k-th forward (backward) of any device: (microbatch, chunk).
+    let at = |k: usize, forward: bool| {
+        let (group, r) = (k / (p * v), k % (p * v));
+        let chunk = if forward { r / p } else { v - 1 - r / p };
+        (group * p + r % p, chunk)
+    };
+    let actions = (0..p)
+        .map(|d| {
+            let warm = (2 * (p - 1 - d) + (v - 1) * p).min(total);
+            let mut list = Vec::with_capacity(2 * total);
+            list.extend((0..warm).map(|k| {
+                let (i, c) = at(k, true);
+                Action::f(i, c)
+            }));
+            for k in 0..total {
+                if warm + k < total {
+                    let (i, c) = at(warm + k, true);
+                    list.push(Action::f(i, c));
+                }
+                let (i, c) = at(k, false);
+                list.push(Action::b(i, c));
+            }
+            list
+        })
+        .collect();
+    Ok(Schedule::of(ScheduleKind::Interleaved, p, m, v, actions))
+}
