@@ -25,6 +25,7 @@ pub mod error;
 pub mod gpu;
 pub mod kernels;
 pub mod model;
+pub mod optim;
 pub mod params;
 pub mod pipeline;
 pub mod record;

@@ -10,9 +10,10 @@ use sha2::{Digest, Sha256};
 use crate::cpu::{self, AdamW};
 use crate::data::{eval_batch, hex, Corpus, Vocab};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, View};
-use crate::kernels::{elementwise as ke, optim as ko, Op};
+use crate::gpu::Gpu;
+use crate::kernels::Op;
 use crate::model::{cpu_model, gpu_model::GpuModel, GptConfig, Micro};
+use crate::optim::{global_norm_sq, Optimizer};
 
 /// Everything that defines a training run (recorded in the run record).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -77,10 +78,9 @@ pub struct Trainer {
     pub cfg: TrainConfig,
     pub model: GpuModel,
     step_ops: Vec<Op>,
-    zero_grads: Op,
-    optim_ops: Vec<Op>,
-    hp: View,
-    norm_sq: View,
+    optim: Optimizer,
+    /// Tensor names in the model's canonical order (for the layout-invariant norm).
+    canonical: Vec<String>,
 }
 
 impl Trainer {
@@ -89,14 +89,10 @@ impl Trainer {
         let dloss = 1.0 / cfg.tokens_per_step() as f32;
         let model = GpuModel::new(gpu, cfg.model, &cfg.model.blocks(), cfg.micro, dloss)?;
         model.set_params(&cfg.model.init(&model.buffers.layout, cfg.seed))?;
-        let b = &model.buffers;
-        let hp = gpu.buffer("adam.hp", 8);
-        let norm_sq = gpu.buffer("grad.norm_sq", 1);
-        let scratch = gpu.buffer("grad.norm_scratch", ko::norm_scratch_len(b.grads.len));
-        let mut optim_ops = ko::grad_norm_squared(gpu, &norm_sq, &scratch, &b.grads)?;
-        optim_ops.extend(ko::adamw(gpu, &b.params, &b.grads, &b.m, &b.v, &hp, &norm_sq, b.layout.decay_end)?);
+        let optim = Optimizer::new(gpu, &model.buffers)?;
         let step_ops = model.forward.iter().chain(&model.backward).cloned().collect();
-        Ok(Trainer { zero_grads: ke::fill(gpu, &b.grads, 0.0)?, step_ops, optim_ops, hp, norm_sq, model, cfg })
+        let canonical = cfg.model.canonical_names();
+        Ok(Trainer { step_ops, optim, canonical, model, cfg })
     }
 
     /// One optimizer step over `batches` (`grad_accum` pairs of tokens/targets), step index `s`.
@@ -105,7 +101,7 @@ impl Trainer {
             return Err(Error::Config(format!("step needs {} microbatches, got {}", self.cfg.grad_accum, batches.len())));
         }
         let g = self.model.gpu.clone();
-        g.run(std::slice::from_ref(&self.zero_grads))?;
+        self.optim.zero_grads()?;
         let mut loss = 0.0f64;
         for (x, y) in batches {
             g.upload(&self.model.tokens, x)?;
@@ -114,12 +110,11 @@ impl Trainer {
             loss += self.model.losses()?.iter().map(|&l| l as f64).sum::<f64>();
         }
         let h = self.cfg.adam_at(s);
-        g.upload(&self.hp, &ko::hyper_words(&h))?;
-        g.run(&self.optim_ops)?;
-        let norm_sq: Vec<f32> = g.download(&self.norm_sq)?;
+        let norm_sq = global_norm_sq(&self.optim.tensor_sq()?, &self.canonical);
+        self.optim.step(&h, norm_sq)?;
         Ok(StepStats {
             loss: (loss / self.cfg.tokens_per_step() as f64) as f32,
-            grad_norm: norm_sq[0].sqrt(),
+            grad_norm: norm_sq.sqrt(),
             lr: h.lr,
         })
     }

@@ -63,7 +63,7 @@ fn gradients_match_cpu_twin() {
 fn loss_curve_matches_cpu_twin_and_drops() {
     let Some(g) = gpu::test_gpu() else { return };
     let c = corpus();
-    let cfg = tiny(c.vocab.size(), 40);
+    let cfg = tiny(c.vocab.size(), 120);
     let mut tr = Trainer::new(&g, cfg.clone()).unwrap();
     let layout = tr.model.buffers.layout.clone();
     let mut params = cfg.model.init(&layout, cfg.seed);

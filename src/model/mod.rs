@@ -77,6 +77,12 @@ impl GptConfig {
         Layout::new(&self.specs(blocks))
     }
 
+    /// Every tensor name of the whole model in block order: the canonical order in which
+    /// per-tensor reductions are combined, whatever the layout.
+    pub fn canonical_names(&self) -> Vec<String> {
+        self.specs(&self.blocks()).into_iter().map(|s| s.name).collect()
+    }
+
     /// Parameter count of the whole model.
     pub fn param_count(&self) -> usize {
         self.specs(&self.blocks()).iter().map(|s| s.shape.iter().product::<usize>()).sum()
