@@ -80,14 +80,29 @@ impl GpuModel {
     /// Allocates `blocks` (contiguous, in order) on `gpu` for microbatches of shape `micro`.
     /// `dloss` is the weight of each token's loss in the objective (e.g. 1 / tokens per step).
     pub fn new(gpu: &Gpu, cfg: GptConfig, blocks: &[Block], micro: Micro, dloss: f32) -> Result<GpuModel> {
+        let buffers = Buffers::new(gpu, &cfg.layout(blocks));
+        GpuModel::with_buffers(gpu, cfg, blocks, micro, dloss, buffers)
+    }
+
+    /// Like [`GpuModel::new`] but on existing parameter buffers: several activation slots of
+    /// one pipeline stage share one set of parameters and gradients this way.
+    pub fn with_buffers(
+        gpu: &Gpu,
+        cfg: GptConfig,
+        blocks: &[Block],
+        micro: Micro,
+        dloss: f32,
+        buffers: Buffers,
+    ) -> Result<GpuModel> {
         cfg.validate()?;
         micro.validate(&cfg)?;
         check_contiguous(&cfg, blocks)?;
+        if buffers.layout.tensors != cfg.layout(blocks).tensors {
+            return Err(Error::Config("parameter buffers do not match the block range".into()));
+        }
         let (n, c, v) = (micro.tokens(), cfg.channels, cfg.vocab);
         let att_len = micro.b * cfg.heads * micro.t * micro.t;
         let buf = |name: &str, len: usize| gpu.buffer(name, len);
-        let layout = cfg.layout(blocks);
-        let buffers = Buffers::new(gpu, &layout);
         let layer_ids: Vec<usize> =
             blocks.iter().filter_map(|b| if let Block::Layer(l) = b { Some(*l) } else { None }).collect();
         let resid = (0..=layer_ids.len()).map(|k| buf(&format!("resid{k}"), n * c)).collect();

@@ -10,6 +10,8 @@
 //! simulate  simulate_unit (bubble, peak activations), replay (costs + Link model)
 //! ```
 
+pub mod executor;
+pub mod partition;
 pub mod render;
 pub mod schedule;
 pub mod simulate;

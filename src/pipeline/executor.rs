@@ -1,0 +1,489 @@
+//! The one executor: runs any [`Schedule`] with one OS thread per device and bounded crossbeam
+//! channels as the microbatch queues, host-staged (download → channel → upload).
+//!
+//! ```text
+//! device d thread:  for action in schedule.actions[d]:
+//!   F: input = tokens (stage 0) | recv activation ◀─ stage s−1;  forward ops;  send ─▶ stage s+1
+//!   B: input = dlogits (last stage) | recv gradient ◀─ stage s+1; backward ops; send ─▶ stage s−1
+//!   W: weight-gradient ops (zero-bubble schedules)
+//! ```
+//!
+//! Each stage keeps one activation slot per microbatch it may hold at once (from the schedule:
+//! GPipe m, 1F1B at most p), all sharing the stage's parameter and gradient buffers. Parameter
+//! gradients accumulate in B order, which every schedule runs in microbatch order, so a pipeline
+//! computes bit for bit what one device computes. A failing worker returns an error naming its
+//! device, stage, action and step; the others see their channels disconnect and stop; no
+//! receive waits longer than `recv_timeout`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+
+use super::partition::{stage_blocks, Balance};
+use super::schedule::{Action, Flow, Kind, Schedule};
+use super::validate::validate;
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::model::{gpu_model::GpuModel, Block, GptConfig, Micro};
+use crate::optim::{global_norm_sq, Optimizer};
+use crate::params::Buffers;
+use crate::train::{checksum, StepStats, TrainConfig};
+
+/// Knobs of the executor.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Capacity of each (from, to, flow) channel, in messages.
+    pub channel_bound: usize,
+    /// Run one device at a time (a global lock around each action's work) for clean durations.
+    pub serial: bool,
+    pub recv_timeout: Duration,
+    /// Test hook: fail on `device` at its `action`-th action of step `step`.
+    pub fault: Option<Fault>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { channel_bound: 2, serial: false, recv_timeout: Duration::from_secs(120), fault: None }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fault {
+    pub device: usize,
+    pub action: usize,
+    pub step: usize,
+}
+
+/// One executed action: wall-clock interval (seconds from the step start), measured device time
+/// of its kernels, and the bytes it sent to a neighbour stage.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Event {
+    pub device: usize,
+    pub stage: usize,
+    pub label: String,
+    #[serde(skip)]
+    pub action: Action,
+    pub start: f64,
+    pub end: f64,
+    pub compute: f64,
+    pub bytes_out: u64,
+    /// Host-staging time of the send (download + channel), seconds.
+    pub send_time: f64,
+}
+
+/// What one pipeline step did.
+#[derive(Clone, Debug)]
+pub struct StepReport {
+    pub stats: StepStats,
+    pub events: Vec<Event>,
+    /// Wall time of the schedule (threads start → all joined), seconds.
+    pub wall: f64,
+    /// Most microbatches whose activations a stage held at once, per stage.
+    pub peak_held: Vec<usize>,
+}
+
+/// One stage (model chunk) on a device: its blocks, activation slots and optimizer.
+struct Chunk {
+    stage: usize,
+    slots: Vec<GpuModel>,
+    optim: Optimizer,
+    /// slot index holding each microbatch's activations.
+    held: HashMap<usize, usize>,
+    peak: usize,
+}
+
+struct Device {
+    gpu: Gpu,
+    chunks: Vec<Chunk>,
+}
+
+/// A model split into stages over devices, trained with one schedule.
+pub struct Pipeline {
+    pub cfg: TrainConfig,
+    pub schedule: Schedule,
+    /// Blocks of each stage.
+    pub stages: Vec<Vec<Block>>,
+    devices: Vec<Device>,
+    canonical: Vec<String>,
+    pub opts: Options,
+}
+
+type Payload = (usize, usize, Vec<f32>); // (micro, source stage, data)
+type Key = (usize, usize, Flow); // (from device, to device, flow)
+
+impl Pipeline {
+    /// Places `schedule.stages()` stages of `cfg.model` on `gpus` (one per schedule device),
+    /// initialised exactly like one device with `cfg.seed`. `cfg.grad_accum` must equal m.
+    pub fn new(gpus: &[Gpu], cfg: TrainConfig, schedule: Schedule, balance: &Balance, opts: Options) -> Result<Pipeline> {
+        cfg.validate()?;
+        if gpus.len() != schedule.p {
+            return Err(Error::Config(format!("schedule for {} devices but {} devices given", schedule.p, gpus.len())));
+        }
+        if cfg.grad_accum != schedule.m {
+            return Err(Error::Config(format!(
+                "the schedule has {} microbatches per step but the configuration accumulates {}",
+                schedule.m, cfg.grad_accum
+            )));
+        }
+        validate(&schedule, opts.channel_bound)?;
+        let stages = stage_blocks(&cfg.model, schedule.stages(), balance)?;
+        let slots = slots_needed(&schedule);
+        let dloss = 1.0 / cfg.tokens_per_step() as f32;
+        let mut devices = Vec::with_capacity(schedule.p);
+        for (d, gpu) in gpus.iter().enumerate() {
+            let mut chunks = Vec::with_capacity(schedule.v);
+            for k in 0..schedule.v {
+                let stage = schedule.stage(d, k);
+                let blocks = &stages[stage];
+                let layout = cfg.model.layout(blocks);
+                let buffers = Buffers::new(gpu, &layout);
+                gpu.upload(&buffers.params, &cfg.model.init(&layout, cfg.seed))?;
+                let slots = (0..slots[d][k].max(1))
+                    .map(|_| GpuModel::with_buffers(gpu, cfg.model, blocks, cfg.micro, dloss, buffers.clone()))
+                    .collect::<Result<Vec<_>>>()?;
+                let optim = Optimizer::new(gpu, &buffers)?;
+                chunks.push(Chunk { stage, slots, optim, held: HashMap::new(), peak: 0 });
+            }
+            devices.push(Device { gpu: gpu.clone(), chunks });
+        }
+        Ok(Pipeline { canonical: cfg.model.canonical_names(), cfg, schedule, stages, devices, opts })
+    }
+
+    /// Activation slots allocated per stage (the schedule's peak).
+    pub fn slots(&self) -> Vec<usize> {
+        let mut out = vec![0; self.schedule.stages()];
+        for d in &self.devices {
+            for c in &d.chunks {
+                out[c.stage] = c.slots.len();
+            }
+        }
+        out
+    }
+
+    /// One optimizer step over `batches` (m microbatches), step index `s`.
+    pub fn step(&mut self, batches: &[(Vec<u32>, Vec<u32>)], s: usize) -> Result<StepReport> {
+        if batches.len() != self.schedule.m {
+            return Err(Error::Config(format!("step needs {} microbatches, got {}", self.schedule.m, batches.len())));
+        }
+        for d in &self.devices {
+            for c in &d.chunks {
+                c.optim.zero_grads()?;
+            }
+        }
+        let (senders, receivers) = self.channels();
+        let serial = Mutex::new(());
+        let t0 = Instant::now();
+        let results: Vec<std::result::Result<(Vec<Event>, f64), WorkerFailure>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = self
+                .devices
+                .iter_mut()
+                .enumerate()
+                .map(|(d, dev)| {
+                    let my_tx: HashMap<Key, Sender<Payload>> =
+                        senders.iter().filter(|(k, _)| k.0 == d).map(|(k, v)| (*k, v.clone())).collect();
+                    let my_rx: HashMap<Key, Receiver<Payload>> =
+                        receivers.iter().filter(|(k, _)| k.1 == d).map(|(k, v)| (*k, v.clone())).collect();
+                    let w = Worker {
+                        d,
+                        step: s,
+                        schedule: &self.schedule,
+                        batches,
+                        opts: &self.opts,
+                        serial: &serial,
+                        t0,
+                        tx: my_tx,
+                        rx: my_rx,
+                        local: HashMap::new(),
+                    };
+                    scope.spawn(move || w.run(dev))
+                })
+                .collect();
+            drop(senders);
+            drop(receivers);
+            handles
+                .into_iter()
+                .enumerate()
+                .map(|(d, h)| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(WorkerFailure { primary: true, error: worker_error(d, 0, "?", s, "worker thread panicked".into()) })
+                    })
+                })
+                .collect()
+        });
+        let wall = t0.elapsed().as_secs_f64();
+        let mut events = Vec::new();
+        let mut loss = 0.0f64;
+        let mut failures = Vec::new();
+        for r in results {
+            match r {
+                Ok((ev, l)) => {
+                    events.extend(ev);
+                    loss += l;
+                }
+                Err(f) => failures.push(f),
+            }
+        }
+        if !failures.is_empty() {
+            // the root cause, not the disconnects it caused
+            let pick = failures.iter().position(|f| f.primary).unwrap_or(0);
+            return Err(failures.swap_remove(pick).error);
+        }
+        let mut parts = Vec::new();
+        for d in &self.devices {
+            for c in &d.chunks {
+                parts.extend(c.optim.tensor_sq()?);
+            }
+        }
+        let norm_sq = global_norm_sq(&parts, &self.canonical);
+        let h = self.cfg.adam_at(s);
+        for d in &self.devices {
+            for c in &d.chunks {
+                c.optim.step(&h, norm_sq)?;
+            }
+        }
+        let mut peak_held = vec![0; self.schedule.stages()];
+        for d in &mut self.devices {
+            for c in &mut d.chunks {
+                peak_held[c.stage] = c.peak;
+                c.peak = 0;
+            }
+        }
+        let stats = StepStats {
+            loss: (loss / self.cfg.tokens_per_step() as f64) as f32,
+            grad_norm: norm_sq.sqrt(),
+            lr: h.lr,
+        };
+        Ok(StepReport { stats, events, wall, peak_held })
+    }
+
+    /// The full model's flat parameters (one-device layout), gathered from every stage.
+    pub fn gather_params(&self) -> Result<Vec<f32>> {
+        let full = self.cfg.model.layout(&self.cfg.model.blocks());
+        let mut flat = vec![0.0f32; full.total];
+        for d in &self.devices {
+            for c in &d.chunks {
+                let b = &c.slots[0].buffers;
+                let part: Vec<f32> = d.gpu.download(&b.params)?;
+                for t in &b.layout.tensors {
+                    full.slice_mut(&mut flat, &t.name)?.copy_from_slice(&part[t.offset..t.offset + t.len]);
+                }
+            }
+        }
+        Ok(flat)
+    }
+
+    /// SHA-256 of the gathered parameters: equal to one device's checksum iff bit-identical.
+    pub fn checksum(&self) -> Result<String> {
+        Ok(checksum(&self.gather_params()?))
+    }
+
+    /// One bounded channel per (from, to, flow) that the schedule uses between distinct devices.
+    fn channels(&self) -> (HashMap<Key, Sender<Payload>>, HashMap<Key, Receiver<Payload>>) {
+        let (mut tx, mut rx) = (HashMap::new(), HashMap::new());
+        for (d, list) in self.schedule.actions.iter().enumerate() {
+            for a in list {
+                if let Some(m) = self.schedule.output(d, a) {
+                    let key = (m.from, m.to, m.flow);
+                    if m.from != m.to && !tx.contains_key(&key) {
+                        let (s, r) = bounded(self.opts.channel_bound);
+                        tx.insert(key, s);
+                        rx.insert(key, r);
+                    }
+                }
+            }
+        }
+        (tx, rx)
+    }
+}
+
+/// Per (device, chunk): the most microbatches held at once when the list runs in order.
+fn slots_needed(s: &Schedule) -> Vec<Vec<usize>> {
+    let split = s.kind.split_backward();
+    s.actions
+        .iter()
+        .map(|list| {
+            let (mut now, mut peak) = (vec![0usize; s.v], vec![0usize; s.v]);
+            for a in list {
+                match a.kind {
+                    Kind::F => now[a.chunk] += 1,
+                    Kind::B if !split => now[a.chunk] -= 1,
+                    Kind::W => now[a.chunk] -= 1,
+                    Kind::B => {}
+                }
+                peak[a.chunk] = peak[a.chunk].max(now[a.chunk]);
+            }
+            peak
+        })
+        .collect()
+}
+
+struct WorkerFailure {
+    /// false when the failure is only a consequence of another worker's (a disconnect).
+    primary: bool,
+    error: Error,
+}
+
+fn worker_error(device: usize, stage: usize, action: &str, step: usize, msg: String) -> Error {
+    Error::Worker { device, stage, action: action.to_string(), step, msg }
+}
+
+/// The state one device thread works with during one step.
+struct Worker<'a> {
+    d: usize,
+    step: usize,
+    schedule: &'a Schedule,
+    batches: &'a [(Vec<u32>, Vec<u32>)],
+    opts: &'a Options,
+    serial: &'a Mutex<()>,
+    t0: Instant,
+    tx: HashMap<Key, Sender<Payload>>,
+    rx: HashMap<Key, Receiver<Payload>>,
+    /// Hand-offs between chunks on the same device.
+    local: HashMap<(usize, Flow), Vec<f32>>,
+}
+
+impl Worker<'_> {
+    fn run(mut self, dev: &mut Device) -> std::result::Result<(Vec<Event>, f64), WorkerFailure> {
+        let mut events = Vec::with_capacity(self.schedule.actions[self.d].len());
+        let mut loss = 0.0f64;
+        for (i, a) in self.schedule.actions[self.d].iter().enumerate() {
+            let stage = self.schedule.stage(self.d, a.chunk);
+            let label = self.schedule.label(self.d, a);
+            let (d, step) = (self.d, self.step);
+            let fail = |primary: bool, msg: String| WorkerFailure {
+                primary,
+                error: worker_error(d, stage, &label, step, msg),
+            };
+            if self.opts.fault == Some(Fault { device: self.d, action: i, step: self.step }) {
+                return Err(fail(true, "injected fault".into()));
+            }
+            match self.action(dev, a, stage, &label) {
+                Ok((ev, l)) => {
+                    events.push(ev);
+                    loss += l;
+                }
+                Err((primary, e)) => return Err(fail(primary, e.to_string())),
+            }
+        }
+        Ok((events, loss))
+    }
+
+    /// Runs one action. Errors carry `primary = false` when caused by a peer's disappearance.
+    fn action(&mut self, dev: &mut Device, a: &Action, stage: usize, label: &str) -> std::result::Result<(Event, f64), (bool, Error)> {
+        let sched = self.schedule;
+        let last = stage + 1 == sched.stages();
+        let input = match sched.input(self.d, a) {
+            Some(m) if m.from == self.d => Some(self.local.remove(&(m.micro, m.flow)).ok_or_else(|| {
+                (true, Error::Config(format!("local hand-off for microbatch {} missing", m.micro)))
+            })?),
+            Some(m) => {
+                let rx = self.rx.get(&(m.from, m.to, m.flow)).ok_or((true, Error::Config("no channel".into())))?;
+                let (micro, src, data) = rx.recv_timeout(self.opts.recv_timeout).map_err(|e| {
+                    let primary = matches!(e, crossbeam_channel::RecvTimeoutError::Timeout);
+                    (primary, Error::Device(format!("waiting for {:?} of microbatch {} from device {}: {e}", m.flow, m.micro, m.from)))
+                })?;
+                if micro != m.micro || src != m.stage {
+                    return Err((true, Error::Config(format!("expected microbatch {} from stage {}, got {micro} from {src}", m.micro, m.stage))));
+                }
+                Some(data)
+            }
+            None => None,
+        };
+        let guard = if self.opts.serial { Some(self.serial.lock().unwrap_or_else(|e| e.into_inner())) } else { None };
+        let start = self.t0.elapsed().as_secs_f64();
+        let chunk = &mut dev.chunks[a.chunk];
+        let gpu = &dev.gpu;
+        let e = |e: Error| (true, e);
+        let mut loss = 0.0;
+        let compute;
+        let mut out = None;
+        match a.kind {
+            Kind::F => {
+                let slot = (0..chunk.slots.len()).find(|s| !chunk.held.values().any(|h| h == s)).ok_or_else(|| {
+                    (true, Error::Config(format!("stage {stage}: no free activation slot for microbatch {}", a.micro)))
+                })?;
+                chunk.held.insert(a.micro, slot);
+                chunk.peak = chunk.peak.max(chunk.held.len());
+                let m = &chunk.slots[slot];
+                let (x, y) = &self.batches[a.micro];
+                match input {
+                    Some(act) => gpu.upload(&m.resid[0], &act).map_err(e)?,
+                    None => gpu.upload(&m.tokens, x).map_err(e)?,
+                }
+                if last {
+                    gpu.upload(&m.targets, y).map_err(e)?;
+                }
+                compute = gpu.run_timed(&m.forward).map_err(e)?.as_secs_f64();
+                if last {
+                    loss = m.losses().map_err(e)?.iter().map(|&l| l as f64).sum();
+                } else {
+                    out = Some(m.output().clone());
+                }
+            }
+            Kind::B | Kind::W => {
+                let slot = *chunk.held.get(&a.micro).ok_or_else(|| {
+                    (true, Error::Config(format!("stage {stage}: backward of microbatch {} before its forward", a.micro)))
+                })?;
+                let m = &chunk.slots[slot];
+                if let Some(g) = input {
+                    gpu.upload(&m.dresid, &g).map_err(e)?;
+                }
+                compute = gpu.run_timed(&m.backward).map_err(e)?.as_secs_f64();
+                if stage > 0 {
+                    out = Some(m.dresid.clone());
+                }
+                chunk.held.remove(&a.micro);
+            }
+        }
+        drop(guard);
+        let (mut bytes_out, mut send_time) = (0, 0.0);
+        if let (Some(view), Some(msg)) = (out, sched.output(self.d, a)) {
+            let ts = Instant::now();
+            let data: Vec<f32> = gpu.download(&view).map_err(e)?;
+            bytes_out = (data.len() * 4) as u64;
+            if msg.to == self.d {
+                self.local.insert((msg.micro, msg.flow), data);
+            } else {
+                let tx = self.tx.get(&(msg.from, msg.to, msg.flow)).ok_or((true, Error::Config("no channel".into())))?;
+                tx.send((a.micro, stage, data)).map_err(|_| {
+                    (false, Error::Device(format!("device {} stopped before receiving microbatch {}", msg.to, a.micro)))
+                })?;
+            }
+            send_time = ts.elapsed().as_secs_f64();
+        }
+        let end = self.t0.elapsed().as_secs_f64();
+        let ev = Event { device: self.d, stage, label: label.to_string(), action: *a, start, end, compute, bytes_out, send_time };
+        Ok((ev, loss))
+    }
+}
+
+/// The stage blocks a pipeline of `stages` stages would use (for reports).
+pub fn describe_stages(cfg: &GptConfig, stages: &[Vec<Block>]) -> Vec<String> {
+    stages
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let names: Vec<String> = b
+                .iter()
+                .map(|x| match x {
+                    Block::Embedding => "emb".to_string(),
+                    Block::Layer(l) => format!("h{l}"),
+                    Block::Head => "head".to_string(),
+                })
+                .collect();
+            format!("stage {i}: {} ({} params)", names.join(" "), cfg.layout(b).count())
+        })
+        .collect()
+}
+
+/// Microbatch shape helper for callers: the global batch split into `m` microbatches.
+pub fn micro_of(global_batch: usize, m: usize, t: usize) -> Result<Micro> {
+    if m == 0 || global_batch % m != 0 {
+        return Err(Error::Config(format!(
+            "{m} microbatches do not divide the global batch of {global_batch} sequences"
+        )));
+    }
+    Ok(Micro { b: global_batch / m, t })
+}
