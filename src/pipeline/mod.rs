@@ -15,6 +15,7 @@ pub mod partition;
 pub mod render;
 pub mod schedule;
 pub mod simulate;
+pub mod timeline;
 pub mod validate;
 
 pub use render::render;

@@ -1,0 +1,131 @@
+//! What a pipeline step cost, on two clocks, next to theory:
+//!
+//! - **wall clock**: the executor's real intervals. On separate adapters this is the truth; on
+//!   virtual devices sharing one adapter, devices slow each other down.
+//! - **device clock**: each action's measured kernel time replayed over the schedule's
+//!   dependencies with every device an independent resource and each transfer costed by a
+//!   [`Link`] — what p independent devices would do.
+//!
+//! Also writes a Chrome trace (opens in Perfetto / chrome://tracing): one track per device,
+//! compute on the device clock and the wall clock as separate processes.
+
+use serde_json::json;
+
+use super::executor::StepReport;
+use super::schedule::{Action, Schedule, ScheduleKind};
+use super::simulate::{replay, Link, Replay};
+use crate::cost::pipeline::Schedule as Theory;
+use crate::error::{Error, Result};
+
+/// One step, summarised.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Summary {
+    pub schedule: String,
+    pub p: usize,
+    pub m: usize,
+    pub v: usize,
+    /// Analytic bubble of the schedule.
+    pub theory: f64,
+    pub wall_step: f64,
+    pub wall_bubble: f64,
+    /// Busy seconds per device on the wall clock (action spans: staging + compute).
+    pub wall_busy: Vec<f64>,
+    pub device_step: f64,
+    pub device_bubble: f64,
+    /// Busy seconds per device on the device clock (kernel time).
+    pub device_busy: Vec<f64>,
+    pub tokens_per_s_wall: f64,
+    pub tokens_per_s_device: f64,
+    /// Most microbatches' activations held at once, per stage.
+    pub peak_held: Vec<usize>,
+    pub link: String,
+}
+
+/// The analytic bubble of `s` (the planner's formula).
+pub fn theory(s: &Schedule) -> f64 {
+    let t = match s.kind {
+        ScheduleKind::GPipe => Theory::GPipe,
+        ScheduleKind::OneFOneB => Theory::OneFOneB,
+        ScheduleKind::Interleaved => Theory::Interleaved { v: s.v },
+        ScheduleKind::ZeroBubbleH1 => Theory::ZbH1,
+    };
+    t.bubble(s.p, s.m)
+}
+
+fn find<'a>(r: &'a StepReport, device: usize, a: &Action) -> Option<&'a super::executor::Event> {
+    r.events.iter().find(|e| e.device == device && e.action == *a)
+}
+
+/// The device-clock replay of a measured step over `link`.
+pub fn device_clock(s: &Schedule, r: &StepReport, link: &Link) -> Result<Replay> {
+    for (d, list) in s.actions.iter().enumerate() {
+        for a in list {
+            if find(r, d, a).is_none() {
+                return Err(Error::Config(format!("no measurement for {}", s.label(d, a))));
+            }
+        }
+    }
+    let cost = |d: usize, a: &Action| find(r, d, a).map_or(0.0, |e| e.compute);
+    // bytes sent after an action do not depend on the device: any event of that action
+    let bytes = |a: &Action| r.events.iter().find(|e| e.action == *a).map_or(0, |e| e.bytes_out);
+    replay(s, &cost, link, &bytes)
+}
+
+/// Summarises one measured step of `s` on both clocks; `tokens` per step.
+pub fn summarize(s: &Schedule, r: &StepReport, link: &Link, tokens: usize) -> Result<Summary> {
+    let dev = device_clock(s, r, link)?;
+    let mut wall_busy = vec![0.0; s.p];
+    for e in &r.events {
+        wall_busy[e.device] += e.end - e.start;
+    }
+    let first = r.events.iter().map(|e| e.start).fold(f64::INFINITY, f64::min);
+    let last = r.events.iter().map(|e| e.end).fold(0.0, f64::max);
+    let wall_step = (last - first).max(1e-12);
+    let wall_bubble = 1.0 - wall_busy.iter().sum::<f64>() / (s.p as f64 * wall_step);
+    Ok(Summary {
+        schedule: s.kind.name().to_string(),
+        p: s.p,
+        m: s.m,
+        v: s.v,
+        theory: theory(s),
+        wall_step,
+        wall_bubble,
+        wall_busy,
+        device_step: dev.makespan,
+        device_bubble: dev.bubble,
+        device_busy: dev.busy.clone(),
+        tokens_per_s_wall: tokens as f64 / wall_step,
+        tokens_per_s_device: tokens as f64 / dev.makespan.max(1e-12),
+        peak_held: r.peak_held.clone(),
+        link: link.name.clone(),
+    })
+}
+
+/// A Chrome trace of one step: process 0 = device clock (one thread per device, plus one per
+/// link direction), process 1 = wall clock (one thread per device).
+pub fn chrome_trace(s: &Schedule, r: &StepReport, link: &Link) -> Result<serde_json::Value> {
+    let dev = device_clock(s, r, link)?;
+    let us = |t: f64| t * 1e6;
+    let mut ev = Vec::new();
+    for (pid, name) in [(0, format!("device clock ({})", link.name)), (1, "wall clock".to_string())] {
+        ev.push(json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}));
+        for d in 0..s.p {
+            ev.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": d, "args": {"name": format!("device {d}")}}));
+        }
+    }
+    for sp in &dev.actions {
+        ev.push(json!({"ph": "X", "pid": 0, "tid": sp.device, "name": s.label(sp.device, &sp.action),
+            "cat": format!("{:?}", sp.action.kind), "ts": us(sp.start), "dur": us(sp.end - sp.start)}));
+    }
+    for t in &dev.transfers {
+        let tid = 100 + t.from * s.p + t.to;
+        ev.push(json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": tid, "args": {"name": format!("link {}→{}", t.from, t.to)}}));
+        ev.push(json!({"ph": "X", "pid": 0, "tid": tid, "name": format!("{} {} B", s.label(t.from, &t.action), t.bytes),
+            "cat": "transfer", "ts": us(t.start), "dur": us(t.end - t.start)}));
+    }
+    for e in &r.events {
+        ev.push(json!({"ph": "X", "pid": 1, "tid": e.device, "name": e.label, "cat": "wall",
+            "ts": us(e.start), "dur": us(e.end - e.start), "args": {"kernel_s": e.compute, "bytes_out": e.bytes_out}}));
+    }
+    Ok(json!({"traceEvents": ev, "displayTimeUnit": "ms"}))
+}
