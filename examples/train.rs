@@ -25,6 +25,9 @@ struct Args {
     /// Operand digits of the addition corpus.
     #[arg(long, default_value_t = 3)]
     digits: u32,
+    /// Write sums in plain order instead of least-significant digit first.
+    #[arg(long)]
+    plain_sums: bool,
     #[arg(long, default_value_t = 600)]
     steps: usize,
     /// Sequences per microbatch.
@@ -76,7 +79,7 @@ fn main() {
 fn run(a: Args) -> anyhow::Result<()> {
     let corpus = match &a.data {
         Some(p) => Corpus::text_file(p, 0.1)?,
-        None => Corpus::addition(AdditionSpec { digits: a.digits, ..Default::default() })?,
+        None => Corpus::addition(AdditionSpec { digits: a.digits, reverse: !a.plain_sums, ..Default::default() })?,
     };
     corpus.check_context(a.seq)?;
     let cfg = TrainConfig {

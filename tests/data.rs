@@ -4,7 +4,7 @@ use triaxis::model::Micro;
 use triaxis::Error;
 
 fn small() -> AdditionSpec {
-    AdditionSpec { digits: 3, train_problems: 500, val_problems: 50, seed: 7 }
+    AdditionSpec { digits: 3, train_problems: 500, val_problems: 50, seed: 7, reverse: false }
 }
 
 #[test]
@@ -28,6 +28,18 @@ fn addition_corpus_is_deterministic_correct_and_held_out() {
     for (p, ans) in &a.val_problems {
         assert!(!train_lines.contains(format!("{p}{ans}").as_str()), "{p}{ans} leaked into training");
     }
+}
+
+#[test]
+fn reversed_sums_are_written_least_significant_digit_first() {
+    let c = Corpus::addition(AdditionSpec { reverse: true, ..small() }).unwrap();
+    for line in c.vocab.decode(&c.train).lines() {
+        let (lhs, sum) = line.split_once('=').unwrap();
+        let (x, y) = lhs.split_once('+').unwrap();
+        let plain: String = sum.chars().rev().collect();
+        assert_eq!(x.parse::<u64>().unwrap() + y.parse::<u64>().unwrap(), plain.parse::<u64>().unwrap(), "{line}");
+    }
+    assert_ne!(c.version, Corpus::addition(small()).unwrap().version);
 }
 
 #[test]

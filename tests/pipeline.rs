@@ -31,7 +31,7 @@ fn batches(c: &Corpus, cfg: &TrainConfig, steps: usize) -> Vec<Vec<(Vec<u32>, Ve
 }
 
 fn corpus() -> Corpus {
-    Corpus::addition(AdditionSpec { digits: 2, train_problems: 300, val_problems: 20, seed: 1 }).unwrap()
+    Corpus::addition(AdditionSpec { digits: 2, train_problems: 300, val_problems: 20, seed: 1, reverse: true }).unwrap()
 }
 
 #[test]

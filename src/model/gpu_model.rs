@@ -9,6 +9,8 @@
 //! - backward input: `dresid` [B·T, C] received from the next stage unless the range holds the
 //!   head; backward output: `dresid` again (the gradient w.r.t. `resid[0]`).
 
+use std::ops::Range;
+
 use super::{Block, GptConfig, Micro};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
@@ -74,6 +76,9 @@ pub struct GpuModel {
     scratch: Scratch,
     pub forward: Vec<Op>,
     pub backward: Vec<Op>,
+    /// Which ops of `forward` / `backward` belong to which block (for per-block timing).
+    pub forward_blocks: Vec<(Block, Range<usize>)>,
+    pub backward_blocks: Vec<(Block, Range<usize>)>,
 }
 
 impl GpuModel {
@@ -159,9 +164,11 @@ impl GpuModel {
             scratch,
             forward: Vec::new(),
             backward: Vec::new(),
+            forward_blocks: Vec::new(),
+            backward_blocks: Vec::new(),
         };
-        m.forward = m.build_forward(dloss)?;
-        m.backward = m.build_backward()?;
+        (m.forward, m.forward_blocks) = m.build_forward(dloss)?;
+        (m.backward, m.backward_blocks) = m.build_backward()?;
         Ok(m)
     }
 
@@ -192,16 +199,19 @@ impl GpuModel {
         self.resid.last().expect("resid is never empty")
     }
 
-    fn build_forward(&self, dloss: f32) -> Result<Vec<Op>> {
+    fn build_forward(&self, dloss: f32) -> Result<(Vec<Op>, Vec<(Block, Range<usize>)>)> {
         let g = &self.gpu;
         let (b, t) = (self.micro.b, self.micro.t);
         let (n, c, nh, v) = (b * t, self.cfg.channels, self.cfg.heads, self.cfg.vocab);
         let p = |name: &str| self.buffers.p(name);
         let mut ops = Vec::new();
+        let mut ranges = Vec::new();
         if self.blocks[0] == Block::Embedding {
             ops.extend(kenc::encoder_forward(g, &self.resid[0], &self.tokens, &p("wte")?, &p("wpe")?, b, t, c)?);
+            ranges.push((Block::Embedding, 0..ops.len()));
         }
         for (k, (l, a)) in self.layers.iter().enumerate() {
+            let start = ops.len();
             let w = |x: &str| p(&format!("h{l}.{x}"));
             let (x, out) = (&self.resid[k], &self.resid[k + 1]);
             ops.extend(kn::layernorm_forward(g, &a.ln1, &a.ln1_mean, &a.ln1_rstd, x, &w("ln1w")?, &w("ln1b")?, n, c)?);
@@ -214,17 +224,20 @@ impl GpuModel {
             ops.push(ke::gelu_forward(g, &a.fch_gelu, &a.fch, n * 4 * c)?);
             ops.extend(km::matmul_forward(g, &a.fcproj, &a.fch_gelu, &w("fcprojw")?, Some(&w("fcprojb")?), n, 4 * c, c)?);
             ops.push(ke::residual_forward(g, out, &a.x2, &a.fcproj, n * c)?);
+            ranges.push((Block::Layer(*l), start..ops.len()));
         }
         if let Some(h) = &self.head {
+            let start = ops.len();
             let x = self.output();
             ops.extend(kn::layernorm_forward(g, &h.lnf, &h.lnf_mean, &h.lnf_rstd, x, &p("lnfw")?, &p("lnfb")?, n, c)?);
             ops.extend(km::matmul_forward(g, &h.logits, &h.lnf, &p("headw")?, None, n, c, v)?);
             ops.extend(kl::crossentropy_forward_backward(g, &h.losses, &h.dlogits, &h.logits, &self.targets, n, v, dloss)?);
+            ranges.push((Block::Head, start..ops.len()));
         }
-        Ok(ops)
+        Ok((ops, ranges))
     }
 
-    fn build_backward(&self) -> Result<Vec<Op>> {
+    fn build_backward(&self) -> Result<(Vec<Op>, Vec<(Block, Range<usize>)>)> {
         let g = &self.gpu;
         let (b, t) = (self.micro.b, self.micro.t);
         let (n, c, nh, v) = (b * t, self.cfg.channels, self.cfg.heads, self.cfg.vocab);
@@ -232,13 +245,16 @@ impl GpuModel {
         let s = &self.scratch;
         let dx = &self.dresid;
         let mut ops = Vec::new();
+        let mut ranges = Vec::new();
         if let Some(h) = &self.head {
             ops.push(ke::fill(g, dx, 0.0)?);
             ops.extend(km::matmul_backward(g, &s.dln, &d("headw")?, None, &h.dlogits, &h.lnf, &p("headw")?, n, c, v)?);
             let x = self.output();
             ops.extend(kn::layernorm_backward(g, dx, &d("lnfw")?, &d("lnfb")?, &s.dln, x, &p("lnfw")?, &h.lnf_mean, &h.lnf_rstd, n, c)?);
+            ranges.push((Block::Head, 0..ops.len()));
         }
         for (k, (l, a)) in self.layers.iter().enumerate().rev() {
+            let start = ops.len();
             let w = |x: &str| p(&format!("h{l}.{x}"));
             let dw = |x: &str| d(&format!("h{l}.{x}"));
             let x = &self.resid[k];
@@ -252,11 +268,14 @@ impl GpuModel {
             ops.extend(ka::attention_backward(g, &s.dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, c, nh)?);
             ops.extend(km::matmul_backward(g, &s.dln, &dw("qkvw")?, Some(&dw("qkvb")?), &s.dqkv, &a.ln1, &w("qkvw")?, n, c, 3 * c)?);
             ops.extend(kn::layernorm_backward(g, dx, &dw("ln1w")?, &dw("ln1b")?, &s.dln, x, &w("ln1w")?, &a.ln1_mean, &a.ln1_rstd, n, c)?);
+            ranges.push((Block::Layer(*l), start..ops.len()));
         }
         if self.blocks[0] == Block::Embedding {
+            let start = ops.len();
             ops.extend(kenc::encoder_backward(g, &d("wte")?, &d("wpe")?, dx, &self.tokens, b, t, c, v)?);
+            ranges.push((Block::Embedding, start..ops.len()));
         }
-        Ok(ops)
+        Ok((ops, ranges))
     }
 }
 

@@ -128,6 +128,12 @@ impl Pipeline {
             )));
         }
         validate(&schedule, opts.channel_bound)?;
+        if schedule.kind.split_backward() {
+            return Err(Error::Config(format!(
+                "the {} schedule needs the backward split into B and W, which the executor does not run yet",
+                schedule.kind.name()
+            )));
+        }
         let stages = stage_blocks(&cfg.model, schedule.stages(), balance)?;
         let slots = slots_needed(&schedule);
         let dloss = 1.0 / cfg.tokens_per_step() as f32;
