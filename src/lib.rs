@@ -28,6 +28,7 @@ pub mod model;
 pub mod optim;
 pub mod params;
 pub mod pipeline;
+pub mod plot;
 pub mod record;
 pub mod rng;
 pub mod train;
