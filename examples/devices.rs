@@ -16,10 +16,23 @@ fn run() -> anyhow::Result<()> {
     }
     println!(
         "{:<3} {:<36} {:<8} {:<13} {:<30} {:>5} {:>4} {:>9} {:>12} {:>10}",
-        "#", "name", "backend", "type", "driver", "ts", "f16", "subgroup", "max binding", "max buffer"
+        "#",
+        "name",
+        "backend",
+        "type",
+        "driver",
+        "ts",
+        "f16",
+        "subgroup",
+        "max binding",
+        "max buffer"
     );
     for a in &list {
-        let sg = if a.subgroups { format!("{}..{}", a.subgroup_size.0, a.subgroup_size.1) } else { "no".into() };
+        let sg = if a.subgroups {
+            format!("{}..{}", a.subgroup_size.0, a.subgroup_size.1)
+        } else {
+            "no".into()
+        };
         let driver = format!("{} {}", a.driver, a.driver_info);
         println!(
             "{:<3} {:<36} {:<8} {:<13} {:<30} {:>5} {:>4} {:>9} {:>8} MiB {:>6} MiB",

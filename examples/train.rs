@@ -79,48 +79,104 @@ fn main() {
 fn run(a: Args) -> anyhow::Result<()> {
     let corpus = match &a.data {
         Some(p) => Corpus::text_file(p, 0.1)?,
-        None => Corpus::addition(AdditionSpec { digits: a.digits, reverse: !a.plain_sums, ..Default::default() })?,
+        None => Corpus::addition(AdditionSpec {
+            digits: a.digits,
+            reverse: !a.plain_sums,
+            ..Default::default()
+        })?,
     };
     corpus.check_context(a.seq)?;
     let cfg = TrainConfig {
-        model: GptConfig { vocab: corpus.vocab.size(), ctx: a.seq, channels: a.channels, heads: a.heads, layers: a.layers },
-        micro: Micro { b: a.batch, t: a.seq },
+        model: GptConfig {
+            vocab: corpus.vocab.size(),
+            ctx: a.seq,
+            channels: a.channels,
+            heads: a.heads,
+            layers: a.layers,
+        },
+        micro: Micro {
+            b: a.batch,
+            t: a.seq,
+        },
         grad_accum: a.accum,
         steps: a.steps,
-        adam: AdamW { lr: a.lr, ..Default::default() },
+        adam: AdamW {
+            lr: a.lr,
+            ..Default::default()
+        },
         warmup: (a.steps / 20).max(1),
         min_lr_frac: 0.1,
         seed: a.seed,
     };
     cfg.validate()?;
-    let gpu = Gpu::open(&AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, a.software)?)?;
+    let gpu = Gpu::open(&AdapterChoice::from_flags(
+        a.backend.as_deref(),
+        a.adapter,
+        a.software,
+    )?)?;
     let unigram = record::unigram_loss(&corpus.train, corpus.vocab.size());
-    println!("adapter   {} (driver {} {})", gpu.adapter_name(), gpu.info.driver, gpu.info.driver_info);
-    println!("data      {} — {} train / {} val tokens, version {}", corpus.name, corpus.train.len(), corpus.val.len(), &corpus.version[..19]);
-    println!("model     {:?}, {} parameters", cfg.model, cfg.model.param_count());
+    println!(
+        "adapter   {} (driver {} {})",
+        gpu.adapter_name(),
+        gpu.info.driver,
+        gpu.info.driver_info
+    );
+    println!(
+        "data      {} — {} train / {} val tokens, version {}",
+        corpus.name,
+        corpus.train.len(),
+        corpus.val.len(),
+        &corpus.version[..19]
+    );
+    println!(
+        "model     {:?}, {} parameters",
+        cfg.model,
+        cfg.model.param_count()
+    );
     println!("batch     {} × {} tokens × {} accumulation = {} tokens/step; unigram baseline loss {unigram:.3}", a.batch, a.seq, a.accum, cfg.tokens_per_step());
     let mut trainer = Trainer::new(&gpu, cfg.clone()).context("building the model")?;
     let mut batcher = Batcher::new(a.seed);
     let is_addition = a.data.is_none();
     let bar = ProgressBar::new(a.steps as u64);
-    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]")?);
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]",
+    )?);
     let (mut steps, mut evals) = (Vec::new(), Vec::new());
     let t0 = Instant::now();
-    let eval = |trainer: &mut Trainer, step: usize, bar: &ProgressBar| -> anyhow::Result<EvalRecord> {
-        let val_loss = trainer.eval(&corpus.val, a.eval_batches)?;
-        let accuracy = if is_addition { Some(trainer.addition_accuracy(&corpus, 256)?) } else { None };
-        let acc = accuracy.map_or(String::new(), |x| format!(", exact match {:.1} %", 100.0 * x));
-        bar.println(format!("step {step:>5}: val loss {val_loss:.4}{acc}"));
-        Ok(EvalRecord { step, val_loss, accuracy })
-    };
+    let eval =
+        |trainer: &mut Trainer, step: usize, bar: &ProgressBar| -> anyhow::Result<EvalRecord> {
+            let val_loss = trainer.eval(&corpus.val, a.eval_batches)?;
+            let accuracy = if is_addition {
+                Some(trainer.addition_accuracy(&corpus, 256)?)
+            } else {
+                None
+            };
+            let acc = accuracy.map_or(String::new(), |x| {
+                format!(", exact match {:.1} %", 100.0 * x)
+            });
+            say(bar, format!("step {step:>5}: val loss {val_loss:.4}{acc}"));
+            Ok(EvalRecord {
+                step,
+                val_loss,
+                accuracy,
+            })
+        };
     for s in 0..a.steps {
         let ts = Instant::now();
-        let batches = (0..a.accum).map(|_| batcher.next(&corpus.train, cfg.micro)).collect::<triaxis::Result<Vec<_>>>()?;
+        let batches = (0..a.accum)
+            .map(|_| batcher.next(&corpus.train, cfg.micro))
+            .collect::<triaxis::Result<Vec<_>>>()?;
         let st = trainer.step(&batches, s)?;
         let tps = cfg.tokens_per_step() as f64 / ts.elapsed().as_secs_f64();
         bar.set_message(format!("loss {:.4} | {:.0} tok/s", st.loss, tps));
         bar.inc(1);
-        steps.push(StepRecord { step: s, loss: st.loss, grad_norm: st.grad_norm, lr: st.lr, tokens_per_s: tps });
+        steps.push(StepRecord {
+            step: s,
+            loss: st.loss,
+            grad_norm: st.grad_norm,
+            lr: st.lr,
+            tokens_per_s: tps,
+        });
         if (s + 1) % a.eval_every == 0 && s + 1 < a.steps {
             evals.push(eval(&mut trainer, s + 1, &bar)?);
         }
@@ -159,7 +215,11 @@ fn run(a: Args) -> anyhow::Result<()> {
         last.val_loss,
         last.accuracy.map_or(String::new(), |x| format!("; exact match {:.1} %", 100.0 * x))
     );
-    println!("model checksum {}\nrun record written to {}", rec.model_checksum, a.record.display());
+    println!(
+        "model checksum {}\nrun record written to {}",
+        rec.model_checksum,
+        a.record.display()
+    );
     Ok(())
 }
 
@@ -169,7 +229,10 @@ fn sample(trainer: &mut Trainer, corpus: &Corpus) -> anyhow::Result<String> {
     if !corpus.val_problems.is_empty() {
         let newline = corpus.vocab.encode("\n")?[0];
         let shown = &corpus.val_problems[..8.min(corpus.val_problems.len())];
-        let prompts = shown.iter().map(|(p, _)| corpus.vocab.encode(&format!("\n{p}"))).collect::<triaxis::Result<Vec<_>>>()?;
+        let prompts = shown
+            .iter()
+            .map(|(p, _)| corpus.vocab.encode(&format!("\n{p}")))
+            .collect::<triaxis::Result<Vec<_>>>()?;
         let outs = trainer.generate(&prompts, 12, Some(newline))?;
         let lines: Vec<String> = shown
             .iter()
@@ -184,5 +247,18 @@ fn sample(trainer: &mut Trainer, corpus: &Corpus) -> anyhow::Result<String> {
     let t = trainer.cfg.micro.t;
     let prompt = corpus.val[..t.min(corpus.val.len()) / 2].to_vec();
     let out = trainer.generate(std::slice::from_ref(&prompt), 200, None)?;
-    Ok(format!("{}{}", corpus.vocab.decode(&prompt), corpus.vocab.decode(&out[0])))
+    Ok(format!(
+        "{}{}",
+        corpus.vocab.decode(&prompt),
+        corpus.vocab.decode(&out[0])
+    ))
+}
+
+/// Prints above the progress bar, or plainly when the bar is hidden (output not a terminal).
+fn say(bar: &ProgressBar, line: String) {
+    if bar.is_hidden() {
+        println!("{line}");
+    } else {
+        bar.println(line);
+    }
 }

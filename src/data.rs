@@ -36,17 +36,24 @@ impl Vocab {
                     a.chars()
                         .position(|x| x == ch)
                         .map(|i| i as u32)
-                        .ok_or_else(|| Error::Data(format!("character {ch:?} is not in the vocabulary")))
+                        .ok_or_else(|| {
+                            Error::Data(format!("character {ch:?} is not in the vocabulary"))
+                        })
                 })
                 .collect(),
         }
     }
     pub fn decode(&self, ids: &[u32]) -> String {
         match self {
-            Vocab::Bytes => String::from_utf8_lossy(&ids.iter().map(|&i| i as u8).collect::<Vec<_>>()).into_owned(),
+            Vocab::Bytes => {
+                String::from_utf8_lossy(&ids.iter().map(|&i| i as u8).collect::<Vec<_>>())
+                    .into_owned()
+            }
             Vocab::Chars(a) => {
                 let chars: Vec<char> = a.chars().collect();
-                ids.iter().map(|&i| chars.get(i as usize).copied().unwrap_or('?')).collect()
+                ids.iter()
+                    .map(|&i| chars.get(i as usize).copied().unwrap_or('?'))
+                    .collect()
             }
         }
     }
@@ -68,7 +75,13 @@ pub struct AdditionSpec {
 
 impl Default for AdditionSpec {
     fn default() -> Self {
-        AdditionSpec { digits: 3, train_problems: 40_000, val_problems: 2_000, seed: 1234, reverse: true }
+        AdditionSpec {
+            digits: 3,
+            train_problems: 40_000,
+            val_problems: 2_000,
+            seed: 1234,
+            reverse: true,
+        }
     }
 }
 
@@ -90,7 +103,8 @@ impl Corpus {
     /// The built-in addition corpus. A problem `a+b` is held out iff a hash of (a, b) says so,
     /// so no validation problem ever appears in the training text.
     pub fn addition(spec: AdditionSpec) -> Result<Corpus> {
-        if spec.digits == 0 || spec.digits > 9 || spec.train_problems == 0 || spec.val_problems == 0 {
+        if spec.digits == 0 || spec.digits > 9 || spec.train_problems == 0 || spec.val_problems == 0
+        {
             return Err(Error::Data(format!("impossible addition corpus {spec:?}")));
         }
         let mut rng = Rng::new(spec.seed);
@@ -100,7 +114,9 @@ impl Corpus {
         while ntrain < spec.train_problems || val_problems.len() < spec.val_problems {
             tries += 1;
             if tries > limit {
-                return Err(Error::Data(format!("{spec:?}: too few distinct problems for a held-out split")));
+                return Err(Error::Data(format!(
+                    "{spec:?}: too few distinct problems for a held-out split"
+                )));
             }
             // operand lengths uniform in 1..=digits, then a uniform value of that length
             let operand = |rng: &mut Rng| {
@@ -110,7 +126,11 @@ impl Corpus {
             };
             let (a, b) = (operand(&mut rng), operand(&mut rng));
             let held_out = (a.wrapping_mul(0x9E37_79B9) ^ b.wrapping_mul(0x85EB_CA6B)) % 10 == 0;
-            let sum = if spec.reverse { (a + b).to_string().chars().rev().collect() } else { (a + b).to_string() };
+            let sum = if spec.reverse {
+                (a + b).to_string().chars().rev().collect()
+            } else {
+                (a + b).to_string()
+            };
             let line = format!("{a}+{b}={sum}\n");
             if held_out && val_problems.len() < spec.val_problems {
                 val.push_str(&line);
@@ -141,18 +161,27 @@ impl Corpus {
 
     /// A text file at byte level; the last `val_fraction` of the bytes is the validation split.
     pub fn text_file(path: &std::path::Path, val_fraction: f64) -> Result<Corpus> {
-        let bytes = std::fs::read(path).map_err(|e| Error::Data(format!("cannot read {}: {e}", path.display())))?;
+        let bytes = std::fs::read(path)
+            .map_err(|e| Error::Data(format!("cannot read {}: {e}", path.display())))?;
         if bytes.is_empty() {
             return Err(Error::Data(format!("{} is empty", path.display())));
         }
         if !(0.0..1.0).contains(&val_fraction) {
-            return Err(Error::Data(format!("validation fraction {val_fraction} is not in [0, 1)")));
+            return Err(Error::Data(format!(
+                "validation fraction {val_fraction} is not in [0, 1)"
+            )));
         }
         let split = ((bytes.len() as f64) * (1.0 - val_fraction)) as usize;
         let ids: Vec<u32> = bytes.iter().map(|&b| b as u32).collect();
-        let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
         Ok(Corpus {
-            version: version(&[format!("bytes,val_fraction={val_fraction}").as_bytes(), &bytes]),
+            version: version(&[
+                format!("bytes,val_fraction={val_fraction}").as_bytes(),
+                &bytes,
+            ]),
             name,
             vocab: Vocab::Bytes,
             train: ids[..split].to_vec(),
@@ -199,15 +228,24 @@ pub struct Batcher {
 
 impl Batcher {
     pub fn new(seed: u64) -> Self {
-        Batcher { rng: Rng::new(seed) }
+        Batcher {
+            rng: Rng::new(seed),
+        }
     }
 
     pub fn next(&mut self, data: &[u32], micro: Micro) -> Result<(Vec<u32>, Vec<u32>)> {
         let t = micro.t;
         if data.len() < t + 1 {
-            return Err(Error::Data(format!("{} tokens cannot fill a window of {}", data.len(), t + 1)));
+            return Err(Error::Data(format!(
+                "{} tokens cannot fill a window of {}",
+                data.len(),
+                t + 1
+            )));
         }
-        let (mut x, mut y) = (Vec::with_capacity(micro.tokens()), Vec::with_capacity(micro.tokens()));
+        let (mut x, mut y) = (
+            Vec::with_capacity(micro.tokens()),
+            Vec::with_capacity(micro.tokens()),
+        );
         for _ in 0..micro.b {
             let start = self.rng.below((data.len() - t) as u64) as usize;
             x.extend_from_slice(&data[start..start + t]);

@@ -22,7 +22,13 @@ pub enum Error {
     Data(String),
     /// A pipeline or data-parallel worker failed; names where and when.
     #[error("device {device} (stage {stage}) failed at action {action} of step {step}: {msg}")]
-    Worker { device: usize, stage: usize, action: String, step: usize, msg: String },
+    Worker {
+        device: usize,
+        stage: usize,
+        action: String,
+        step: usize,
+        msg: String,
+    },
     #[error("i/o error on {path}: {source}")]
     Io {
         path: String,

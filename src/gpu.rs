@@ -36,7 +36,11 @@ impl AdapterChoice {
             Some(b) => Some(parse_backends(b)?),
             None => backends_from_env()?,
         };
-        Ok(Self { backends, software, index })
+        Ok(Self {
+            backends,
+            software,
+            index,
+        })
     }
     /// Any adapter on the backend named by `WGPU_BACKEND`, highest performance first.
     pub fn from_env() -> Result<Self> {

@@ -33,12 +33,35 @@ impl Optimizer {
         let mut norm_ops = Vec::new();
         for (i, t) in b.layout.tensors.iter().enumerate() {
             let out = sq.slice(i * ALIGN, 1);
-            norm_ops.extend(ko::grad_norm_squared(gpu, &out, &scratch, &b.grads.slice(t.offset, t.len))?);
+            norm_ops.extend(ko::grad_norm_squared(
+                gpu,
+                &out,
+                &scratch,
+                &b.grads.slice(t.offset, t.len),
+            )?);
         }
         let hp = gpu.buffer("adam.hp", 8);
         let norm_sq = gpu.buffer("grad.norm_sq", 1);
-        let adam_ops = ko::adamw(gpu, &b.params, &b.grads, &b.m, &b.v, &hp, &norm_sq, b.layout.decay_end)?;
-        Ok(Optimizer { gpu: gpu.clone(), names, sq, norm_ops, zero_grads: ke::fill(gpu, &b.grads, 0.0)?, adam_ops, hp, norm_sq })
+        let adam_ops = ko::adamw(
+            gpu,
+            &b.params,
+            &b.grads,
+            &b.m,
+            &b.v,
+            &hp,
+            &norm_sq,
+            b.layout.decay_end,
+        )?;
+        Ok(Optimizer {
+            gpu: gpu.clone(),
+            names,
+            sq,
+            norm_ops,
+            zero_grads: ke::fill(gpu, &b.grads, 0.0)?,
+            adam_ops,
+            hp,
+            norm_sq,
+        })
     }
 
     /// Sets every gradient to zero (start of a step).
@@ -50,7 +73,12 @@ impl Optimizer {
     pub fn tensor_sq(&self) -> Result<Vec<(String, f32)>> {
         self.gpu.run(&self.norm_ops)?;
         let sq: Vec<f32> = self.gpu.download(&self.sq)?;
-        Ok(self.names.iter().enumerate().map(|(i, n)| (n.clone(), sq[i * ALIGN])).collect())
+        Ok(self
+            .names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), sq[i * ALIGN]))
+            .collect())
     }
 
     /// One AdamW step with hyper-parameters `h`, given the global Σg² (for clipping).

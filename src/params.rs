@@ -53,14 +53,24 @@ impl Layout {
         for pass in [true, false] {
             for s in specs.iter().filter(|s| s.decay == pass) {
                 let len = s.shape.iter().product();
-                tensors.push(Tensor { name: s.name.clone(), shape: s.shape.clone(), offset: off, len, decay: s.decay });
+                tensors.push(Tensor {
+                    name: s.name.clone(),
+                    shape: s.shape.clone(),
+                    offset: off,
+                    len,
+                    decay: s.decay,
+                });
                 off = (off + len).next_multiple_of(ALIGN);
             }
             if pass {
                 decay_end = off;
             }
         }
-        Layout { tensors, total: off, decay_end }
+        Layout {
+            tensors,
+            total: off,
+            decay_end,
+        }
     }
 
     pub fn get(&self, name: &str) -> Result<&Tensor> {

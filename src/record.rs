@@ -35,7 +35,12 @@ impl AdapterRecord {
 pub fn shader_hashes() -> Vec<(String, String)> {
     SHADERS
         .iter()
-        .map(|(name, src)| (name.to_string(), format!("sha256:{}", hex(&Sha256::digest(src.as_bytes())))))
+        .map(|(name, src)| {
+            (
+                name.to_string(),
+                format!("sha256:{}", hex(&Sha256::digest(src.as_bytes()))),
+            )
+        })
         .collect()
 }
 
@@ -85,11 +90,15 @@ pub struct RunRecord {
 impl RunRecord {
     /// Writes the record as pretty JSON, creating parent folders.
     pub fn write(&self, path: &std::path::Path) -> Result<()> {
-        let io = |e: std::io::Error| Error::Io { path: path.display().to_string(), source: e };
+        let io = |e: std::io::Error| Error::Io {
+            path: path.display().to_string(),
+            source: e,
+        };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let json = serde_json::to_string_pretty(self).map_err(|e| Error::Config(format!("record: {e}")))?;
+        let json = serde_json::to_string_pretty(self)
+            .map_err(|e| Error::Config(format!("record: {e}")))?;
         std::fs::write(path, json).map_err(io)
     }
 }
@@ -101,5 +110,9 @@ pub fn unigram_loss(tokens: &[u32], vocab: usize) -> f32 {
         counts[t as usize] += 1;
     }
     let n = tokens.len().max(1) as f64;
-    -counts.iter().filter(|&&c| c > 0).map(|&c| (c as f64 / n) * (c as f64 / n).ln()).sum::<f64>() as f32
+    -counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| (c as f64 / n) * (c as f64 / n).ln())
+        .sum::<f64>() as f32
 }

@@ -50,14 +50,20 @@ impl TrainConfig {
 
     /// AdamW hyper-parameters of step `s` (0-based).
     pub fn adam_at(&self, s: usize) -> AdamW {
-        AdamW { lr: self.lr_at(s), t: s as u32 + 1, ..self.adam }
+        AdamW {
+            lr: self.lr_at(s),
+            t: s as u32 + 1,
+            ..self.adam
+        }
     }
 
     pub fn validate(&self) -> Result<()> {
         self.model.validate()?;
         self.micro.validate(&self.model)?;
         if self.grad_accum == 0 {
-            return Err(Error::Config("gradient accumulation must be at least 1".into()));
+            return Err(Error::Config(
+                "gradient accumulation must be at least 1".into(),
+            ));
         }
         Ok(())
     }
@@ -90,15 +96,30 @@ impl Trainer {
         let model = GpuModel::new(gpu, cfg.model, &cfg.model.blocks(), cfg.micro, dloss)?;
         model.set_params(&cfg.model.init(&model.buffers.layout, cfg.seed))?;
         let optim = Optimizer::new(gpu, &model.buffers)?;
-        let step_ops = model.forward.iter().chain(&model.backward).cloned().collect();
+        let step_ops = model
+            .forward
+            .iter()
+            .chain(&model.backward)
+            .cloned()
+            .collect();
         let canonical = cfg.model.canonical_names();
-        Ok(Trainer { step_ops, optim, canonical, model, cfg })
+        Ok(Trainer {
+            step_ops,
+            optim,
+            canonical,
+            model,
+            cfg,
+        })
     }
 
     /// One optimizer step over `batches` (`grad_accum` pairs of tokens/targets), step index `s`.
     pub fn step(&mut self, batches: &[(Vec<u32>, Vec<u32>)], s: usize) -> Result<StepStats> {
         if batches.len() != self.cfg.grad_accum {
-            return Err(Error::Config(format!("step needs {} microbatches, got {}", self.cfg.grad_accum, batches.len())));
+            return Err(Error::Config(format!(
+                "step needs {} microbatches, got {}",
+                self.cfg.grad_accum,
+                batches.len()
+            )));
         }
         let g = self.model.gpu.clone();
         self.optim.zero_grads()?;
@@ -141,11 +162,19 @@ impl Trainer {
 
     /// Greedy completion of up to B prompts at once, each for up to `max_new` tokens or until
     /// `stop`. Row r holds prompt r left-aligned; causality makes padding after it harmless.
-    pub fn generate(&mut self, prompts: &[Vec<u32>], max_new: usize, stop: Option<u32>) -> Result<Vec<Vec<u32>>> {
+    pub fn generate(
+        &mut self,
+        prompts: &[Vec<u32>],
+        max_new: usize,
+        stop: Option<u32>,
+    ) -> Result<Vec<Vec<u32>>> {
         let Micro { b, t } = self.cfg.micro;
         let v = self.cfg.model.vocab;
         if prompts.len() > b {
-            return Err(Error::Config(format!("{} prompts but the microbatch holds {b}", prompts.len())));
+            return Err(Error::Config(format!(
+                "{} prompts but the microbatch holds {b}",
+                prompts.len()
+            )));
         }
         let mut rows: Vec<Vec<u32>> = prompts.to_vec();
         let mut done = vec![false; rows.len()];
@@ -173,7 +202,11 @@ impl Trainer {
                 break;
             }
         }
-        Ok(rows.iter().zip(prompts).map(|(r, p)| r[p.len()..].to_vec()).collect())
+        Ok(rows
+            .iter()
+            .zip(prompts)
+            .map(|(r, p)| r[p.len()..].to_vec())
+            .collect())
     }
 
     /// Exact-match accuracy of greedy completions after `=` on held-out addition problems.
@@ -185,8 +218,10 @@ impl Trainer {
         let problems = &corpus.val_problems[..limit.min(corpus.val_problems.len())];
         let mut correct = 0;
         for chunk in problems.chunks(self.cfg.micro.b) {
-            let prompts: Vec<Vec<u32>> =
-                chunk.iter().map(|(p, _)| corpus.vocab.encode(&format!("\n{p}"))).collect::<Result<_>>()?;
+            let prompts: Vec<Vec<u32>> = chunk
+                .iter()
+                .map(|(p, _)| corpus.vocab.encode(&format!("\n{p}")))
+                .collect::<Result<_>>()?;
             let outs = self.generate(&prompts, 12, Some(newline))?;
             for ((_, answer), out) in chunk.iter().zip(outs) {
                 let text = corpus.vocab.decode(&out);
@@ -224,11 +259,25 @@ pub fn cpu_step(
     let mut grads = vec![0.0; layout.total];
     let mut loss = 0.0f64;
     for (x, y) in batches {
-        let l = cpu_model::forward_backward(&cfg.model, &layout, params, &mut grads, x, y, cfg.micro, dloss)?;
+        let l = cpu_model::forward_backward(
+            &cfg.model, &layout, params, &mut grads, x, y, cfg.micro, dloss,
+        )?;
         loss += l.iter().map(|&x| x as f64).sum::<f64>();
     }
     let h = cfg.adam_at(s);
     let norm = cpu::grad_norm(&grads);
-    cpu::adamw(params, &grads, m, v, &h, h.clip_scale(norm), layout.decay_end);
-    Ok(StepStats { loss: (loss / cfg.tokens_per_step() as f64) as f32, grad_norm: norm, lr: h.lr })
+    cpu::adamw(
+        params,
+        &grads,
+        m,
+        v,
+        &h,
+        h.clip_scale(norm),
+        layout.decay_end,
+    );
+    Ok(StepStats {
+        loss: (loss / cfg.tokens_per_step() as f64) as f32,
+        grad_norm: norm,
+        lr: h.lr,
+    })
 }

@@ -4,7 +4,13 @@ use triaxis::model::Micro;
 use triaxis::Error;
 
 fn small() -> AdditionSpec {
-    AdditionSpec { digits: 3, train_problems: 500, val_problems: 50, seed: 7, reverse: false }
+    AdditionSpec {
+        digits: 3,
+        train_problems: 500,
+        val_problems: 50,
+        seed: 7,
+        reverse: false,
+    }
 }
 
 #[test]
@@ -15,29 +21,47 @@ fn addition_corpus_is_deterministic_correct_and_held_out() {
     assert_eq!(a.version, b.version);
     assert!(a.version.starts_with("sha256:") && a.version.len() == 7 + 64);
     let other = Corpus::addition(AdditionSpec { seed: 8, ..small() }).unwrap();
-    assert_ne!(a.version, other.version, "a different generator seed is a different dataset");
+    assert_ne!(
+        a.version, other.version,
+        "a different generator seed is a different dataset"
+    );
     let text = a.vocab.decode(&a.train);
     assert_eq!(text.lines().count(), 500);
     for line in text.lines() {
         let (lhs, sum) = line.split_once('=').unwrap();
         let (x, y) = lhs.split_once('+').unwrap();
-        assert_eq!(x.parse::<u64>().unwrap() + y.parse::<u64>().unwrap(), sum.parse::<u64>().unwrap(), "{line}");
+        assert_eq!(
+            x.parse::<u64>().unwrap() + y.parse::<u64>().unwrap(),
+            sum.parse::<u64>().unwrap(),
+            "{line}"
+        );
     }
     assert_eq!(a.val_problems.len(), 50);
     let train_lines: std::collections::HashSet<&str> = text.lines().collect();
     for (p, ans) in &a.val_problems {
-        assert!(!train_lines.contains(format!("{p}{ans}").as_str()), "{p}{ans} leaked into training");
+        assert!(
+            !train_lines.contains(format!("{p}{ans}").as_str()),
+            "{p}{ans} leaked into training"
+        );
     }
 }
 
 #[test]
 fn reversed_sums_are_written_least_significant_digit_first() {
-    let c = Corpus::addition(AdditionSpec { reverse: true, ..small() }).unwrap();
+    let c = Corpus::addition(AdditionSpec {
+        reverse: true,
+        ..small()
+    })
+    .unwrap();
     for line in c.vocab.decode(&c.train).lines() {
         let (lhs, sum) = line.split_once('=').unwrap();
         let (x, y) = lhs.split_once('+').unwrap();
         let plain: String = sum.chars().rev().collect();
-        assert_eq!(x.parse::<u64>().unwrap() + y.parse::<u64>().unwrap(), plain.parse::<u64>().unwrap(), "{line}");
+        assert_eq!(
+            x.parse::<u64>().unwrap() + y.parse::<u64>().unwrap(),
+            plain.parse::<u64>().unwrap(),
+            "{line}"
+        );
     }
     assert_ne!(c.version, Corpus::addition(small()).unwrap().version);
 }
@@ -51,7 +75,11 @@ fn batches_are_seeded_and_shifted() {
     assert_eq!(x1, x2);
     assert_eq!(x1.len(), 30);
     for r in 0..3 {
-        assert_eq!(&x1[r * 10 + 1..r * 10 + 10], &y1[r * 10..r * 10 + 9], "targets are inputs shifted by one");
+        assert_eq!(
+            &x1[r * 10 + 1..r * 10 + 10],
+            &y1[r * 10..r * 10 + 9],
+            "targets are inputs shifted by one"
+        );
     }
     let (x3, _) = Batcher::new(6).next(&c.train, m).unwrap();
     assert_ne!(x1, x3);
@@ -62,7 +90,10 @@ fn text_file_errors_are_clear() {
     let dir = std::env::temp_dir().join(format!("triaxis-data-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let missing = Corpus::text_file(&dir.join("nope.txt"), 0.1).unwrap_err();
-    assert!(matches!(missing, Error::Data(_)) && missing.to_string().contains("cannot read"), "{missing}");
+    assert!(
+        matches!(missing, Error::Data(_)) && missing.to_string().contains("cannot read"),
+        "{missing}"
+    );
     let empty = dir.join("empty.txt");
     std::fs::write(&empty, "").unwrap();
     let e = Corpus::text_file(&empty, 0.1).unwrap_err();
@@ -78,7 +109,8 @@ fn text_file_errors_are_clear() {
 
 #[test]
 fn shared_text_corpus_loads_when_present() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/tinyshakespeare.txt");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/tinyshakespeare.txt");
     if !path.exists() {
         eprintln!("SKIP: {} not present", path.display());
         return;

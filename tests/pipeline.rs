@@ -14,11 +14,20 @@ use triaxis::Error;
 
 fn cfg(m: usize) -> TrainConfig {
     TrainConfig {
-        model: GptConfig { vocab: 13, ctx: 8, channels: 16, heads: 2, layers: 6 },
+        model: GptConfig {
+            vocab: 13,
+            ctx: 8,
+            channels: 16,
+            heads: 2,
+            layers: 6,
+        },
         micro: Micro { b: 2, t: 8 },
         grad_accum: m,
         steps: 3,
-        adam: AdamW { lr: 1e-2, ..Default::default() },
+        adam: AdamW {
+            lr: 1e-2,
+            ..Default::default()
+        },
         warmup: 1,
         min_lr_frac: 0.1,
         seed: 21,
@@ -27,16 +36,31 @@ fn cfg(m: usize) -> TrainConfig {
 
 fn batches(c: &Corpus, cfg: &TrainConfig, steps: usize) -> Vec<Vec<(Vec<u32>, Vec<u32>)>> {
     let mut b = Batcher::new(2);
-    (0..steps).map(|_| (0..cfg.grad_accum).map(|_| b.next(&c.train, cfg.micro).unwrap()).collect()).collect()
+    (0..steps)
+        .map(|_| {
+            (0..cfg.grad_accum)
+                .map(|_| b.next(&c.train, cfg.micro).unwrap())
+                .collect()
+        })
+        .collect()
 }
 
 fn corpus() -> Corpus {
-    Corpus::addition(AdditionSpec { digits: 2, train_problems: 300, val_problems: 20, seed: 1, reverse: true }).unwrap()
+    Corpus::addition(AdditionSpec {
+        digits: 2,
+        train_problems: 300,
+        val_problems: 20,
+        seed: 1,
+        reverse: true,
+    })
+    .unwrap()
 }
 
 #[test]
 fn every_schedule_is_bit_identical_to_one_device() {
-    let Some(gpus) = gpu::test_gpus(4) else { return };
+    let Some(gpus) = gpu::test_gpus(4) else {
+        return;
+    };
     let c = corpus();
     for (kind, p, m, v) in [
         (ScheduleKind::GPipe, 2, 4, 1),
@@ -50,74 +74,141 @@ fn every_schedule_is_bit_identical_to_one_device() {
         let data = batches(&c, &cfg, cfg.steps);
         let mut one = Trainer::new(&gpus[0], cfg.clone()).unwrap();
         let sched = Schedule::new(kind, p, m, v).unwrap();
-        let mut pipe = Pipeline::new(&gpus[..p], cfg.clone(), sched, &Balance::Params, Options::default()).unwrap();
+        let mut pipe = Pipeline::new(
+            &gpus[..p],
+            cfg.clone(),
+            sched,
+            &Balance::Params,
+            Options::default(),
+        )
+        .unwrap();
         for (s, b) in data.iter().enumerate() {
             let a = one.step(b, s).unwrap();
             let r = pipe.step(b, s).unwrap();
-            assert_eq!(a.loss.to_bits(), r.stats.loss.to_bits(), "{kind:?} p={p} m={m} v={v} step {s}: loss");
-            assert_eq!(a.grad_norm.to_bits(), r.stats.grad_norm.to_bits(), "{kind:?} step {s}: grad norm");
+            assert_eq!(
+                a.loss.to_bits(),
+                r.stats.loss.to_bits(),
+                "{kind:?} p={p} m={m} v={v} step {s}: loss"
+            );
+            assert_eq!(
+                a.grad_norm.to_bits(),
+                r.stats.grad_norm.to_bits(),
+                "{kind:?} step {s}: grad norm"
+            );
             assert_eq!(r.events.len(), p * v * 2 * m);
         }
         let (ca, cb) = (one.checksum().unwrap(), pipe.checksum().unwrap());
-        println!("{kind:?} p={p} m={m} v={v}: {cb} (one device {ca}), slots {:?}", pipe.slots());
-        assert_eq!(ca, cb, "{kind:?} p={p} m={m} v={v}: parameters differ from one device");
+        println!(
+            "{kind:?} p={p} m={m} v={v}: {cb} (one device {ca}), slots {:?}",
+            pipe.slots()
+        );
+        assert_eq!(
+            ca, cb,
+            "{kind:?} p={p} m={m} v={v}: parameters differ from one device"
+        );
     }
 }
 
 #[test]
 fn activation_slots_follow_the_schedule() {
-    let Some(gpus) = gpu::test_gpus(4) else { return };
+    let Some(gpus) = gpu::test_gpus(4) else {
+        return;
+    };
     let c = corpus();
     let cfg = cfg(8);
     let data = batches(&c, &cfg, 1);
-    for (kind, want) in [(ScheduleKind::GPipe, vec![8, 8, 8, 8]), (ScheduleKind::OneFOneB, vec![4, 3, 2, 1])] {
+    for (kind, want) in [
+        (ScheduleKind::GPipe, vec![8, 8, 8, 8]),
+        (ScheduleKind::OneFOneB, vec![4, 3, 2, 1]),
+    ] {
         let sched = Schedule::new(kind, 4, 8, 1).unwrap();
-        let mut pipe = Pipeline::new(&gpus, cfg.clone(), sched, &Balance::Params, Options::default()).unwrap();
+        let mut pipe = Pipeline::new(
+            &gpus,
+            cfg.clone(),
+            sched,
+            &Balance::Params,
+            Options::default(),
+        )
+        .unwrap();
         assert_eq!(pipe.slots(), want, "{kind:?}");
         let r = pipe.step(&data[0], 0).unwrap();
-        assert_eq!(r.peak_held, want, "{kind:?}: peak activations held per stage");
+        assert_eq!(
+            r.peak_held, want,
+            "{kind:?}: peak activations held per stage"
+        );
     }
 }
 
 #[test]
 fn a_fault_in_one_stage_ends_the_run_with_a_named_error() {
-    let Some(gpus) = gpu::test_gpus(4) else { return };
+    let Some(gpus) = gpu::test_gpus(4) else {
+        return;
+    };
     let c = corpus();
     let cfg = cfg(4);
     let data = batches(&c, &cfg, 2);
     let sched = Schedule::new(ScheduleKind::OneFOneB, 4, 4, 1).unwrap();
-    let fault = Fault { device: 2, action: 3, step: 1 };
-    let opts = Options { fault: Some(fault), recv_timeout: Duration::from_secs(20), ..Default::default() };
+    let fault = Fault {
+        device: 2,
+        action: 3,
+        step: 1,
+    };
+    let opts = Options {
+        fault: Some(fault),
+        recv_timeout: Duration::from_secs(20),
+        ..Default::default()
+    };
     let mut pipe = Pipeline::new(&gpus, cfg, sched, &Balance::Params, opts).unwrap();
     pipe.step(&data[0], 0).unwrap();
     let t = Instant::now();
     let e = pipe.step(&data[1], 1).unwrap_err();
     println!("{e} (after {:?})", t.elapsed());
     match &e {
-        Error::Worker { device, stage, step, action, msg } => {
+        Error::Worker {
+            device,
+            stage,
+            step,
+            action,
+            msg,
+        } => {
             assert_eq!((*device, *stage, *step), (2, 2, 1));
             assert!(action.starts_with('2'), "{action}");
             assert!(msg.contains("injected"), "{msg}");
         }
         other => panic!("expected a worker error, got {other}"),
     }
-    assert!(t.elapsed() < Duration::from_secs(10), "the failure must end the step promptly");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "the failure must end the step promptly"
+    );
 }
 
 #[test]
 fn bad_layouts_are_clear_errors() {
-    let Some(gpus) = gpu::test_gpus(2) else { return };
-    let small = TrainConfig { model: GptConfig { layers: 1, ..cfg(4).model }, ..cfg(4) };
+    let Some(gpus) = gpu::test_gpus(2) else {
+        return;
+    };
+    let small = TrainConfig {
+        model: GptConfig {
+            layers: 1,
+            ..cfg(4).model
+        },
+        ..cfg(4)
+    };
     // 1 layer = 3 blocks; 2 devices × 2 chunks = 4 stages
     let sched = Schedule::new(ScheduleKind::Interleaved, 2, 4, 2).unwrap();
-    let e = Pipeline::new(&gpus, small, sched, &Balance::Params, Options::default()).err().unwrap();
+    let e = Pipeline::new(&gpus, small, sched, &Balance::Params, Options::default())
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("only 3 blocks"), "{e}");
     let e = Schedule::new(ScheduleKind::Interleaved, 2, 3, 2).unwrap_err();
     assert!(e.to_string().contains("m % p"), "{e}");
     let e = "pipedream".parse::<ScheduleKind>().unwrap_err();
     assert!(e.to_string().contains("1f1b"), "{e}");
     let sched = Schedule::new(ScheduleKind::OneFOneB, 2, 2, 1).unwrap();
-    let e = Pipeline::new(&gpus, cfg(4), sched, &Balance::Params, Options::default()).err().unwrap();
+    let e = Pipeline::new(&gpus, cfg(4), sched, &Balance::Params, Options::default())
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("accumulates 4"), "{e}");
     let e = triaxis::pipeline::executor::micro_of(10, 4, 8).unwrap_err();
     assert!(e.to_string().contains("do not divide"), "{e}");

@@ -31,8 +31,18 @@ pub fn forward_backward(
     let mut resid = vec![z(n * c)];
     cpu::encoder_forward(&mut resid[0], tokens, p("wte")?, p("wpe")?, b, t, c);
     struct Saved {
-        ln1: Vec<f32>, m1: Vec<f32>, r1: Vec<f32>, qkv: Vec<f32>, atty: Vec<f32>, att: Vec<f32>,
-        x2: Vec<f32>, ln2: Vec<f32>, m2: Vec<f32>, r2: Vec<f32>, fch: Vec<f32>, fchg: Vec<f32>,
+        ln1: Vec<f32>,
+        m1: Vec<f32>,
+        r1: Vec<f32>,
+        qkv: Vec<f32>,
+        atty: Vec<f32>,
+        att: Vec<f32>,
+        x2: Vec<f32>,
+        ln2: Vec<f32>,
+        m2: Vec<f32>,
+        r2: Vec<f32>,
+        fch: Vec<f32>,
+        fchg: Vec<f32>,
     }
     let mut saved = Vec::new();
     for l in 0..cfg.layers {
@@ -45,21 +55,59 @@ pub fn forward_backward(
         let (mut atty, mut att) = (z(n * c), z(b * nh * t * t));
         cpu::attention_forward(&mut atty, &mut att, &qkv, b, t, c, nh);
         let mut attproj = z(n * c);
-        cpu::matmul_forward(&mut attproj, &atty, w("attprojw")?, Some(w("attprojb")?), n, c, c);
+        cpu::matmul_forward(
+            &mut attproj,
+            &atty,
+            w("attprojw")?,
+            Some(w("attprojb")?),
+            n,
+            c,
+            c,
+        );
         let mut x2 = z(n * c);
         cpu::residual_forward(&mut x2, &x, &attproj);
         let (mut ln2, mut m2, mut r2) = (z(n * c), z(n), z(n));
-        cpu::layernorm_forward(&mut ln2, &mut m2, &mut r2, &x2, w("ln2w")?, w("ln2b")?, n, c);
+        cpu::layernorm_forward(
+            &mut ln2,
+            &mut m2,
+            &mut r2,
+            &x2,
+            w("ln2w")?,
+            w("ln2b")?,
+            n,
+            c,
+        );
         let mut fch = z(n * 4 * c);
         cpu::matmul_forward(&mut fch, &ln2, w("fcw")?, Some(w("fcb")?), n, c, 4 * c);
         let mut fchg = z(n * 4 * c);
         cpu::gelu_forward(&mut fchg, &fch);
         let mut fcproj = z(n * c);
-        cpu::matmul_forward(&mut fcproj, &fchg, w("fcprojw")?, Some(w("fcprojb")?), n, 4 * c, c);
+        cpu::matmul_forward(
+            &mut fcproj,
+            &fchg,
+            w("fcprojw")?,
+            Some(w("fcprojb")?),
+            n,
+            4 * c,
+            c,
+        );
         let mut out = z(n * c);
         cpu::residual_forward(&mut out, &x2, &fcproj);
         resid.push(out);
-        saved.push(Saved { ln1, m1, r1, qkv, atty, att, x2, ln2, m2, r2, fch, fchg });
+        saved.push(Saved {
+            ln1,
+            m1,
+            r1,
+            qkv,
+            atty,
+            att,
+            x2,
+            ln2,
+            m2,
+            r2,
+            fch,
+            fchg,
+        });
     }
     let xl = &resid[cfg.layers];
     let (mut lnf, mut mf, mut rf) = (z(n * c), z(n), z(n));
@@ -73,7 +121,17 @@ pub fn forward_backward(
     let gsum = grads;
     let mut dx = z(n * c);
     let mut dln = z(n * c);
-    cpu::matmul_backward(&mut dln, layout.slice_mut(gsum, "headw")?, None, &dlogits, &lnf, p("headw")?, n, c, v);
+    cpu::matmul_backward(
+        &mut dln,
+        layout.slice_mut(gsum, "headw")?,
+        None,
+        &dlogits,
+        &lnf,
+        p("headw")?,
+        n,
+        c,
+        v,
+    );
     {
         let (dw, db) = two(layout, gsum, "lnfw", "lnfb")?;
         cpu::layernorm_backward(&mut dx, dw, db, &dln, xl, p("lnfw")?, &mf, &rf, n, c);
@@ -85,13 +143,33 @@ pub fn forward_backward(
         let mut dfchg = z(n * 4 * c);
         {
             let (dw, db) = two(layout, gsum, &nm("fcprojw"), &nm("fcprojb"))?;
-            cpu::matmul_backward(&mut dfchg, dw, Some(db), &dx, &s.fchg, w("fcprojw")?, n, 4 * c, c);
+            cpu::matmul_backward(
+                &mut dfchg,
+                dw,
+                Some(db),
+                &dx,
+                &s.fchg,
+                w("fcprojw")?,
+                n,
+                4 * c,
+                c,
+            );
         }
         let mut dfch = z(n * 4 * c);
         cpu::gelu_backward(&mut dfch, &s.fch, &dfchg);
         {
             let (dw, db) = two(layout, gsum, &nm("fcw"), &nm("fcb"))?;
-            cpu::matmul_backward(&mut dln, dw, Some(db), &dfch, &s.ln2, w("fcw")?, n, c, 4 * c);
+            cpu::matmul_backward(
+                &mut dln,
+                dw,
+                Some(db),
+                &dfch,
+                &s.ln2,
+                w("fcw")?,
+                n,
+                c,
+                4 * c,
+            );
         }
         {
             let (dw, db) = two(layout, gsum, &nm("ln2w"), &nm("ln2b"))?;
@@ -100,17 +178,48 @@ pub fn forward_backward(
         let mut datty = z(n * c);
         {
             let (dw, db) = two(layout, gsum, &nm("attprojw"), &nm("attprojb"))?;
-            cpu::matmul_backward(&mut datty, dw, Some(db), &dx, &s.atty, w("attprojw")?, n, c, c);
+            cpu::matmul_backward(
+                &mut datty,
+                dw,
+                Some(db),
+                &dx,
+                &s.atty,
+                w("attprojw")?,
+                n,
+                c,
+                c,
+            );
         }
         let mut dqkv = z(n * 3 * c);
         cpu::attention_backward(&mut dqkv, &datty, &s.qkv, &s.att, b, t, c, nh);
         {
             let (dw, db) = two(layout, gsum, &nm("qkvw"), &nm("qkvb"))?;
-            cpu::matmul_backward(&mut dln, dw, Some(db), &dqkv, &s.ln1, w("qkvw")?, n, c, 3 * c);
+            cpu::matmul_backward(
+                &mut dln,
+                dw,
+                Some(db),
+                &dqkv,
+                &s.ln1,
+                w("qkvw")?,
+                n,
+                c,
+                3 * c,
+            );
         }
         {
             let (dw, db) = two(layout, gsum, &nm("ln1w"), &nm("ln1b"))?;
-            cpu::layernorm_backward(&mut dx, dw, db, &dln, &resid[l], w("ln1w")?, &s.m1, &s.r1, n, c);
+            cpu::layernorm_backward(
+                &mut dx,
+                dw,
+                db,
+                &dln,
+                &resid[l],
+                w("ln1w")?,
+                &s.m1,
+                &s.r1,
+                n,
+                c,
+            );
         }
     }
     {
@@ -121,9 +230,17 @@ pub fn forward_backward(
 }
 
 /// Two disjoint mutable tensor slices of one flat buffer.
-fn two<'a>(layout: &Layout, flat: &'a mut [f32], a: &str, b: &str) -> Result<(&'a mut [f32], &'a mut [f32])> {
+fn two<'a>(
+    layout: &Layout,
+    flat: &'a mut [f32],
+    a: &str,
+    b: &str,
+) -> Result<(&'a mut [f32], &'a mut [f32])> {
     let (ta, tb) = (layout.get(a)?.clone(), layout.get(b)?.clone());
-    assert!(ta.offset + ta.len <= tb.offset || tb.offset + tb.len <= ta.offset, "overlapping tensors");
+    assert!(
+        ta.offset + ta.len <= tb.offset || tb.offset + tb.len <= ta.offset,
+        "overlapping tensors"
+    );
     if ta.offset < tb.offset {
         let (lo, hi) = flat.split_at_mut(tb.offset);
         Ok((&mut lo[ta.offset..ta.offset + ta.len], &mut hi[..tb.len]))

@@ -14,7 +14,9 @@ use std::ops::Range;
 use super::{Block, GptConfig, Micro};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
-use crate::kernels::{attention as ka, elementwise as ke, encoder as kenc, loss as kl, matmul as km, norm as kn, Op};
+use crate::kernels::{
+    attention as ka, elementwise as ke, encoder as kenc, loss as kl, matmul as km, norm as kn, Op,
+};
 use crate::params::Buffers;
 
 /// Activations a transformer layer saves for its backward pass. Shapes for n = B·T rows.
@@ -48,11 +50,11 @@ struct HeadActs {
 /// Gradient scratch shared by all layers of the range (activation gradients are assigned, so
 /// one set serves every layer in turn).
 struct Scratch {
-    dln: View,      // [n, C]
-    dqkv: View,     // [n, 3C]
-    datty: View,    // [n, C]
-    datt: View,     // [B, NH, T, T]
-    dfch: View,     // [n, 4C]
+    dln: View,       // [n, C]
+    dqkv: View,      // [n, 3C]
+    datty: View,     // [n, C]
+    datt: View,      // [B, NH, T, T]
+    dfch: View,      // [n, 4C]
     dfch_gelu: View, // [n, 4C]
 }
 
@@ -84,7 +86,13 @@ pub struct GpuModel {
 impl GpuModel {
     /// Allocates `blocks` (contiguous, in order) on `gpu` for microbatches of shape `micro`.
     /// `dloss` is the weight of each token's loss in the objective (e.g. 1 / tokens per step).
-    pub fn new(gpu: &Gpu, cfg: GptConfig, blocks: &[Block], micro: Micro, dloss: f32) -> Result<GpuModel> {
+    pub fn new(
+        gpu: &Gpu,
+        cfg: GptConfig,
+        blocks: &[Block],
+        micro: Micro,
+        dloss: f32,
+    ) -> Result<GpuModel> {
         let buffers = Buffers::new(gpu, &cfg.layout(blocks));
         GpuModel::with_buffers(gpu, cfg, blocks, micro, dloss, buffers)
     }
@@ -103,33 +111,48 @@ impl GpuModel {
         micro.validate(&cfg)?;
         check_contiguous(&cfg, blocks)?;
         if buffers.layout.tensors != cfg.layout(blocks).tensors {
-            return Err(Error::Config("parameter buffers do not match the block range".into()));
+            return Err(Error::Config(
+                "parameter buffers do not match the block range".into(),
+            ));
         }
         let (n, c, v) = (micro.tokens(), cfg.channels, cfg.vocab);
         let att_len = micro.b * cfg.heads * micro.t * micro.t;
         let buf = |name: &str, len: usize| gpu.buffer(name, len);
-        let layer_ids: Vec<usize> =
-            blocks.iter().filter_map(|b| if let Block::Layer(l) = b { Some(*l) } else { None }).collect();
-        let resid = (0..=layer_ids.len()).map(|k| buf(&format!("resid{k}"), n * c)).collect();
+        let layer_ids: Vec<usize> = blocks
+            .iter()
+            .filter_map(|b| {
+                if let Block::Layer(l) = b {
+                    Some(*l)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let resid = (0..=layer_ids.len())
+            .map(|k| buf(&format!("resid{k}"), n * c))
+            .collect();
         let layers = layer_ids
             .iter()
             .map(|&l| {
-                (l, LayerActs {
-                    ln1: buf("ln1", n * c),
-                    ln1_mean: buf("ln1.mean", n),
-                    ln1_rstd: buf("ln1.rstd", n),
-                    qkv: buf("qkv", n * 3 * c),
-                    atty: buf("atty", n * c),
-                    att: buf("att", att_len),
-                    attproj: buf("attproj", n * c),
-                    x2: buf("x2", n * c),
-                    ln2: buf("ln2", n * c),
-                    ln2_mean: buf("ln2.mean", n),
-                    ln2_rstd: buf("ln2.rstd", n),
-                    fch: buf("fch", n * 4 * c),
-                    fch_gelu: buf("fch_gelu", n * 4 * c),
-                    fcproj: buf("fcproj", n * c),
-                })
+                (
+                    l,
+                    LayerActs {
+                        ln1: buf("ln1", n * c),
+                        ln1_mean: buf("ln1.mean", n),
+                        ln1_rstd: buf("ln1.rstd", n),
+                        qkv: buf("qkv", n * 3 * c),
+                        atty: buf("atty", n * c),
+                        att: buf("att", att_len),
+                        attproj: buf("attproj", n * c),
+                        x2: buf("x2", n * c),
+                        ln2: buf("ln2", n * c),
+                        ln2_mean: buf("ln2.mean", n),
+                        ln2_rstd: buf("ln2.rstd", n),
+                        fch: buf("fch", n * 4 * c),
+                        fch_gelu: buf("fch_gelu", n * 4 * c),
+                        fcproj: buf("fcproj", n * c),
+                    },
+                )
             })
             .collect();
         let head = blocks.contains(&Block::Head).then(|| HeadActs {
@@ -184,13 +207,19 @@ impl GpuModel {
 
     /// Per-token losses of the last forward pass (head ranges only).
     pub fn losses(&self) -> Result<Vec<f32>> {
-        let h = self.head.as_ref().ok_or_else(|| Error::Config("this block range has no head".into()))?;
+        let h = self
+            .head
+            .as_ref()
+            .ok_or_else(|| Error::Config("this block range has no head".into()))?;
         self.gpu.download(&h.losses)
     }
 
     /// Logits [B·T, V] of the last forward pass (head ranges only).
     pub fn logits(&self) -> Result<Vec<f32>> {
-        let h = self.head.as_ref().ok_or_else(|| Error::Config("this block range has no head".into()))?;
+        let h = self
+            .head
+            .as_ref()
+            .ok_or_else(|| Error::Config("this block range has no head".into()))?;
         self.gpu.download(&h.logits)
     }
 
@@ -207,31 +236,126 @@ impl GpuModel {
         let mut ops = Vec::new();
         let mut ranges = Vec::new();
         if self.blocks[0] == Block::Embedding {
-            ops.extend(kenc::encoder_forward(g, &self.resid[0], &self.tokens, &p("wte")?, &p("wpe")?, b, t, c)?);
+            ops.extend(kenc::encoder_forward(
+                g,
+                &self.resid[0],
+                &self.tokens,
+                &p("wte")?,
+                &p("wpe")?,
+                b,
+                t,
+                c,
+            )?);
             ranges.push((Block::Embedding, 0..ops.len()));
         }
         for (k, (l, a)) in self.layers.iter().enumerate() {
             let start = ops.len();
             let w = |x: &str| p(&format!("h{l}.{x}"));
             let (x, out) = (&self.resid[k], &self.resid[k + 1]);
-            ops.extend(kn::layernorm_forward(g, &a.ln1, &a.ln1_mean, &a.ln1_rstd, x, &w("ln1w")?, &w("ln1b")?, n, c)?);
-            ops.extend(km::matmul_forward(g, &a.qkv, &a.ln1, &w("qkvw")?, Some(&w("qkvb")?), n, c, 3 * c)?);
-            ops.extend(ka::attention_forward(g, &a.atty, &a.att, &a.qkv, b, t, c, nh)?);
-            ops.extend(km::matmul_forward(g, &a.attproj, &a.atty, &w("attprojw")?, Some(&w("attprojb")?), n, c, c)?);
+            ops.extend(kn::layernorm_forward(
+                g,
+                &a.ln1,
+                &a.ln1_mean,
+                &a.ln1_rstd,
+                x,
+                &w("ln1w")?,
+                &w("ln1b")?,
+                n,
+                c,
+            )?);
+            ops.extend(km::matmul_forward(
+                g,
+                &a.qkv,
+                &a.ln1,
+                &w("qkvw")?,
+                Some(&w("qkvb")?),
+                n,
+                c,
+                3 * c,
+            )?);
+            ops.extend(ka::attention_forward(
+                g, &a.atty, &a.att, &a.qkv, b, t, c, nh,
+            )?);
+            ops.extend(km::matmul_forward(
+                g,
+                &a.attproj,
+                &a.atty,
+                &w("attprojw")?,
+                Some(&w("attprojb")?),
+                n,
+                c,
+                c,
+            )?);
             ops.push(ke::residual_forward(g, &a.x2, x, &a.attproj, n * c)?);
-            ops.extend(kn::layernorm_forward(g, &a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.x2, &w("ln2w")?, &w("ln2b")?, n, c)?);
-            ops.extend(km::matmul_forward(g, &a.fch, &a.ln2, &w("fcw")?, Some(&w("fcb")?), n, c, 4 * c)?);
+            ops.extend(kn::layernorm_forward(
+                g,
+                &a.ln2,
+                &a.ln2_mean,
+                &a.ln2_rstd,
+                &a.x2,
+                &w("ln2w")?,
+                &w("ln2b")?,
+                n,
+                c,
+            )?);
+            ops.extend(km::matmul_forward(
+                g,
+                &a.fch,
+                &a.ln2,
+                &w("fcw")?,
+                Some(&w("fcb")?),
+                n,
+                c,
+                4 * c,
+            )?);
             ops.push(ke::gelu_forward(g, &a.fch_gelu, &a.fch, n * 4 * c)?);
-            ops.extend(km::matmul_forward(g, &a.fcproj, &a.fch_gelu, &w("fcprojw")?, Some(&w("fcprojb")?), n, 4 * c, c)?);
+            ops.extend(km::matmul_forward(
+                g,
+                &a.fcproj,
+                &a.fch_gelu,
+                &w("fcprojw")?,
+                Some(&w("fcprojb")?),
+                n,
+                4 * c,
+                c,
+            )?);
             ops.push(ke::residual_forward(g, out, &a.x2, &a.fcproj, n * c)?);
             ranges.push((Block::Layer(*l), start..ops.len()));
         }
         if let Some(h) = &self.head {
             let start = ops.len();
             let x = self.output();
-            ops.extend(kn::layernorm_forward(g, &h.lnf, &h.lnf_mean, &h.lnf_rstd, x, &p("lnfw")?, &p("lnfb")?, n, c)?);
-            ops.extend(km::matmul_forward(g, &h.logits, &h.lnf, &p("headw")?, None, n, c, v)?);
-            ops.extend(kl::crossentropy_forward_backward(g, &h.losses, &h.dlogits, &h.logits, &self.targets, n, v, dloss)?);
+            ops.extend(kn::layernorm_forward(
+                g,
+                &h.lnf,
+                &h.lnf_mean,
+                &h.lnf_rstd,
+                x,
+                &p("lnfw")?,
+                &p("lnfb")?,
+                n,
+                c,
+            )?);
+            ops.extend(km::matmul_forward(
+                g,
+                &h.logits,
+                &h.lnf,
+                &p("headw")?,
+                None,
+                n,
+                c,
+                v,
+            )?);
+            ops.extend(kl::crossentropy_forward_backward(
+                g,
+                &h.losses,
+                &h.dlogits,
+                &h.logits,
+                &self.targets,
+                n,
+                v,
+                dloss,
+            )?);
             ranges.push((Block::Head, start..ops.len()));
         }
         Ok((ops, ranges))
@@ -248,9 +372,32 @@ impl GpuModel {
         let mut ranges = Vec::new();
         if let Some(h) = &self.head {
             ops.push(ke::fill(g, dx, 0.0)?);
-            ops.extend(km::matmul_backward(g, &s.dln, &d("headw")?, None, &h.dlogits, &h.lnf, &p("headw")?, n, c, v)?);
+            ops.extend(km::matmul_backward(
+                g,
+                &s.dln,
+                &d("headw")?,
+                None,
+                &h.dlogits,
+                &h.lnf,
+                &p("headw")?,
+                n,
+                c,
+                v,
+            )?);
             let x = self.output();
-            ops.extend(kn::layernorm_backward(g, dx, &d("lnfw")?, &d("lnfb")?, &s.dln, x, &p("lnfw")?, &h.lnf_mean, &h.lnf_rstd, n, c)?);
+            ops.extend(kn::layernorm_backward(
+                g,
+                dx,
+                &d("lnfw")?,
+                &d("lnfb")?,
+                &s.dln,
+                x,
+                &p("lnfw")?,
+                &h.lnf_mean,
+                &h.lnf_rstd,
+                n,
+                c,
+            )?);
             ranges.push((Block::Head, 0..ops.len()));
         }
         for (k, (l, a)) in self.layers.iter().enumerate().rev() {
@@ -259,20 +406,106 @@ impl GpuModel {
             let dw = |x: &str| d(&format!("h{l}.{x}"));
             let x = &self.resid[k];
             // dx holds ∂L/∂out = ∂L/∂fcproj = ∂L/∂x2 (through the residual)
-            ops.extend(km::matmul_backward(g, &s.dfch_gelu, &dw("fcprojw")?, Some(&dw("fcprojb")?), dx, &a.fch_gelu, &w("fcprojw")?, n, 4 * c, c)?);
-            ops.push(ke::gelu_backward(g, &s.dfch, &a.fch, &s.dfch_gelu, n * 4 * c)?);
-            ops.extend(km::matmul_backward(g, &s.dln, &dw("fcw")?, Some(&dw("fcb")?), &s.dfch, &a.ln2, &w("fcw")?, n, c, 4 * c)?);
-            ops.extend(kn::layernorm_backward(g, dx, &dw("ln2w")?, &dw("ln2b")?, &s.dln, &a.x2, &w("ln2w")?, &a.ln2_mean, &a.ln2_rstd, n, c)?);
+            ops.extend(km::matmul_backward(
+                g,
+                &s.dfch_gelu,
+                &dw("fcprojw")?,
+                Some(&dw("fcprojb")?),
+                dx,
+                &a.fch_gelu,
+                &w("fcprojw")?,
+                n,
+                4 * c,
+                c,
+            )?);
+            ops.push(ke::gelu_backward(
+                g,
+                &s.dfch,
+                &a.fch,
+                &s.dfch_gelu,
+                n * 4 * c,
+            )?);
+            ops.extend(km::matmul_backward(
+                g,
+                &s.dln,
+                &dw("fcw")?,
+                Some(&dw("fcb")?),
+                &s.dfch,
+                &a.ln2,
+                &w("fcw")?,
+                n,
+                c,
+                4 * c,
+            )?);
+            ops.extend(kn::layernorm_backward(
+                g,
+                dx,
+                &dw("ln2w")?,
+                &dw("ln2b")?,
+                &s.dln,
+                &a.x2,
+                &w("ln2w")?,
+                &a.ln2_mean,
+                &a.ln2_rstd,
+                n,
+                c,
+            )?);
             // dx now holds ∂L/∂x2 = ∂L/∂attproj
-            ops.extend(km::matmul_backward(g, &s.datty, &dw("attprojw")?, Some(&dw("attprojb")?), dx, &a.atty, &w("attprojw")?, n, c, c)?);
-            ops.extend(ka::attention_backward(g, &s.dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, c, nh)?);
-            ops.extend(km::matmul_backward(g, &s.dln, &dw("qkvw")?, Some(&dw("qkvb")?), &s.dqkv, &a.ln1, &w("qkvw")?, n, c, 3 * c)?);
-            ops.extend(kn::layernorm_backward(g, dx, &dw("ln1w")?, &dw("ln1b")?, &s.dln, x, &w("ln1w")?, &a.ln1_mean, &a.ln1_rstd, n, c)?);
+            ops.extend(km::matmul_backward(
+                g,
+                &s.datty,
+                &dw("attprojw")?,
+                Some(&dw("attprojb")?),
+                dx,
+                &a.atty,
+                &w("attprojw")?,
+                n,
+                c,
+                c,
+            )?);
+            ops.extend(ka::attention_backward(
+                g, &s.dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, c, nh,
+            )?);
+            ops.extend(km::matmul_backward(
+                g,
+                &s.dln,
+                &dw("qkvw")?,
+                Some(&dw("qkvb")?),
+                &s.dqkv,
+                &a.ln1,
+                &w("qkvw")?,
+                n,
+                c,
+                3 * c,
+            )?);
+            ops.extend(kn::layernorm_backward(
+                g,
+                dx,
+                &dw("ln1w")?,
+                &dw("ln1b")?,
+                &s.dln,
+                x,
+                &w("ln1w")?,
+                &a.ln1_mean,
+                &a.ln1_rstd,
+                n,
+                c,
+            )?);
             ranges.push((Block::Layer(*l), start..ops.len()));
         }
         if self.blocks[0] == Block::Embedding {
             let start = ops.len();
-            ops.extend(kenc::encoder_backward(g, &d("wte")?, &d("wpe")?, dx, &self.tokens, b, t, c, v)?);
+            ops.extend(kenc::encoder_backward(
+                g,
+                &d("wte")?,
+                &d("wpe")?,
+                dx,
+                &self.tokens,
+                b,
+                t,
+                c,
+                v,
+            )?);
             ranges.push((Block::Embedding, start..ops.len()));
         }
         Ok((ops, ranges))
@@ -285,6 +518,8 @@ pub fn check_contiguous(cfg: &GptConfig, blocks: &[Block]) -> Result<()> {
     let start = blocks.first().and_then(|b| all.iter().position(|x| x == b));
     match start {
         Some(s) if all.get(s..s + blocks.len()) == Some(blocks) => Ok(()),
-        _ => Err(Error::Config(format!("blocks {blocks:?} are not a contiguous range of the model"))),
+        _ => Err(Error::Config(format!(
+            "blocks {blocks:?} are not a contiguous range of the model"
+        ))),
     }
 }

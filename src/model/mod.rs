@@ -35,7 +35,13 @@ pub struct GptConfig {
 
 impl Default for GptConfig {
     fn default() -> Self {
-        GptConfig { vocab: 256, ctx: 64, channels: 128, heads: 4, layers: 4 }
+        GptConfig {
+            vocab: 256,
+            ctx: 64,
+            channels: 128,
+            heads: 4,
+            layers: 4,
+        }
     }
 }
 
@@ -44,7 +50,9 @@ impl GptConfig {
     pub fn validate(&self) -> Result<()> {
         let c = self;
         if c.vocab == 0 || c.ctx == 0 || c.channels == 0 || c.heads == 0 || c.layers == 0 {
-            return Err(Error::Config(format!("every GPT dimension must be positive: {c:?}")));
+            return Err(Error::Config(format!(
+                "every GPT dimension must be positive: {c:?}"
+            )));
         }
         if !c.channels.is_multiple_of(c.heads) {
             return Err(Error::Config(format!(
@@ -80,12 +88,18 @@ impl GptConfig {
     /// Every tensor name of the whole model in block order: the canonical order in which
     /// per-tensor reductions are combined, whatever the layout.
     pub fn canonical_names(&self) -> Vec<String> {
-        self.specs(&self.blocks()).into_iter().map(|s| s.name).collect()
+        self.specs(&self.blocks())
+            .into_iter()
+            .map(|s| s.name)
+            .collect()
     }
 
     /// Parameter count of the whole model.
     pub fn param_count(&self) -> usize {
-        self.specs(&self.blocks()).iter().map(|s| s.shape.iter().product::<usize>()).sum()
+        self.specs(&self.blocks())
+            .iter()
+            .map(|s| s.shape.iter().product::<usize>())
+            .sum()
     }
 
     /// GPT-2 initialisation of `layout`'s tensors into a host flat vector: matrices N(0, 0.02),
@@ -116,7 +130,9 @@ impl GptConfig {
 
 /// FNV-1a of a tensor name: the per-tensor seed offset.
 fn name_hash(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// One unit of the model a stage can own.
@@ -130,7 +146,11 @@ pub enum Block {
 impl Block {
     fn specs(&self, cfg: &GptConfig) -> Vec<Spec> {
         let c = cfg.channels;
-        let s = |name: String, shape: &[usize], decay: bool| Spec { name, shape: shape.to_vec(), decay };
+        let s = |name: String, shape: &[usize], decay: bool| Spec {
+            name,
+            shape: shape.to_vec(),
+            decay,
+        };
         match *self {
             Block::Embedding => vec![
                 s("wte".into(), &[cfg.vocab, c], true),
@@ -175,7 +195,9 @@ impl Micro {
     }
     pub fn validate(&self, cfg: &GptConfig) -> Result<()> {
         if self.b == 0 || self.t == 0 {
-            return Err(Error::Config("microbatch size and sequence length must be positive".into()));
+            return Err(Error::Config(
+                "microbatch size and sequence length must be positive".into(),
+            ));
         }
         if self.t > cfg.ctx {
             return Err(Error::Config(format!(

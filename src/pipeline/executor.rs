@@ -45,7 +45,12 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { channel_bound: 2, serial: false, recv_timeout: Duration::from_secs(120), fault: None }
+        Options {
+            channel_bound: 2,
+            serial: false,
+            recv_timeout: Duration::from_secs(120),
+            fault: None,
+        }
     }
 }
 
@@ -116,10 +121,20 @@ type Key = (usize, usize, Flow); // (from device, to device, flow)
 impl Pipeline {
     /// Places `schedule.stages()` stages of `cfg.model` on `gpus` (one per schedule device),
     /// initialised exactly like one device with `cfg.seed`. `cfg.grad_accum` must equal m.
-    pub fn new(gpus: &[Gpu], cfg: TrainConfig, schedule: Schedule, balance: &Balance, opts: Options) -> Result<Pipeline> {
+    pub fn new(
+        gpus: &[Gpu],
+        cfg: TrainConfig,
+        schedule: Schedule,
+        balance: &Balance,
+        opts: Options,
+    ) -> Result<Pipeline> {
         cfg.validate()?;
         if gpus.len() != schedule.p {
-            return Err(Error::Config(format!("schedule for {} devices but {} devices given", schedule.p, gpus.len())));
+            return Err(Error::Config(format!(
+                "schedule for {} devices but {} devices given",
+                schedule.p,
+                gpus.len()
+            )));
         }
         if cfg.grad_accum != schedule.m {
             return Err(Error::Config(format!(
@@ -147,14 +162,39 @@ impl Pipeline {
                 let buffers = Buffers::new(gpu, &layout);
                 gpu.upload(&buffers.params, &cfg.model.init(&layout, cfg.seed))?;
                 let slots = (0..slots[d][k].max(1))
-                    .map(|_| GpuModel::with_buffers(gpu, cfg.model, blocks, cfg.micro, dloss, buffers.clone()))
+                    .map(|_| {
+                        GpuModel::with_buffers(
+                            gpu,
+                            cfg.model,
+                            blocks,
+                            cfg.micro,
+                            dloss,
+                            buffers.clone(),
+                        )
+                    })
                     .collect::<Result<Vec<_>>>()?;
                 let optim = Optimizer::new(gpu, &buffers)?;
-                chunks.push(Chunk { stage, slots, optim, held: HashMap::new(), peak: 0 });
+                chunks.push(Chunk {
+                    stage,
+                    slots,
+                    optim,
+                    held: HashMap::new(),
+                    peak: 0,
+                });
             }
-            devices.push(Device { gpu: gpu.clone(), chunks });
+            devices.push(Device {
+                gpu: gpu.clone(),
+                chunks,
+            });
         }
-        Ok(Pipeline { canonical: cfg.model.canonical_names(), cfg, schedule, stages, devices, opts })
+        Ok(Pipeline {
+            canonical: cfg.model.canonical_names(),
+            cfg,
+            schedule,
+            stages,
+            devices,
+            opts,
+        })
     }
 
     /// Activation slots allocated per stage (the schedule's peak).
@@ -171,7 +211,11 @@ impl Pipeline {
     /// One optimizer step over `batches` (m microbatches), step index `s`.
     pub fn step(&mut self, batches: &[(Vec<u32>, Vec<u32>)], s: usize) -> Result<StepReport> {
         if batches.len() != self.schedule.m {
-            return Err(Error::Config(format!("step needs {} microbatches, got {}", self.schedule.m, batches.len())));
+            return Err(Error::Config(format!(
+                "step needs {} microbatches, got {}",
+                self.schedule.m,
+                batches.len()
+            )));
         }
         for d in &self.devices {
             for c in &d.chunks {
@@ -181,43 +225,53 @@ impl Pipeline {
         let (senders, receivers) = self.channels();
         let serial = Mutex::new(());
         let t0 = Instant::now();
-        let results: Vec<std::result::Result<(Vec<Event>, f64), WorkerFailure>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = self
-                .devices
-                .iter_mut()
-                .enumerate()
-                .map(|(d, dev)| {
-                    let my_tx: HashMap<Key, Sender<Payload>> =
-                        senders.iter().filter(|(k, _)| k.0 == d).map(|(k, v)| (*k, v.clone())).collect();
-                    let my_rx: HashMap<Key, Receiver<Payload>> =
-                        receivers.iter().filter(|(k, _)| k.1 == d).map(|(k, v)| (*k, v.clone())).collect();
-                    let w = Worker {
-                        d,
-                        step: s,
-                        schedule: &self.schedule,
-                        batches,
-                        opts: &self.opts,
-                        serial: &serial,
-                        t0,
-                        tx: my_tx,
-                        rx: my_rx,
-                        local: HashMap::new(),
-                    };
-                    scope.spawn(move || w.run(dev))
-                })
-                .collect();
-            drop(senders);
-            drop(receivers);
-            handles
-                .into_iter()
-                .enumerate()
-                .map(|(d, h)| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(WorkerFailure { primary: true, error: worker_error(d, 0, "?", s, "worker thread panicked".into()) })
+        let results: Vec<std::result::Result<(Vec<Event>, f64), WorkerFailure>> =
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = self
+                    .devices
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(d, dev)| {
+                        let my_tx: HashMap<Key, Sender<Payload>> = senders
+                            .iter()
+                            .filter(|(k, _)| k.0 == d)
+                            .map(|(k, v)| (*k, v.clone()))
+                            .collect();
+                        let my_rx: HashMap<Key, Receiver<Payload>> = receivers
+                            .iter()
+                            .filter(|(k, _)| k.1 == d)
+                            .map(|(k, v)| (*k, v.clone()))
+                            .collect();
+                        let w = Worker {
+                            d,
+                            step: s,
+                            schedule: &self.schedule,
+                            batches,
+                            opts: &self.opts,
+                            serial: &serial,
+                            t0,
+                            tx: my_tx,
+                            rx: my_rx,
+                            local: HashMap::new(),
+                        };
+                        scope.spawn(move || w.run(dev))
                     })
-                })
-                .collect()
-        });
+                    .collect();
+                drop(senders);
+                drop(receivers);
+                handles
+                    .into_iter()
+                    .enumerate()
+                    .map(|(d, h)| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(WorkerFailure {
+                                primary: true,
+                                error: worker_error(d, 0, "?", s, "worker thread panicked".into()),
+                            })
+                        })
+                    })
+                    .collect()
+            });
         let wall = t0.elapsed().as_secs_f64();
         let mut events = Vec::new();
         let mut loss = 0.0f64;
@@ -261,7 +315,12 @@ impl Pipeline {
             grad_norm: norm_sq.sqrt(),
             lr: h.lr,
         };
-        Ok(StepReport { stats, events, wall, peak_held })
+        Ok(StepReport {
+            stats,
+            events,
+            wall,
+            peak_held,
+        })
     }
 
     /// The full model's flat parameters (one-device layout), gathered from every stage.
@@ -273,7 +332,8 @@ impl Pipeline {
                 let b = &c.slots[0].buffers;
                 let part: Vec<f32> = d.gpu.download(&b.params)?;
                 for t in &b.layout.tensors {
-                    full.slice_mut(&mut flat, &t.name)?.copy_from_slice(&part[t.offset..t.offset + t.len]);
+                    full.slice_mut(&mut flat, &t.name)?
+                        .copy_from_slice(&part[t.offset..t.offset + t.len]);
                 }
             }
         }
@@ -286,7 +346,12 @@ impl Pipeline {
     }
 
     /// One bounded channel per (from, to, flow) that the schedule uses between distinct devices.
-    fn channels(&self) -> (HashMap<Key, Sender<Payload>>, HashMap<Key, Receiver<Payload>>) {
+    fn channels(
+        &self,
+    ) -> (
+        HashMap<Key, Sender<Payload>>,
+        HashMap<Key, Receiver<Payload>>,
+    ) {
         let (mut tx, mut rx) = (HashMap::new(), HashMap::new());
         for (d, list) in self.schedule.actions.iter().enumerate() {
             for a in list {
@@ -332,7 +397,13 @@ struct WorkerFailure {
 }
 
 fn worker_error(device: usize, stage: usize, action: &str, step: usize, msg: String) -> Error {
-    Error::Worker { device, stage, action: action.to_string(), step, msg }
+    Error::Worker {
+        device,
+        stage,
+        action: action.to_string(),
+        step,
+        msg,
+    }
 }
 
 /// The state one device thread works with during one step.
@@ -362,7 +433,13 @@ impl Worker<'_> {
                 primary,
                 error: worker_error(d, stage, &label, step, msg),
             };
-            if self.opts.fault == Some(Fault { device: self.d, action: i, step: self.step }) {
+            if self.opts.fault
+                == Some(Fault {
+                    device: self.d,
+                    action: i,
+                    step: self.step,
+                })
+            {
                 return Err(fail(true, "injected fault".into()));
             }
             match self.action(dev, a, stage, &label) {
@@ -377,27 +454,57 @@ impl Worker<'_> {
     }
 
     /// Runs one action. Errors carry `primary = false` when caused by a peer's disappearance.
-    fn action(&mut self, dev: &mut Device, a: &Action, stage: usize, label: &str) -> std::result::Result<(Event, f64), (bool, Error)> {
+    fn action(
+        &mut self,
+        dev: &mut Device,
+        a: &Action,
+        stage: usize,
+        label: &str,
+    ) -> std::result::Result<(Event, f64), (bool, Error)> {
         let sched = self.schedule;
         let last = stage + 1 == sched.stages();
         let input = match sched.input(self.d, a) {
-            Some(m) if m.from == self.d => Some(self.local.remove(&(m.micro, m.flow)).ok_or_else(|| {
-                (true, Error::Config(format!("local hand-off for microbatch {} missing", m.micro)))
-            })?),
+            Some(m) if m.from == self.d => {
+                Some(self.local.remove(&(m.micro, m.flow)).ok_or_else(|| {
+                    (
+                        true,
+                        Error::Config(format!("local hand-off for microbatch {} missing", m.micro)),
+                    )
+                })?)
+            }
             Some(m) => {
-                let rx = self.rx.get(&(m.from, m.to, m.flow)).ok_or((true, Error::Config("no channel".into())))?;
+                let rx = self
+                    .rx
+                    .get(&(m.from, m.to, m.flow))
+                    .ok_or((true, Error::Config("no channel".into())))?;
                 let (micro, src, data) = rx.recv_timeout(self.opts.recv_timeout).map_err(|e| {
                     let primary = matches!(e, crossbeam_channel::RecvTimeoutError::Timeout);
-                    (primary, Error::Device(format!("waiting for {:?} of microbatch {} from device {}: {e}", m.flow, m.micro, m.from)))
+                    (
+                        primary,
+                        Error::Device(format!(
+                            "waiting for {:?} of microbatch {} from device {}: {e}",
+                            m.flow, m.micro, m.from
+                        )),
+                    )
                 })?;
                 if micro != m.micro || src != m.stage {
-                    return Err((true, Error::Config(format!("expected microbatch {} from stage {}, got {micro} from {src}", m.micro, m.stage))));
+                    return Err((
+                        true,
+                        Error::Config(format!(
+                            "expected microbatch {} from stage {}, got {micro} from {src}",
+                            m.micro, m.stage
+                        )),
+                    ));
                 }
                 Some(data)
             }
             None => None,
         };
-        let guard = if self.opts.serial { Some(self.serial.lock().unwrap_or_else(|e| e.into_inner())) } else { None };
+        let guard = if self.opts.serial {
+            Some(self.serial.lock().unwrap_or_else(|e| e.into_inner()))
+        } else {
+            None
+        };
         let start = self.t0.elapsed().as_secs_f64();
         let chunk = &mut dev.chunks[a.chunk];
         let gpu = &dev.gpu;
@@ -407,9 +514,17 @@ impl Worker<'_> {
         let mut out = None;
         match a.kind {
             Kind::F => {
-                let slot = (0..chunk.slots.len()).find(|s| !chunk.held.values().any(|h| h == s)).ok_or_else(|| {
-                    (true, Error::Config(format!("stage {stage}: no free activation slot for microbatch {}", a.micro)))
-                })?;
+                let slot = (0..chunk.slots.len())
+                    .find(|s| !chunk.held.values().any(|h| h == s))
+                    .ok_or_else(|| {
+                        (
+                            true,
+                            Error::Config(format!(
+                                "stage {stage}: no free activation slot for microbatch {}",
+                                a.micro
+                            )),
+                        )
+                    })?;
                 chunk.held.insert(a.micro, slot);
                 chunk.peak = chunk.peak.max(chunk.held.len());
                 let m = &chunk.slots[slot];
@@ -430,7 +545,13 @@ impl Worker<'_> {
             }
             Kind::B | Kind::W => {
                 let slot = *chunk.held.get(&a.micro).ok_or_else(|| {
-                    (true, Error::Config(format!("stage {stage}: backward of microbatch {} before its forward", a.micro)))
+                    (
+                        true,
+                        Error::Config(format!(
+                            "stage {stage}: backward of microbatch {} before its forward",
+                            a.micro
+                        )),
+                    )
                 })?;
                 let m = &chunk.slots[slot];
                 if let Some(g) = input {
@@ -452,15 +573,34 @@ impl Worker<'_> {
             if msg.to == self.d {
                 self.local.insert((msg.micro, msg.flow), data);
             } else {
-                let tx = self.tx.get(&(msg.from, msg.to, msg.flow)).ok_or((true, Error::Config("no channel".into())))?;
+                let tx = self
+                    .tx
+                    .get(&(msg.from, msg.to, msg.flow))
+                    .ok_or((true, Error::Config("no channel".into())))?;
                 tx.send((a.micro, stage, data)).map_err(|_| {
-                    (false, Error::Device(format!("device {} stopped before receiving microbatch {}", msg.to, a.micro)))
+                    (
+                        false,
+                        Error::Device(format!(
+                            "device {} stopped before receiving microbatch {}",
+                            msg.to, a.micro
+                        )),
+                    )
                 })?;
             }
             send_time = ts.elapsed().as_secs_f64();
         }
         let end = self.t0.elapsed().as_secs_f64();
-        let ev = Event { device: self.d, stage, label: label.to_string(), action: *a, start, end, compute, bytes_out, send_time };
+        let ev = Event {
+            device: self.d,
+            stage,
+            label: label.to_string(),
+            action: *a,
+            start,
+            end,
+            compute,
+            bytes_out,
+            send_time,
+        };
         Ok((ev, loss))
     }
 }
@@ -479,7 +619,11 @@ pub fn describe_stages(cfg: &GptConfig, stages: &[Vec<Block>]) -> Vec<String> {
                     Block::Head => "head".to_string(),
                 })
                 .collect();
-            format!("stage {i}: {} ({} params)", names.join(" "), cfg.layout(b).count())
+            format!(
+                "stage {i}: {} ({} params)",
+                names.join(" "),
+                cfg.layout(b).count()
+            )
         })
         .collect()
 }
@@ -491,5 +635,8 @@ pub fn micro_of(global_batch: usize, m: usize, t: usize) -> Result<Micro> {
             "{m} microbatches do not divide the global batch of {global_batch} sequences"
         )));
     }
-    Ok(Micro { b: global_batch / m, t })
+    Ok(Micro {
+        b: global_batch / m,
+        t,
+    })
 }

@@ -25,7 +25,9 @@ pub enum Balance {
 pub fn partition(weights: &[f64], k: usize) -> Result<Vec<Range<usize>>> {
     let n = weights.len();
     if k == 0 {
-        return Err(Error::Config("the number of stages must be at least 1".into()));
+        return Err(Error::Config(
+            "the number of stages must be at least 1".into(),
+        ));
     }
     if k > n {
         return Err(Error::Config(format!(
@@ -33,9 +35,16 @@ pub fn partition(weights: &[f64], k: usize) -> Result<Vec<Range<usize>>> {
         )));
     }
     if weights.iter().any(|w| !w.is_finite() || *w < 0.0) {
-        return Err(Error::Config("block weights must be finite and non-negative".into()));
+        return Err(Error::Config(
+            "block weights must be finite and non-negative".into(),
+        ));
     }
-    let prefix: Vec<f64> = std::iter::once(0.0).chain(weights.iter().scan(0.0, |s, w| { *s += w; Some(*s) })).collect();
+    let prefix: Vec<f64> = std::iter::once(0.0)
+        .chain(weights.iter().scan(0.0, |s, w| {
+            *s += w;
+            Some(*s)
+        }))
+        .collect();
     let sum = |a: usize, b: usize| prefix[b] - prefix[a];
     // best[j][i]: smallest max-sum splitting the first i blocks into j groups; cut[j][i]: last cut
     let mut best = vec![vec![f64::INFINITY; n + 1]; k + 1];
@@ -68,19 +77,34 @@ pub fn stage_blocks(cfg: &GptConfig, stages: usize, balance: &Balance) -> Result
     cfg.validate()?;
     let blocks = cfg.blocks();
     let weights: Vec<f64> = match balance {
-        Balance::Params => blocks.iter().map(|b| cfg.layout(&[*b]).count() as f64).collect(),
+        Balance::Params => blocks
+            .iter()
+            .map(|b| cfg.layout(&[*b]).count() as f64)
+            .collect(),
         Balance::Time(t) if t.len() == blocks.len() => t.clone(),
         Balance::Time(t) => {
-            return Err(Error::Config(format!("{} block times for {} blocks", t.len(), blocks.len())))
+            return Err(Error::Config(format!(
+                "{} block times for {} blocks",
+                t.len(),
+                blocks.len()
+            )))
         }
     };
-    Ok(partition(&weights, stages)?.into_iter().map(|r| blocks[r].to_vec()).collect())
+    Ok(partition(&weights, stages)?
+        .into_iter()
+        .map(|r| blocks[r].to_vec())
+        .collect())
 }
 
 /// Measures forward + backward time of every block of `cfg` for microbatches of shape `micro`
 /// on `gpu` (median of `reps` timed runs per block, after one warm-up step): the weights for
 /// [`Balance::Time`].
-pub fn measure_block_times(gpu: &crate::gpu::Gpu, cfg: &GptConfig, micro: crate::model::Micro, reps: usize) -> Result<Vec<f64>> {
+pub fn measure_block_times(
+    gpu: &crate::gpu::Gpu,
+    cfg: &GptConfig,
+    micro: crate::model::Micro,
+    reps: usize,
+) -> Result<Vec<f64>> {
     use crate::model::gpu_model::GpuModel;
     let m = GpuModel::new(gpu, *cfg, &cfg.blocks(), micro, 1.0 / micro.tokens() as f32)?;
     m.set_params(&cfg.init(&m.buffers.layout, 0))?;
@@ -89,12 +113,19 @@ pub fn measure_block_times(gpu: &crate::gpu::Gpu, cfg: &GptConfig, micro: crate:
     gpu.sync()?;
     let mut out = Vec::with_capacity(cfg.blocks().len());
     for block in cfg.blocks() {
-        let range_of = |list: &[(Block, Range<usize>)]| list.iter().find(|(b, _)| *b == block).map(|(_, r)| r.clone());
+        let range_of = |list: &[(Block, Range<usize>)]| {
+            list.iter()
+                .find(|(b, _)| *b == block)
+                .map(|(_, r)| r.clone())
+        };
         let (Some(f), Some(b)) = (range_of(&m.forward_blocks), range_of(&m.backward_blocks)) else {
             return Err(Error::Config(format!("block {block:?} has no ops")));
         };
         let mut t: Vec<f64> = (0..reps.max(1))
-            .map(|_| Ok(gpu.run_timed(&m.forward[f.clone()])?.as_secs_f64() + gpu.run_timed(&m.backward[b.clone()])?.as_secs_f64()))
+            .map(|_| {
+                Ok(gpu.run_timed(&m.forward[f.clone()])?.as_secs_f64()
+                    + gpu.run_timed(&m.backward[b.clone()])?.as_secs_f64())
+            })
             .collect::<Result<_>>()?;
         t.sort_by(f64::total_cmp);
         out.push(t[t.len() / 2]);

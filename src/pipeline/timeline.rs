@@ -53,7 +53,9 @@ pub fn theory(s: &Schedule) -> f64 {
 }
 
 fn find<'a>(r: &'a StepReport, device: usize, a: &Action) -> Option<&'a super::executor::Event> {
-    r.events.iter().find(|e| e.device == device && e.action == *a)
+    r.events
+        .iter()
+        .find(|e| e.device == device && e.action == *a)
 }
 
 /// The device-clock replay of a measured step over `link`.
@@ -61,13 +63,21 @@ pub fn device_clock(s: &Schedule, r: &StepReport, link: &Link) -> Result<Replay>
     for (d, list) in s.actions.iter().enumerate() {
         for a in list {
             if find(r, d, a).is_none() {
-                return Err(Error::Config(format!("no measurement for {}", s.label(d, a))));
+                return Err(Error::Config(format!(
+                    "no measurement for {}",
+                    s.label(d, a)
+                )));
             }
         }
     }
     let cost = |d: usize, a: &Action| find(r, d, a).map_or(0.0, |e| e.compute);
     // bytes sent after an action do not depend on the device: any event of that action
-    let bytes = |a: &Action| r.events.iter().find(|e| e.action == *a).map_or(0, |e| e.bytes_out);
+    let bytes = |a: &Action| {
+        r.events
+            .iter()
+            .find(|e| e.action == *a)
+            .map_or(0, |e| e.bytes_out)
+    };
     replay(s, &cost, link, &bytes)
 }
 
@@ -78,7 +88,11 @@ pub fn summarize(s: &Schedule, r: &StepReport, link: &Link, tokens: usize) -> Re
     for e in &r.events {
         wall_busy[e.device] += e.end - e.start;
     }
-    let first = r.events.iter().map(|e| e.start).fold(f64::INFINITY, f64::min);
+    let first = r
+        .events
+        .iter()
+        .map(|e| e.start)
+        .fold(f64::INFINITY, f64::min);
     let last = r.events.iter().map(|e| e.end).fold(0.0, f64::max);
     let wall_step = (last - first).max(1e-12);
     let wall_bubble = 1.0 - wall_busy.iter().sum::<f64>() / (s.p as f64 * wall_step);
@@ -107,7 +121,10 @@ pub fn chrome_trace(s: &Schedule, r: &StepReport, link: &Link) -> Result<serde_j
     let dev = device_clock(s, r, link)?;
     let us = |t: f64| t * 1e6;
     let mut ev = Vec::new();
-    for (pid, name) in [(0, format!("device clock ({})", link.name)), (1, "wall clock".to_string())] {
+    for (pid, name) in [
+        (0, format!("device clock ({})", link.name)),
+        (1, "wall clock".to_string()),
+    ] {
         ev.push(json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}));
         for d in 0..s.p {
             ev.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": d, "args": {"name": format!("device {d}")}}));

@@ -1,0 +1,351 @@
+//! The headline: how the pipeline bubble shrinks as the microbatch count grows, measured on two
+//! clocks beside the theory, for every schedule.
+//!
+//! `cargo run --release --example pipeline` — 4 stages as virtual devices on the first adapter.
+//! Writes `bubble_vs_m.svg`, one Chrome trace per schedule and `pipeline.json` to `--out`.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use triaxis::cpu::AdamW;
+use triaxis::data::{AdditionSpec, Batcher, Corpus};
+use triaxis::gpu::{self, AdapterChoice, Gpu};
+use triaxis::model::{GptConfig, Micro};
+use triaxis::pipeline::executor::{describe_stages, Options, Pipeline};
+use triaxis::pipeline::partition::{measure_block_times, Balance};
+use triaxis::pipeline::timeline::{chrome_trace, summarize, Summary};
+use triaxis::pipeline::{Link, Schedule, ScheduleKind};
+use triaxis::plot::{write_svg, Chart, Series};
+use triaxis::train::TrainConfig;
+
+#[derive(Parser, Debug)]
+#[command(about = "Measure the pipeline bubble against the microbatch count, beside the theory")]
+struct Args {
+    /// Pipeline stages (devices).
+    #[arg(long, default_value_t = 4)]
+    stages: usize,
+    /// Schedules: comma list of gpipe, 1f1b, interleaved, zb-h1, or "all".
+    #[arg(long, default_value = "all")]
+    schedule: String,
+    /// Microbatch counts to sweep (comma list).
+    #[arg(long, default_value = "1,2,4,8,16,32,64")]
+    microbatches: String,
+    /// Model chunks per device for the interleaved schedule.
+    #[arg(long, default_value_t = 2)]
+    chunks: usize,
+    #[arg(long, default_value_t = 8)]
+    layers: usize,
+    #[arg(long, default_value_t = 64)]
+    channels: usize,
+    #[arg(long, default_value_t = 4)]
+    heads: usize,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = 32)]
+    seq: usize,
+    /// Sequences per microbatch.
+    #[arg(long, default_value_t = 4)]
+    micro_batch: usize,
+    /// Stage balance: params or time (measured per block).
+    #[arg(long, default_value = "time")]
+    balance: String,
+    /// Devices: "virtual" (stages as virtual devices on one adapter) or "all" (one stage per
+    /// adapter found, any backend mix; needs at least --stages adapters).
+    #[arg(long, default_value = "virtual")]
+    devices: String,
+    #[arg(long)]
+    backend: Option<String>,
+    #[arg(long)]
+    adapter: Option<usize>,
+    /// Link model for the device clock: nvlink, pcie, ethernet, ideal, measured (host staging).
+    #[arg(long, default_value = "nvlink")]
+    link: String,
+    /// Run devices one at a time (clean device durations; the wall clock then shows no overlap).
+    #[arg(long)]
+    serial: bool,
+    /// Measured steps per point (after one warm-up step); the median is reported.
+    #[arg(long, default_value_t = 1)]
+    steps: usize,
+    #[arg(long, default_value = "runs/pipeline")]
+    out: PathBuf,
+}
+
+fn main() {
+    if let Err(e) = run(Args::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn open_devices(a: &Args) -> anyhow::Result<Vec<Gpu>> {
+    let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?;
+    match a.devices.as_str() {
+        "virtual" => Ok(Gpu::open_virtual(&choice, a.stages)?),
+        "all" => {
+            let found = gpu::list_adapters(choice.backends);
+            if found.len() < a.stages {
+                anyhow::bail!(
+                    "--devices all found {} adapter(s) for {} stages",
+                    found.len(),
+                    a.stages
+                );
+            }
+            (0..a.stages)
+                .map(|i| {
+                    Ok(Gpu::open(&AdapterChoice {
+                        backends: choice.backends,
+                        software: false,
+                        index: Some(i),
+                    })?)
+                })
+                .collect()
+        }
+        other => anyhow::bail!("--devices must be virtual or all, not {other:?}"),
+    }
+}
+
+fn parse_schedules(s: &str) -> anyhow::Result<Vec<ScheduleKind>> {
+    if s == "all" {
+        return Ok(vec![
+            ScheduleKind::GPipe,
+            ScheduleKind::OneFOneB,
+            ScheduleKind::Interleaved,
+            ScheduleKind::ZeroBubbleH1,
+        ]);
+    }
+    Ok(s.split(',')
+        .map(|x| x.trim().parse::<ScheduleKind>())
+        .collect::<triaxis::Result<_>>()?)
+}
+
+fn run(a: Args) -> anyhow::Result<()> {
+    let kinds = parse_schedules(&a.schedule)?;
+    let ms: Vec<usize> = a
+        .microbatches
+        .split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<usize>()
+                .map_err(|_| anyhow::anyhow!("bad microbatch count {x:?}"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    if ms.is_empty() || ms.contains(&0) {
+        anyhow::bail!("microbatch counts must be positive");
+    }
+    let corpus = Corpus::addition(AdditionSpec {
+        digits: 3,
+        train_problems: 4000,
+        val_problems: 10,
+        seed: 5,
+        reverse: true,
+    })?;
+    let model = GptConfig {
+        vocab: corpus.vocab.size(),
+        ctx: a.seq,
+        channels: a.channels,
+        heads: a.heads,
+        layers: a.layers,
+    };
+    model.validate()?;
+    let micro = Micro {
+        b: a.micro_batch,
+        t: a.seq,
+    };
+    micro.validate(&model)?;
+    let gpus = open_devices(&a)?;
+    let mut link = Link::by_name(&a.link)?;
+    println!(
+        "adapter  {} ({} stage devices: {})",
+        gpus[0].adapter_name(),
+        gpus.len(),
+        a.devices
+    );
+    println!(
+        "model    {model:?}, {} parameters; microbatch {} × {} tokens",
+        model.param_count(),
+        micro.b,
+        micro.t
+    );
+    let balance = match a.balance.as_str() {
+        "params" => Balance::Params,
+        "time" => Balance::Time(measure_block_times(&gpus[0], &model, micro, 5)?),
+        other => anyhow::bail!("--balance must be params or time, not {other:?}"),
+    };
+    if a.link == "measured" {
+        link = measure_link(&gpus[0], micro.tokens() * model.channels)?;
+    }
+    println!(
+        "link     {} ({:.1} GB/s, {:.1} µs) for the device clock",
+        link.name,
+        link.bandwidth_bytes_per_s / 1e9,
+        link.latency_s * 1e6
+    );
+    std::fs::create_dir_all(&a.out)?;
+    let total: usize = kinds
+        .iter()
+        .map(|k| ms.iter().filter(|&&m| applicable(*k, a.stages, m)).count())
+        .sum();
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]",
+    )?);
+    let mut rows: Vec<Summary> = Vec::new();
+    let mut batcher = Batcher::new(1);
+    for &kind in &kinds {
+        let v = if kind == ScheduleKind::Interleaved {
+            a.chunks
+        } else {
+            1
+        };
+        say(
+            &bar,
+            format!("\n{} (p = {}, v = {v})", kind.name(), a.stages),
+        );
+        say(
+            &bar,
+            format!(
+                "{:>4} {:>8} {:>10} {:>10} {:>11} {:>11} {:>12} {:>8}",
+                "m",
+                "theory",
+                "device clk",
+                "wall clk",
+                "step (dev)",
+                "step (wall)",
+                "tokens/s dev",
+                "peak act"
+            ),
+        );
+        for &m in ms.iter().filter(|&&m| applicable(kind, a.stages, m)) {
+            bar.set_message(format!("{} m={m}", kind.name()));
+            let sched = Schedule::new(kind, a.stages, m, v)?;
+            let cfg = TrainConfig {
+                model,
+                micro,
+                grad_accum: m,
+                steps: a.steps + 1,
+                adam: AdamW::default(),
+                warmup: 1,
+                min_lr_frac: 1.0,
+                seed: 1,
+            };
+            let opts = Options {
+                serial: a.serial,
+                ..Default::default()
+            };
+            let mut pipe = Pipeline::new(&gpus, cfg, sched.clone(), &balance, opts)?;
+            if m == ms[0] {
+                for line in describe_stages(&model, &pipe.stages) {
+                    say(&bar, format!("     {line}"));
+                }
+            }
+            let mut measured = Vec::new();
+            for s in 0..=a.steps {
+                let batches = (0..m)
+                    .map(|_| batcher.next(&corpus.train, micro))
+                    .collect::<triaxis::Result<Vec<_>>>()?;
+                let r = pipe.step(&batches, s)?;
+                if s > 0 {
+                    measured.push(r);
+                }
+            }
+            measured.sort_by(|x, y| x.wall.total_cmp(&y.wall));
+            let r = &measured[measured.len() / 2];
+            let sum = summarize(&sched, r, &link, m * micro.tokens())?;
+            if m == 8 || (m == *ms.last().unwrap_or(&m) && !ms.contains(&8)) {
+                let trace = chrome_trace(&sched, r, &link)?;
+                std::fs::write(
+                    a.out.join(format!("trace_{}.json", kind.name())),
+                    serde_json::to_string(&trace)?,
+                )?;
+            }
+            say(
+                &bar,
+                format!(
+                    "{:>4} {:>7.1}% {:>9.1}% {:>9.1}% {:>9.1}ms {:>9.1}ms {:>12.0} {:>8}",
+                    m,
+                    100.0 * sum.theory,
+                    100.0 * sum.device_bubble,
+                    100.0 * sum.wall_bubble,
+                    1e3 * sum.device_step,
+                    1e3 * sum.wall_step,
+                    sum.tokens_per_s_device,
+                    sum.peak_held.iter().max().copied().unwrap_or(0)
+                ),
+            );
+            rows.push(sum);
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    write_outputs(&a, &kinds, &rows)?;
+    Ok(())
+}
+
+/// Interleaving needs m to be a multiple of p.
+fn applicable(kind: ScheduleKind, p: usize, m: usize) -> bool {
+    kind != ScheduleKind::Interleaved || m % p == 0
+}
+
+/// Host staging speed: one download + upload of an activation-sized buffer.
+fn measure_link(g: &Gpu, floats: usize) -> anyhow::Result<Link> {
+    let buf = g.buffer("probe", floats);
+    let data = vec![1.0f32; floats];
+    let mut times = Vec::new();
+    for _ in 0..7 {
+        let t = std::time::Instant::now();
+        g.upload(&buf, &data)?;
+        let _: Vec<f32> = g.download(&buf)?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    let t = times[times.len() / 2];
+    Ok(Link::measured((floats * 4) as f64 / t, 0.0))
+}
+
+fn write_outputs(a: &Args, kinds: &[ScheduleKind], rows: &[Summary]) -> anyhow::Result<()> {
+    let mut series = Vec::new();
+    for k in kinds {
+        let mine: Vec<&Summary> = rows.iter().filter(|r| r.schedule == k.name()).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        series.push(Series {
+            name: format!("{} theory", k.name()),
+            points: mine.iter().map(|r| (r.m as f64, r.theory)).collect(),
+            dashed: true,
+        });
+        series.push(Series {
+            name: format!("{} device clock", k.name()),
+            points: mine.iter().map(|r| (r.m as f64, r.device_bubble)).collect(),
+            dashed: false,
+        });
+    }
+    let title = format!("pipeline bubble vs microbatches (p = {})", a.stages);
+    let chart = Chart {
+        title: &title,
+        x_label: "microbatches m",
+        y_label: "bubble",
+        log_x: true,
+        y_percent: true,
+        series: &series,
+    };
+    let svg = a.out.join("bubble_vs_m.svg");
+    write_svg(&svg, &chart)?;
+    let json = a.out.join("pipeline.json");
+    std::fs::write(&json, serde_json::to_string_pretty(rows)?)?;
+    println!(
+        "\nwrote {}, {} and trace_<schedule>.json (open in https://ui.perfetto.dev)",
+        svg.display(),
+        json.display()
+    );
+    Ok(())
+}
+
+/// Prints above the progress bar, or plainly when the bar is hidden (output not a terminal).
+fn say(bar: &ProgressBar, line: String) {
+    if bar.is_hidden() {
+        println!("{line}");
+    } else {
+        bar.println(line);
+    }
+}
