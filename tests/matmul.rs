@@ -232,3 +232,27 @@ fn auto_matches_explicit_kernels() {
         "Auto matches neither kernel"
     );
 }
+
+/// Operands beyond the texture size limit: the texture kernel refuses with an error, the default
+/// falls back to the buffer kernel.
+#[test]
+fn texture_limit_falls_back() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(16);
+    let (n, c, oc) = (g.limits.max_texture_dimension_2d as usize + 1, 4, 128);
+    assert!(2 * n * c * oc >= k::TEXTURE_MIN_FLOPS);
+    let (x, w) = (rand(&mut rng, n * c), rand(&mut rng, oc * c));
+    let (xb, wb, out) = (buf(&g, &x), buf(&g, &w), poisoned(&g, n * oc));
+    let tex = k::matmul_forward_with(&g, Kernel::Texture, &out, &xb, &wb, None, n, c, oc);
+    assert!(tex.is_err());
+    g.run(&k::matmul_forward(&g, &out, &xb, &wb, None, n, c, oc).unwrap())
+        .unwrap();
+    let mut want = vec![0.0; n * oc];
+    cpu::matmul_forward(&mut want, &x, &w, None, n, c, oc);
+    check(
+        &format!("matmul_forward Auto n={n} (past the texture limit)"),
+        &g.download::<f32>(&out).unwrap(),
+        &want,
+        TOL,
+    );
+}
