@@ -22,9 +22,11 @@
 //!
 //! [`Kernel::Auto`] takes the texture kernel for products of at least [`TEXTURE_MIN_FLOPS`] on
 //! CPU adapters under Vulkan (lavapipe), when the operands fit the texture size limit, and the
-//! buffer kernel everywhere else (on GL llvmpipe the texture kernel measured no faster).
+//! buffer kernel everywhere else (on GL llvmpipe, where wgpu bounds-checks every texel fetch,
+//! the texture path measured no faster).
 //! Scratch buffers and textures are allocated when the ops are built and refilled every time
 //! they run.
+//!
 //! Any shape works: edge tiles clamp or pad their loads and skip the store outside C. Each
 //! output sums its products in k order starting from the bias (as the CPU twin does), and the
 //! bias gradient sums rows in order: results are bit-identical run to run.
@@ -49,7 +51,7 @@ const BIAS: u32 = 2;
 /// Which kernel computes the products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
-    /// Texture kernel for large products on CPU adapters, buffer kernel otherwise.
+    /// Texture kernel for large products on lavapipe, buffer kernel otherwise.
     Auto,
     Buffer,
     /// Fails with `Error::Config` if an operand exceeds the adapter's texture size limit.
@@ -166,7 +168,7 @@ fn product(
     let texture = match kernel {
         Kernel::Buffer => false,
         Kernel::Texture => true,
-        // Measured faster only on lavapipe (Vulkan); GL llvmpipe clamps every texel fetch.
+        // Measured faster only on lavapipe (Vulkan); wgpu bounds-checks every texel fetch on GL.
         Kernel::Auto => {
             g.info.device_type == wgpu::DeviceType::Cpu
                 && g.info.backend == wgpu::Backend::Vulkan
