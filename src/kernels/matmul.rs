@@ -1,7 +1,7 @@
 //! Matmul family (shaders/matmul.wgsl): the linear layer's forward product and both backward
 //! products, plus the bias gradient. Twins: `cpu::{matmul_forward, matmul_backward}`.
 //!
-//! Every product is C[M,N] (= or +=) A·B with A, B row-major or transposed:
+//! Every product is `C[M,N] (= or +=) A·B` with A, B row-major or transposed:
 //!
 //! ```text
 //!   forward   out[n,oc]     = inp[n,c]    · weight[oc,c]ᵀ + bias   buffer kernel matmul_nt
@@ -202,7 +202,7 @@ fn check_dims(n: usize, c: usize, oc: usize) -> Result<()> {
     Ok(())
 }
 
-/// out[n,oc] = inp[n,c] · weight[oc,c]ᵀ + bias[oc]   (twin: `cpu::matmul_forward`)
+/// `out[n,oc] = inp[n,c] · weight[oc,c]ᵀ + bias[oc]`   (twin: `cpu::matmul_forward`)
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_forward(
     g: &Gpu,
@@ -244,8 +244,8 @@ pub fn matmul_forward_with(
     Ok(ops)
 }
 
-/// dinp[n,c] = dout·weight (assigned);  dweight[oc,c] += doutᵀ·inp (accumulated);
-/// dbias[oc] += Σ_rows dout (accumulated, rows in order).   (twin: `cpu::matmul_backward`)
+/// `dinp[n,c] = dout·weight` (assigned);  `dweight[oc,c] += doutᵀ·inp` (accumulated);
+/// `dbias[oc] += Σ_rows dout` (accumulated, rows in order).   (twin: `cpu::matmul_backward`)
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_backward(
     g: &Gpu,
