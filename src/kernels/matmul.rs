@@ -17,13 +17,12 @@
 //!   by a `matmul_pad` op.
 //! - **texture**: both operands are packed (`matmul_pack`/`matmul_pack4`, transposing as needed)
 //!   into rgba32float textures, then one 16×16-tiled kernel (`matmul_tex`) runs. On lavapipe,
-//!   where a texel fetch is a vector gather, the kernel runs about twice as fast as the buffer
-//!   kernel and the whole product (packs included, two more dispatches) about 1.3–1.5× as fast.
+//!   where a texel fetch is a vector gather, the kernel alone runs about twice as fast as the
+//!   buffer kernel, and the whole product (packs included, two more dispatches) 1.1–1.5× as
+//!   fast from 256³ to 768³; on GL llvmpipe it gains less.
 //!
-//! [`Kernel::Auto`] takes the texture kernel for products of at least [`TEXTURE_MIN_FLOPS`] on
-//! CPU adapters under Vulkan (lavapipe), when the operands fit the texture size limit, and the
-//! buffer kernel everywhere else (on GL llvmpipe, where wgpu bounds-checks every texel fetch,
-//! the texture path measured no faster).
+//! [`Kernel::Auto`] takes the texture kernel on CPU adapters for products of at least
+//! [`texture_min_flops`] that fit the texture size limit, and the buffer kernel everywhere else.
 //! Scratch buffers and textures are allocated when the ops are built and refilled every time
 //! they run.
 //!
@@ -42,16 +41,29 @@ const S: &str = "matmul";
 const BUF_TILE: (usize, usize) = (8, 16);
 /// Invocations per workgroup along each axis (`@workgroup_size(8, 8)`).
 const WG_SIDE: usize = 8;
-/// Smallest product (2·M·N·K) for which [`Kernel::Auto`] packs into textures.
-pub const TEXTURE_MIN_FLOPS: usize = 1 << 23;
 
 const ACCUMULATE: u32 = 1;
 const BIAS: u32 = 2;
 
+/// Smallest product (2·M·N·K) for which [`Kernel::Auto`] packs into textures on `g`, or `None`
+/// where it never does (not a CPU adapter). Measured on Mesa, with the packs included: the
+/// texture path wins from about 160³ on lavapipe, and only from about 400³ on GL llvmpipe,
+/// where wgpu bounds-checks every texel fetch.
+pub fn texture_min_flops(g: &Gpu) -> Option<usize> {
+    if g.info.device_type != wgpu::DeviceType::Cpu {
+        return None;
+    }
+    Some(if g.info.backend == wgpu::Backend::Gl {
+        1 << 27
+    } else {
+        1 << 23
+    })
+}
+
 /// Which kernel computes the products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
-    /// Texture kernel for large products on lavapipe, buffer kernel otherwise.
+    /// Texture kernel for large products on CPU adapters, buffer kernel otherwise.
     Auto,
     Buffer,
     /// Fails with `Error::Config` if an operand exceeds the adapter's texture size limit.
@@ -168,11 +180,8 @@ fn product(
     let texture = match kernel {
         Kernel::Buffer => false,
         Kernel::Texture => true,
-        // Measured faster only on lavapipe (Vulkan); wgpu bounds-checks every texel fetch on GL.
         Kernel::Auto => {
-            g.info.device_type == wgpu::DeviceType::Cpu
-                && g.info.backend == wgpu::Backend::Vulkan
-                && 2 * m * n * k >= TEXTURE_MIN_FLOPS
+            texture_min_flops(g).is_some_and(|min| 2 * m * n * k >= min)
                 && texture::fits(g, m, n, k)
         }
     };
