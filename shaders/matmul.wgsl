@@ -1,1 +1,418 @@
-// placeholder: filled in by the matmul kernel family
+// Matmul family: C[M,N] (= or +=) Σ_k A(m,k)·B(k,n) (+ bias[n]), register-tiled, for the three
+// products of a linear layer (all matrices row-major):
+//
+//   matmul_nt   C = A[M,K] · B[N,K]ᵀ    forward   out      = inp · weightᵀ + bias
+//   matmul_nn   C = A[M,K] · B[K,N]     backward  dinp     = dout · weight
+//   matmul_tn   C = A[K,M]ᵀ · B[K,N]    backward  dweight += doutᵀ · inp
+//
+// Each invocation owns an 8×16 tile of C in 32 vec4 registers c{i}_{J} = C[m0+i, n0+4J .. +3];
+// a workgroup of 8×8 invocations covers 64×128 of C. Operands are read as vec4 along their
+// contiguous axis (the host pads a matrix whose row length is not a multiple of 4 into a
+// zero-filled copy with `matmul_pad`). One k-step of 4 loads 4×4 blocks and does 128 chained
+// fma, in the same form for every layout:
+//
+//              n0 ......... n0+15
+//            ┌─────┬─────┬─────┬─────┐    B{J} = mat4x4: column c = B(k+c, n0+4J .. n0+4J+3)
+//     m0+i → │ c_0 │ c_1 │ c_2 │ c_3 │    α_i  = vec4:   A(m0+i, k .. k+3)
+//            └─────┴─────┴─────┴─────┘    c{i}_{J} = mac(c{i}_{J}, α_i, B{J})
+//      (8 rows)                               = c + α.x·B[0] + α.y·B[1] + α.z·B[2] + α.w·B[3]
+//
+// Loads cost most on CPU adapters (a storage load with a per-lane address is a loop over the
+// lanes), so the tile is large, every loop body is unrolled by hand, and edge tiles clamp their
+// row/column indices into range instead of branching in the k loop; the store skips elements
+// outside C (unrolled, the k loop runs ~6× faster on lavapipe than with loops over arrays).
+// Every element sums its products in k order, so results are deterministic. After the three
+// buffer kernels come the texture path that large products take on lavapipe (matmul_pack,
+// matmul_pack4, matmul_tex), then matmul_pad and matmul_bias_backward.
+
+struct Dims {
+    m: u32,     // rows of C
+    n: u32,     // columns of C (= its row stride)
+    k: u32,     // reduction length
+    sa: u32,    // A row stride in vec4s
+    sb: u32,    // B row stride in vec4s
+    flags: u32, // ACCUMULATE | BIAS
+    _p0: u32,
+    _p1: u32,
+}
+@group(0) @binding(0) var<uniform> d: Dims;
+@group(0) @binding(1) var<storage, read_write> c_out: array<f32>;
+@group(0) @binding(2) var<storage, read> av: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> bv: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> bias: array<f32>;
+
+const ACCUMULATE: u32 = 1u; // C += A·B (else C = A·B)
+const BIAS: u32 = 2u;       // start every row of C at bias[n]
+
+// c + a.x·b[0] + a.y·b[1] + a.z·b[2] + a.w·b[3], one fma chain.
+fn mac(c: vec4<f32>, a: vec4<f32>, b: mat4x4<f32>) -> vec4<f32> {
+    return fma(vec4<f32>(a.w), b[3], fma(vec4<f32>(a.z), b[2], fma(vec4<f32>(a.y), b[1], fma(vec4<f32>(a.x), b[0], c))));
+}
+
+// Index r clamped into [0, rows): edge tiles read valid data and discard it at the store.
+fn row(r: u32, rows: u32) -> u32 {
+    return min(r, rows - 1u);
+}
+
+// vec4 index of column n in a row of s4 vec4s, clamped into the row.
+fn col4(n: u32, s4: u32) -> u32 {
+    return min(n / 4u, s4 - 1u);
+}
+
+// bias[n .. n+3] (clamped) when BIAS is set, else zero: the start value of a tile row, as the
+// CPU twin starts its sums at the bias.
+fn bias4(n: u32) -> vec4<f32> {
+    if ((d.flags & BIAS) == 0u) { return vec4<f32>(0.0); }
+    return vec4<f32>(bias[row(n, d.n)], bias[row(n + 1u, d.n)], bias[row(n + 2u, d.n)], bias[row(n + 3u, d.n)]);
+}
+
+// Writes C[m, n .. n+3] from v, skipping elements outside C; adds the old value if ACCUMULATE.
+fn store4(m: u32, n: u32, v: vec4<f32>) {
+    if (m >= d.m) { return; }
+    for (var j = 0u; j < 4u; j++) {
+        let col = n + j;
+        if (col >= d.n) { return; }
+        let i = m * d.n + col;
+        var x = v[j];
+        if ((d.flags & ACCUMULATE) != 0u) { x += c_out[i]; }
+        c_out[i] = x;
+    }
+}
+
+// ---- matmul_nt(c, a, b, bias): A[M,K], B[N,K], both padded along K (sa = sb = ⌈K/4⌉) ----
+@compute @workgroup_size(8, 8)
+fn matmul_nt(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let m0 = gid.y * 8u;
+    let n0 = gid.x * 16u;
+    if (m0 >= d.m || n0 >= d.n) { return; }
+    let z0 = bias4(n0 + 0u);
+    let z1 = bias4(n0 + 4u);
+    let z2 = bias4(n0 + 8u);
+    let z3 = bias4(n0 + 12u);
+    var c0_0 = z0; var c0_1 = z1; var c0_2 = z2; var c0_3 = z3;
+    var c1_0 = z0; var c1_1 = z1; var c1_2 = z2; var c1_3 = z3;
+    var c2_0 = z0; var c2_1 = z1; var c2_2 = z2; var c2_3 = z3;
+    var c3_0 = z0; var c3_1 = z1; var c3_2 = z2; var c3_3 = z3;
+    var c4_0 = z0; var c4_1 = z1; var c4_2 = z2; var c4_3 = z3;
+    var c5_0 = z0; var c5_1 = z1; var c5_2 = z2; var c5_3 = z3;
+    var c6_0 = z0; var c6_1 = z1; var c6_2 = z2; var c6_3 = z3;
+    var c7_0 = z0; var c7_1 = z1; var c7_2 = z2; var c7_3 = z3;
+    let ra0 = row(m0 + 0u, d.m) * d.sa; let ra1 = row(m0 + 1u, d.m) * d.sa; let ra2 = row(m0 + 2u, d.m) * d.sa; let ra3 = row(m0 + 3u, d.m) * d.sa;
+    let ra4 = row(m0 + 4u, d.m) * d.sa; let ra5 = row(m0 + 5u, d.m) * d.sa; let ra6 = row(m0 + 6u, d.m) * d.sa; let ra7 = row(m0 + 7u, d.m) * d.sa;
+    let rb0 = row(n0 + 0u, d.n) * d.sb; let rb1 = row(n0 + 1u, d.n) * d.sb; let rb2 = row(n0 + 2u, d.n) * d.sb; let rb3 = row(n0 + 3u, d.n) * d.sb;
+    let rb4 = row(n0 + 4u, d.n) * d.sb; let rb5 = row(n0 + 5u, d.n) * d.sb; let rb6 = row(n0 + 6u, d.n) * d.sb; let rb7 = row(n0 + 7u, d.n) * d.sb;
+    let rb8 = row(n0 + 8u, d.n) * d.sb; let rb9 = row(n0 + 9u, d.n) * d.sb; let rb10 = row(n0 + 10u, d.n) * d.sb; let rb11 = row(n0 + 11u, d.n) * d.sb;
+    let rb12 = row(n0 + 12u, d.n) * d.sb; let rb13 = row(n0 + 13u, d.n) * d.sb; let rb14 = row(n0 + 14u, d.n) * d.sb; let rb15 = row(n0 + 15u, d.n) * d.sb;
+    for (var t = 0u; t < d.sa; t++) {
+        // α_i = A(m0+i, 4t .. 4t+3) is a loaded row; B{J} transposes four loaded rows of B.
+        let a0 = av[ra0 + t]; let a1 = av[ra1 + t]; let a2 = av[ra2 + t]; let a3 = av[ra3 + t];
+        let a4 = av[ra4 + t]; let a5 = av[ra5 + t]; let a6 = av[ra6 + t]; let a7 = av[ra7 + t];
+        let B0 = transpose(mat4x4<f32>(bv[rb0 + t], bv[rb1 + t], bv[rb2 + t], bv[rb3 + t]));
+        let B1 = transpose(mat4x4<f32>(bv[rb4 + t], bv[rb5 + t], bv[rb6 + t], bv[rb7 + t]));
+        let B2 = transpose(mat4x4<f32>(bv[rb8 + t], bv[rb9 + t], bv[rb10 + t], bv[rb11 + t]));
+        let B3 = transpose(mat4x4<f32>(bv[rb12 + t], bv[rb13 + t], bv[rb14 + t], bv[rb15 + t]));
+        c0_0 = mac(c0_0, a0, B0); c0_1 = mac(c0_1, a0, B1); c0_2 = mac(c0_2, a0, B2); c0_3 = mac(c0_3, a0, B3);
+        c1_0 = mac(c1_0, a1, B0); c1_1 = mac(c1_1, a1, B1); c1_2 = mac(c1_2, a1, B2); c1_3 = mac(c1_3, a1, B3);
+        c2_0 = mac(c2_0, a2, B0); c2_1 = mac(c2_1, a2, B1); c2_2 = mac(c2_2, a2, B2); c2_3 = mac(c2_3, a2, B3);
+        c3_0 = mac(c3_0, a3, B0); c3_1 = mac(c3_1, a3, B1); c3_2 = mac(c3_2, a3, B2); c3_3 = mac(c3_3, a3, B3);
+        c4_0 = mac(c4_0, a4, B0); c4_1 = mac(c4_1, a4, B1); c4_2 = mac(c4_2, a4, B2); c4_3 = mac(c4_3, a4, B3);
+        c5_0 = mac(c5_0, a5, B0); c5_1 = mac(c5_1, a5, B1); c5_2 = mac(c5_2, a5, B2); c5_3 = mac(c5_3, a5, B3);
+        c6_0 = mac(c6_0, a6, B0); c6_1 = mac(c6_1, a6, B1); c6_2 = mac(c6_2, a6, B2); c6_3 = mac(c6_3, a6, B3);
+        c7_0 = mac(c7_0, a7, B0); c7_1 = mac(c7_1, a7, B1); c7_2 = mac(c7_2, a7, B2); c7_3 = mac(c7_3, a7, B3);
+    }
+    store4(m0 + 0u, n0 + 0u, c0_0); store4(m0 + 0u, n0 + 4u, c0_1); store4(m0 + 0u, n0 + 8u, c0_2); store4(m0 + 0u, n0 + 12u, c0_3);
+    store4(m0 + 1u, n0 + 0u, c1_0); store4(m0 + 1u, n0 + 4u, c1_1); store4(m0 + 1u, n0 + 8u, c1_2); store4(m0 + 1u, n0 + 12u, c1_3);
+    store4(m0 + 2u, n0 + 0u, c2_0); store4(m0 + 2u, n0 + 4u, c2_1); store4(m0 + 2u, n0 + 8u, c2_2); store4(m0 + 2u, n0 + 12u, c2_3);
+    store4(m0 + 3u, n0 + 0u, c3_0); store4(m0 + 3u, n0 + 4u, c3_1); store4(m0 + 3u, n0 + 8u, c3_2); store4(m0 + 3u, n0 + 12u, c3_3);
+    store4(m0 + 4u, n0 + 0u, c4_0); store4(m0 + 4u, n0 + 4u, c4_1); store4(m0 + 4u, n0 + 8u, c4_2); store4(m0 + 4u, n0 + 12u, c4_3);
+    store4(m0 + 5u, n0 + 0u, c5_0); store4(m0 + 5u, n0 + 4u, c5_1); store4(m0 + 5u, n0 + 8u, c5_2); store4(m0 + 5u, n0 + 12u, c5_3);
+    store4(m0 + 6u, n0 + 0u, c6_0); store4(m0 + 6u, n0 + 4u, c6_1); store4(m0 + 6u, n0 + 8u, c6_2); store4(m0 + 6u, n0 + 12u, c6_3);
+    store4(m0 + 7u, n0 + 0u, c7_0); store4(m0 + 7u, n0 + 4u, c7_1); store4(m0 + 7u, n0 + 8u, c7_2); store4(m0 + 7u, n0 + 12u, c7_3);
+}
+
+// ---- matmul_nn(c, a, b, bias): A[M,K] padded along K (sa = ⌈K/4⌉), B[K,N] (sb = ⌈N/4⌉) ----
+@compute @workgroup_size(8, 8)
+fn matmul_nn(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let m0 = gid.y * 8u;
+    let n0 = gid.x * 16u;
+    if (m0 >= d.m || n0 >= d.n) { return; }
+    let z0 = bias4(n0 + 0u);
+    let z1 = bias4(n0 + 4u);
+    let z2 = bias4(n0 + 8u);
+    let z3 = bias4(n0 + 12u);
+    var c0_0 = z0; var c0_1 = z1; var c0_2 = z2; var c0_3 = z3;
+    var c1_0 = z0; var c1_1 = z1; var c1_2 = z2; var c1_3 = z3;
+    var c2_0 = z0; var c2_1 = z1; var c2_2 = z2; var c2_3 = z3;
+    var c3_0 = z0; var c3_1 = z1; var c3_2 = z2; var c3_3 = z3;
+    var c4_0 = z0; var c4_1 = z1; var c4_2 = z2; var c4_3 = z3;
+    var c5_0 = z0; var c5_1 = z1; var c5_2 = z2; var c5_3 = z3;
+    var c6_0 = z0; var c6_1 = z1; var c6_2 = z2; var c6_3 = z3;
+    var c7_0 = z0; var c7_1 = z1; var c7_2 = z2; var c7_3 = z3;
+    let ra0 = row(m0 + 0u, d.m) * d.sa; let ra1 = row(m0 + 1u, d.m) * d.sa; let ra2 = row(m0 + 2u, d.m) * d.sa; let ra3 = row(m0 + 3u, d.m) * d.sa;
+    let ra4 = row(m0 + 4u, d.m) * d.sa; let ra5 = row(m0 + 5u, d.m) * d.sa; let ra6 = row(m0 + 6u, d.m) * d.sa; let ra7 = row(m0 + 7u, d.m) * d.sa;
+    let q0 = col4(n0 + 0u, d.sb); let q1 = col4(n0 + 4u, d.sb); let q2 = col4(n0 + 8u, d.sb); let q3 = col4(n0 + 12u, d.sb);
+    for (var t = 0u; t < d.sa; t++) {
+        let a0 = av[ra0 + t]; let a1 = av[ra1 + t]; let a2 = av[ra2 + t]; let a3 = av[ra3 + t];
+        let a4 = av[ra4 + t]; let a5 = av[ra5 + t]; let a6 = av[ra6 + t]; let a7 = av[ra7 + t];
+        // Rows of B past K are clamped; A is zero there (padding), so they add nothing.
+        let k0 = row(t * 4u + 0u, d.k) * d.sb;
+        let k1 = row(t * 4u + 1u, d.k) * d.sb;
+        let k2 = row(t * 4u + 2u, d.k) * d.sb;
+        let k3 = row(t * 4u + 3u, d.k) * d.sb;
+        let B0 = mat4x4<f32>(bv[k0 + q0], bv[k1 + q0], bv[k2 + q0], bv[k3 + q0]);
+        let B1 = mat4x4<f32>(bv[k0 + q1], bv[k1 + q1], bv[k2 + q1], bv[k3 + q1]);
+        let B2 = mat4x4<f32>(bv[k0 + q2], bv[k1 + q2], bv[k2 + q2], bv[k3 + q2]);
+        let B3 = mat4x4<f32>(bv[k0 + q3], bv[k1 + q3], bv[k2 + q3], bv[k3 + q3]);
+        c0_0 = mac(c0_0, a0, B0); c0_1 = mac(c0_1, a0, B1); c0_2 = mac(c0_2, a0, B2); c0_3 = mac(c0_3, a0, B3);
+        c1_0 = mac(c1_0, a1, B0); c1_1 = mac(c1_1, a1, B1); c1_2 = mac(c1_2, a1, B2); c1_3 = mac(c1_3, a1, B3);
+        c2_0 = mac(c2_0, a2, B0); c2_1 = mac(c2_1, a2, B1); c2_2 = mac(c2_2, a2, B2); c2_3 = mac(c2_3, a2, B3);
+        c3_0 = mac(c3_0, a3, B0); c3_1 = mac(c3_1, a3, B1); c3_2 = mac(c3_2, a3, B2); c3_3 = mac(c3_3, a3, B3);
+        c4_0 = mac(c4_0, a4, B0); c4_1 = mac(c4_1, a4, B1); c4_2 = mac(c4_2, a4, B2); c4_3 = mac(c4_3, a4, B3);
+        c5_0 = mac(c5_0, a5, B0); c5_1 = mac(c5_1, a5, B1); c5_2 = mac(c5_2, a5, B2); c5_3 = mac(c5_3, a5, B3);
+        c6_0 = mac(c6_0, a6, B0); c6_1 = mac(c6_1, a6, B1); c6_2 = mac(c6_2, a6, B2); c6_3 = mac(c6_3, a6, B3);
+        c7_0 = mac(c7_0, a7, B0); c7_1 = mac(c7_1, a7, B1); c7_2 = mac(c7_2, a7, B2); c7_3 = mac(c7_3, a7, B3);
+    }
+    store4(m0 + 0u, n0 + 0u, c0_0); store4(m0 + 0u, n0 + 4u, c0_1); store4(m0 + 0u, n0 + 8u, c0_2); store4(m0 + 0u, n0 + 12u, c0_3);
+    store4(m0 + 1u, n0 + 0u, c1_0); store4(m0 + 1u, n0 + 4u, c1_1); store4(m0 + 1u, n0 + 8u, c1_2); store4(m0 + 1u, n0 + 12u, c1_3);
+    store4(m0 + 2u, n0 + 0u, c2_0); store4(m0 + 2u, n0 + 4u, c2_1); store4(m0 + 2u, n0 + 8u, c2_2); store4(m0 + 2u, n0 + 12u, c2_3);
+    store4(m0 + 3u, n0 + 0u, c3_0); store4(m0 + 3u, n0 + 4u, c3_1); store4(m0 + 3u, n0 + 8u, c3_2); store4(m0 + 3u, n0 + 12u, c3_3);
+    store4(m0 + 4u, n0 + 0u, c4_0); store4(m0 + 4u, n0 + 4u, c4_1); store4(m0 + 4u, n0 + 8u, c4_2); store4(m0 + 4u, n0 + 12u, c4_3);
+    store4(m0 + 5u, n0 + 0u, c5_0); store4(m0 + 5u, n0 + 4u, c5_1); store4(m0 + 5u, n0 + 8u, c5_2); store4(m0 + 5u, n0 + 12u, c5_3);
+    store4(m0 + 6u, n0 + 0u, c6_0); store4(m0 + 6u, n0 + 4u, c6_1); store4(m0 + 6u, n0 + 8u, c6_2); store4(m0 + 6u, n0 + 12u, c6_3);
+    store4(m0 + 7u, n0 + 0u, c7_0); store4(m0 + 7u, n0 + 4u, c7_1); store4(m0 + 7u, n0 + 8u, c7_2); store4(m0 + 7u, n0 + 12u, c7_3);
+}
+
+// ---- matmul_tn(c, a, b, bias): A[K,M] (sa = ⌈M/4⌉), B[K,N] (sb = ⌈N/4⌉), any K ----
+@compute @workgroup_size(8, 8)
+fn matmul_tn(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let m0 = gid.y * 8u;
+    let n0 = gid.x * 16u;
+    if (m0 >= d.m || n0 >= d.n) { return; }
+    let z0 = bias4(n0 + 0u);
+    let z1 = bias4(n0 + 4u);
+    let z2 = bias4(n0 + 8u);
+    let z3 = bias4(n0 + 12u);
+    var c0_0 = z0; var c0_1 = z1; var c0_2 = z2; var c0_3 = z3;
+    var c1_0 = z0; var c1_1 = z1; var c1_2 = z2; var c1_3 = z3;
+    var c2_0 = z0; var c2_1 = z1; var c2_2 = z2; var c2_3 = z3;
+    var c3_0 = z0; var c3_1 = z1; var c3_2 = z2; var c3_3 = z3;
+    var c4_0 = z0; var c4_1 = z1; var c4_2 = z2; var c4_3 = z3;
+    var c5_0 = z0; var c5_1 = z1; var c5_2 = z2; var c5_3 = z3;
+    var c6_0 = z0; var c6_1 = z1; var c6_2 = z2; var c6_3 = z3;
+    var c7_0 = z0; var c7_1 = z1; var c7_2 = z2; var c7_3 = z3;
+    let p0 = col4(m0 + 0u, d.sa); let p1 = col4(m0 + 4u, d.sa);
+    let q0 = col4(n0 + 0u, d.sb); let q1 = col4(n0 + 4u, d.sb); let q2 = col4(n0 + 8u, d.sb); let q3 = col4(n0 + 12u, d.sb);
+    let full = d.k / 4u * 4u;
+    for (var k = 0u; k < full; k += 4u) {
+        // A{I} transposes rows k .. k+3 of A, so its column r is α_{4I+r} = A(k .. k+3, m0+4I+r).
+        let ka = k * d.sa;
+        let kb = k * d.sb;
+        let A0 = transpose(mat4x4<f32>(av[ka + p0], av[ka + d.sa + p0], av[ka + 2u * d.sa + p0], av[ka + 3u * d.sa + p0]));
+        let A1 = transpose(mat4x4<f32>(av[ka + p1], av[ka + d.sa + p1], av[ka + 2u * d.sa + p1], av[ka + 3u * d.sa + p1]));
+        let B0 = mat4x4<f32>(bv[kb + q0], bv[kb + d.sb + q0], bv[kb + 2u * d.sb + q0], bv[kb + 3u * d.sb + q0]);
+        let B1 = mat4x4<f32>(bv[kb + q1], bv[kb + d.sb + q1], bv[kb + 2u * d.sb + q1], bv[kb + 3u * d.sb + q1]);
+        let B2 = mat4x4<f32>(bv[kb + q2], bv[kb + d.sb + q2], bv[kb + 2u * d.sb + q2], bv[kb + 3u * d.sb + q2]);
+        let B3 = mat4x4<f32>(bv[kb + q3], bv[kb + d.sb + q3], bv[kb + 2u * d.sb + q3], bv[kb + 3u * d.sb + q3]);
+        c0_0 = mac(c0_0, A0[0], B0); c0_1 = mac(c0_1, A0[0], B1); c0_2 = mac(c0_2, A0[0], B2); c0_3 = mac(c0_3, A0[0], B3);
+        c1_0 = mac(c1_0, A0[1], B0); c1_1 = mac(c1_1, A0[1], B1); c1_2 = mac(c1_2, A0[1], B2); c1_3 = mac(c1_3, A0[1], B3);
+        c2_0 = mac(c2_0, A0[2], B0); c2_1 = mac(c2_1, A0[2], B1); c2_2 = mac(c2_2, A0[2], B2); c2_3 = mac(c2_3, A0[2], B3);
+        c3_0 = mac(c3_0, A0[3], B0); c3_1 = mac(c3_1, A0[3], B1); c3_2 = mac(c3_2, A0[3], B2); c3_3 = mac(c3_3, A0[3], B3);
+        c4_0 = mac(c4_0, A1[0], B0); c4_1 = mac(c4_1, A1[0], B1); c4_2 = mac(c4_2, A1[0], B2); c4_3 = mac(c4_3, A1[0], B3);
+        c5_0 = mac(c5_0, A1[1], B0); c5_1 = mac(c5_1, A1[1], B1); c5_2 = mac(c5_2, A1[1], B2); c5_3 = mac(c5_3, A1[1], B3);
+        c6_0 = mac(c6_0, A1[2], B0); c6_1 = mac(c6_1, A1[2], B1); c6_2 = mac(c6_2, A1[2], B2); c6_3 = mac(c6_3, A1[2], B3);
+        c7_0 = mac(c7_0, A1[3], B0); c7_1 = mac(c7_1, A1[3], B1); c7_2 = mac(c7_2, A1[3], B2); c7_3 = mac(c7_3, A1[3], B3);
+    }
+    // The last K mod 4 rows, one at a time.
+    for (var k = full; k < d.k; k++) {
+        let a0 = av[k * d.sa + p0]; let a1 = av[k * d.sa + p1];
+        let b0 = bv[k * d.sb + q0]; let b1 = bv[k * d.sb + q1]; let b2 = bv[k * d.sb + q2]; let b3 = bv[k * d.sb + q3];
+        c0_0 = fma(vec4<f32>(a0[0]), b0, c0_0); c0_1 = fma(vec4<f32>(a0[0]), b1, c0_1); c0_2 = fma(vec4<f32>(a0[0]), b2, c0_2); c0_3 = fma(vec4<f32>(a0[0]), b3, c0_3);
+        c1_0 = fma(vec4<f32>(a0[1]), b0, c1_0); c1_1 = fma(vec4<f32>(a0[1]), b1, c1_1); c1_2 = fma(vec4<f32>(a0[1]), b2, c1_2); c1_3 = fma(vec4<f32>(a0[1]), b3, c1_3);
+        c2_0 = fma(vec4<f32>(a0[2]), b0, c2_0); c2_1 = fma(vec4<f32>(a0[2]), b1, c2_1); c2_2 = fma(vec4<f32>(a0[2]), b2, c2_2); c2_3 = fma(vec4<f32>(a0[2]), b3, c2_3);
+        c3_0 = fma(vec4<f32>(a0[3]), b0, c3_0); c3_1 = fma(vec4<f32>(a0[3]), b1, c3_1); c3_2 = fma(vec4<f32>(a0[3]), b2, c3_2); c3_3 = fma(vec4<f32>(a0[3]), b3, c3_3);
+        c4_0 = fma(vec4<f32>(a1[0]), b0, c4_0); c4_1 = fma(vec4<f32>(a1[0]), b1, c4_1); c4_2 = fma(vec4<f32>(a1[0]), b2, c4_2); c4_3 = fma(vec4<f32>(a1[0]), b3, c4_3);
+        c5_0 = fma(vec4<f32>(a1[1]), b0, c5_0); c5_1 = fma(vec4<f32>(a1[1]), b1, c5_1); c5_2 = fma(vec4<f32>(a1[1]), b2, c5_2); c5_3 = fma(vec4<f32>(a1[1]), b3, c5_3);
+        c6_0 = fma(vec4<f32>(a1[2]), b0, c6_0); c6_1 = fma(vec4<f32>(a1[2]), b1, c6_1); c6_2 = fma(vec4<f32>(a1[2]), b2, c6_2); c6_3 = fma(vec4<f32>(a1[2]), b3, c6_3);
+        c7_0 = fma(vec4<f32>(a1[3]), b0, c7_0); c7_1 = fma(vec4<f32>(a1[3]), b1, c7_1); c7_2 = fma(vec4<f32>(a1[3]), b2, c7_2); c7_3 = fma(vec4<f32>(a1[3]), b3, c7_3);
+    }
+    store4(m0 + 0u, n0 + 0u, c0_0); store4(m0 + 0u, n0 + 4u, c0_1); store4(m0 + 0u, n0 + 8u, c0_2); store4(m0 + 0u, n0 + 12u, c0_3);
+    store4(m0 + 1u, n0 + 0u, c1_0); store4(m0 + 1u, n0 + 4u, c1_1); store4(m0 + 1u, n0 + 8u, c1_2); store4(m0 + 1u, n0 + 12u, c1_3);
+    store4(m0 + 2u, n0 + 0u, c2_0); store4(m0 + 2u, n0 + 4u, c2_1); store4(m0 + 2u, n0 + 8u, c2_2); store4(m0 + 2u, n0 + 12u, c2_3);
+    store4(m0 + 3u, n0 + 0u, c3_0); store4(m0 + 3u, n0 + 4u, c3_1); store4(m0 + 3u, n0 + 8u, c3_2); store4(m0 + 3u, n0 + 12u, c3_3);
+    store4(m0 + 4u, n0 + 0u, c4_0); store4(m0 + 4u, n0 + 4u, c4_1); store4(m0 + 4u, n0 + 8u, c4_2); store4(m0 + 4u, n0 + 12u, c4_3);
+    store4(m0 + 5u, n0 + 0u, c5_0); store4(m0 + 5u, n0 + 4u, c5_1); store4(m0 + 5u, n0 + 8u, c5_2); store4(m0 + 5u, n0 + 12u, c5_3);
+    store4(m0 + 6u, n0 + 0u, c6_0); store4(m0 + 6u, n0 + 4u, c6_1); store4(m0 + 6u, n0 + 8u, c6_2); store4(m0 + 6u, n0 + 12u, c6_3);
+    store4(m0 + 7u, n0 + 0u, c7_0); store4(m0 + 7u, n0 + 4u, c7_1); store4(m0 + 7u, n0 + 8u, c7_2); store4(m0 + 7u, n0 + 12u, c7_3);
+}
+
+// ---- Texture path: matmul_pack + matmul_tex ----------------------------------------------------
+// On lavapipe a texel fetch is a vector gather while a storage load with a per-lane address is a
+// loop over the lanes, so big products run from rgba32float textures (the kernel is about twice
+// as fast). Every layout is first packed into the one form C = A'[M,K] · B'[K,N]:
+//
+//   ta: texel (t, m) = A'(m, 4t .. 4t+3)   size ⌈K/4⌉ × (M rounded up to 16)
+//   tb: texel (q, k) = B'(k, 4q .. 4q+3)   size (⌈N/4⌉ rounded up to 4) × 4⌈K/4⌉
+//
+// zero outside the matrices, so the kernel never loads out of range; its 16×16 tile per
+// invocation (64 vec4 registers; a workgroup covers 128×128) is only for CPU adapters.
+
+// matmul_pack(dst, src): dst texel (x, y) = src(y, 4x .. 4x+3), src(r, c) = src[r·rs + c·cs]
+// for r < rows and c < cols, else 0. (rs, cs) = (cols, 1) copies, (1, rows) transposes.
+struct PackDims { rows: u32, cols: u32, rs: u32, cs: u32 }
+@group(0) @binding(0) var<uniform> kd: PackDims;
+@group(0) @binding(1) var packed: texture_storage_2d<rgba32float, write>;
+
+@compute @workgroup_size(8, 8)
+fn matmul_pack(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let size = textureDimensions(packed);
+    if (gid.x >= size.x || gid.y >= size.y) { return; }
+    var v = vec4<f32>(0.0);
+    if (gid.y < kd.rows) {
+        for (var j = 0u; j < 4u; j++) {
+            let c = gid.x * 4u + j;
+            if (c < kd.cols) { v[j] = src[gid.y * kd.rs + c * kd.cs]; }
+        }
+    }
+    textureStore(packed, vec2<u32>(gid.xy), v);
+}
+
+// matmul_pack4(dst, av): matmul_pack for a matrix stored as whole vec4 rows (ld = 4·ld4, equal
+// to its stored row length); each invocation writes the four texels (x, 4q .. 4q+3), from four
+// vec4 loads (transposing them in registers when t = 1).
+struct Pack4Dims { rows: u32, cols: u32, ld4: u32, t: u32 }
+@group(0) @binding(0) var<uniform> kv: Pack4Dims;
+
+fn load4(r: u32, q: u32, rows: u32) -> vec4<f32> {
+    if (r >= rows || q >= kv.ld4) { return vec4<f32>(0.0); }
+    return av[r * kv.ld4 + q];
+}
+
+@compute @workgroup_size(8, 8)
+fn matmul_pack4(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let size = textureDimensions(packed);
+    let x = gid.x;
+    let y = gid.y * 4u;
+    if (x >= size.x || y >= size.y) { return; }
+    if (kv.t == 0u) {
+        // texel (x, y+i) = stored row y+i, vec4 x
+        for (var i = 0u; i < 4u; i++) {
+            textureStore(packed, vec2<u32>(x, y + i), load4(y + i, x, kv.rows));
+        }
+    } else {
+        // Stored rows 4x .. 4x+3 are logical columns; their vec4 gid.y holds logical rows y .. y+3.
+        let m = transpose(mat4x4<f32>(
+            load4(4u * x, gid.y, kv.cols), load4(4u * x + 1u, gid.y, kv.cols),
+            load4(4u * x + 2u, gid.y, kv.cols), load4(4u * x + 3u, gid.y, kv.cols)));
+        for (var i = 0u; i < 4u; i++) {
+            textureStore(packed, vec2<u32>(x, y + i), m[i]);
+        }
+    }
+}
+
+// matmul_tex(c, ta, tb, bias): C[M,N] (= or +=) A'·B' (+ bias); d.k counts texels (⌈K/4⌉).
+@group(0) @binding(2) var ta: texture_2d<f32>;
+@group(0) @binding(3) var tb: texture_2d<f32>;
+
+@compute @workgroup_size(8, 8)
+fn matmul_tex(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let m0 = gid.y * 16u;
+    let n0 = gid.x * 16u;
+    if (m0 >= d.m || n0 >= d.n) { return; }
+    let q0 = n0 / 4u;
+    let z0 = bias4(n0 + 0u);
+    let z1 = bias4(n0 + 4u);
+    let z2 = bias4(n0 + 8u);
+    let z3 = bias4(n0 + 12u);
+    var c0_0 = z0; var c0_1 = z1; var c0_2 = z2; var c0_3 = z3;
+    var c1_0 = z0; var c1_1 = z1; var c1_2 = z2; var c1_3 = z3;
+    var c2_0 = z0; var c2_1 = z1; var c2_2 = z2; var c2_3 = z3;
+    var c3_0 = z0; var c3_1 = z1; var c3_2 = z2; var c3_3 = z3;
+    var c4_0 = z0; var c4_1 = z1; var c4_2 = z2; var c4_3 = z3;
+    var c5_0 = z0; var c5_1 = z1; var c5_2 = z2; var c5_3 = z3;
+    var c6_0 = z0; var c6_1 = z1; var c6_2 = z2; var c6_3 = z3;
+    var c7_0 = z0; var c7_1 = z1; var c7_2 = z2; var c7_3 = z3;
+    var c8_0 = z0; var c8_1 = z1; var c8_2 = z2; var c8_3 = z3;
+    var c9_0 = z0; var c9_1 = z1; var c9_2 = z2; var c9_3 = z3;
+    var c10_0 = z0; var c10_1 = z1; var c10_2 = z2; var c10_3 = z3;
+    var c11_0 = z0; var c11_1 = z1; var c11_2 = z2; var c11_3 = z3;
+    var c12_0 = z0; var c12_1 = z1; var c12_2 = z2; var c12_3 = z3;
+    var c13_0 = z0; var c13_1 = z1; var c13_2 = z2; var c13_3 = z3;
+    var c14_0 = z0; var c14_1 = z1; var c14_2 = z2; var c14_3 = z3;
+    var c15_0 = z0; var c15_1 = z1; var c15_2 = z2; var c15_3 = z3;
+    for (var t = 0u; t < d.k; t++) {
+        let a0 = textureLoad(ta, vec2<u32>(t, m0 + 0u), 0); let a1 = textureLoad(ta, vec2<u32>(t, m0 + 1u), 0);
+        let a2 = textureLoad(ta, vec2<u32>(t, m0 + 2u), 0); let a3 = textureLoad(ta, vec2<u32>(t, m0 + 3u), 0);
+        let a4 = textureLoad(ta, vec2<u32>(t, m0 + 4u), 0); let a5 = textureLoad(ta, vec2<u32>(t, m0 + 5u), 0);
+        let a6 = textureLoad(ta, vec2<u32>(t, m0 + 6u), 0); let a7 = textureLoad(ta, vec2<u32>(t, m0 + 7u), 0);
+        let a8 = textureLoad(ta, vec2<u32>(t, m0 + 8u), 0); let a9 = textureLoad(ta, vec2<u32>(t, m0 + 9u), 0);
+        let a10 = textureLoad(ta, vec2<u32>(t, m0 + 10u), 0); let a11 = textureLoad(ta, vec2<u32>(t, m0 + 11u), 0);
+        let a12 = textureLoad(ta, vec2<u32>(t, m0 + 12u), 0); let a13 = textureLoad(ta, vec2<u32>(t, m0 + 13u), 0);
+        let a14 = textureLoad(ta, vec2<u32>(t, m0 + 14u), 0); let a15 = textureLoad(ta, vec2<u32>(t, m0 + 15u), 0);
+        let k = t * 4u;
+        let B0 = mat4x4<f32>(textureLoad(tb, vec2<u32>(q0 + 0u, k + 0u), 0), textureLoad(tb, vec2<u32>(q0 + 0u, k + 1u), 0), textureLoad(tb, vec2<u32>(q0 + 0u, k + 2u), 0), textureLoad(tb, vec2<u32>(q0 + 0u, k + 3u), 0));
+        let B1 = mat4x4<f32>(textureLoad(tb, vec2<u32>(q0 + 1u, k + 0u), 0), textureLoad(tb, vec2<u32>(q0 + 1u, k + 1u), 0), textureLoad(tb, vec2<u32>(q0 + 1u, k + 2u), 0), textureLoad(tb, vec2<u32>(q0 + 1u, k + 3u), 0));
+        let B2 = mat4x4<f32>(textureLoad(tb, vec2<u32>(q0 + 2u, k + 0u), 0), textureLoad(tb, vec2<u32>(q0 + 2u, k + 1u), 0), textureLoad(tb, vec2<u32>(q0 + 2u, k + 2u), 0), textureLoad(tb, vec2<u32>(q0 + 2u, k + 3u), 0));
+        let B3 = mat4x4<f32>(textureLoad(tb, vec2<u32>(q0 + 3u, k + 0u), 0), textureLoad(tb, vec2<u32>(q0 + 3u, k + 1u), 0), textureLoad(tb, vec2<u32>(q0 + 3u, k + 2u), 0), textureLoad(tb, vec2<u32>(q0 + 3u, k + 3u), 0));
+        c0_0 = mac(c0_0, a0, B0); c0_1 = mac(c0_1, a0, B1); c0_2 = mac(c0_2, a0, B2); c0_3 = mac(c0_3, a0, B3);
+        c1_0 = mac(c1_0, a1, B0); c1_1 = mac(c1_1, a1, B1); c1_2 = mac(c1_2, a1, B2); c1_3 = mac(c1_3, a1, B3);
+        c2_0 = mac(c2_0, a2, B0); c2_1 = mac(c2_1, a2, B1); c2_2 = mac(c2_2, a2, B2); c2_3 = mac(c2_3, a2, B3);
+        c3_0 = mac(c3_0, a3, B0); c3_1 = mac(c3_1, a3, B1); c3_2 = mac(c3_2, a3, B2); c3_3 = mac(c3_3, a3, B3);
+        c4_0 = mac(c4_0, a4, B0); c4_1 = mac(c4_1, a4, B1); c4_2 = mac(c4_2, a4, B2); c4_3 = mac(c4_3, a4, B3);
+        c5_0 = mac(c5_0, a5, B0); c5_1 = mac(c5_1, a5, B1); c5_2 = mac(c5_2, a5, B2); c5_3 = mac(c5_3, a5, B3);
+        c6_0 = mac(c6_0, a6, B0); c6_1 = mac(c6_1, a6, B1); c6_2 = mac(c6_2, a6, B2); c6_3 = mac(c6_3, a6, B3);
+        c7_0 = mac(c7_0, a7, B0); c7_1 = mac(c7_1, a7, B1); c7_2 = mac(c7_2, a7, B2); c7_3 = mac(c7_3, a7, B3);
+        c8_0 = mac(c8_0, a8, B0); c8_1 = mac(c8_1, a8, B1); c8_2 = mac(c8_2, a8, B2); c8_3 = mac(c8_3, a8, B3);
+        c9_0 = mac(c9_0, a9, B0); c9_1 = mac(c9_1, a9, B1); c9_2 = mac(c9_2, a9, B2); c9_3 = mac(c9_3, a9, B3);
+        c10_0 = mac(c10_0, a10, B0); c10_1 = mac(c10_1, a10, B1); c10_2 = mac(c10_2, a10, B2); c10_3 = mac(c10_3, a10, B3);
+        c11_0 = mac(c11_0, a11, B0); c11_1 = mac(c11_1, a11, B1); c11_2 = mac(c11_2, a11, B2); c11_3 = mac(c11_3, a11, B3);
+        c12_0 = mac(c12_0, a12, B0); c12_1 = mac(c12_1, a12, B1); c12_2 = mac(c12_2, a12, B2); c12_3 = mac(c12_3, a12, B3);
+        c13_0 = mac(c13_0, a13, B0); c13_1 = mac(c13_1, a13, B1); c13_2 = mac(c13_2, a13, B2); c13_3 = mac(c13_3, a13, B3);
+        c14_0 = mac(c14_0, a14, B0); c14_1 = mac(c14_1, a14, B1); c14_2 = mac(c14_2, a14, B2); c14_3 = mac(c14_3, a14, B3);
+        c15_0 = mac(c15_0, a15, B0); c15_1 = mac(c15_1, a15, B1); c15_2 = mac(c15_2, a15, B2); c15_3 = mac(c15_3, a15, B3);
+    }
+    store4(m0 + 0u, n0 + 0u, c0_0); store4(m0 + 0u, n0 + 4u, c0_1); store4(m0 + 0u, n0 + 8u, c0_2); store4(m0 + 0u, n0 + 12u, c0_3);
+    store4(m0 + 1u, n0 + 0u, c1_0); store4(m0 + 1u, n0 + 4u, c1_1); store4(m0 + 1u, n0 + 8u, c1_2); store4(m0 + 1u, n0 + 12u, c1_3);
+    store4(m0 + 2u, n0 + 0u, c2_0); store4(m0 + 2u, n0 + 4u, c2_1); store4(m0 + 2u, n0 + 8u, c2_2); store4(m0 + 2u, n0 + 12u, c2_3);
+    store4(m0 + 3u, n0 + 0u, c3_0); store4(m0 + 3u, n0 + 4u, c3_1); store4(m0 + 3u, n0 + 8u, c3_2); store4(m0 + 3u, n0 + 12u, c3_3);
+    store4(m0 + 4u, n0 + 0u, c4_0); store4(m0 + 4u, n0 + 4u, c4_1); store4(m0 + 4u, n0 + 8u, c4_2); store4(m0 + 4u, n0 + 12u, c4_3);
+    store4(m0 + 5u, n0 + 0u, c5_0); store4(m0 + 5u, n0 + 4u, c5_1); store4(m0 + 5u, n0 + 8u, c5_2); store4(m0 + 5u, n0 + 12u, c5_3);
+    store4(m0 + 6u, n0 + 0u, c6_0); store4(m0 + 6u, n0 + 4u, c6_1); store4(m0 + 6u, n0 + 8u, c6_2); store4(m0 + 6u, n0 + 12u, c6_3);
+    store4(m0 + 7u, n0 + 0u, c7_0); store4(m0 + 7u, n0 + 4u, c7_1); store4(m0 + 7u, n0 + 8u, c7_2); store4(m0 + 7u, n0 + 12u, c7_3);
+    store4(m0 + 8u, n0 + 0u, c8_0); store4(m0 + 8u, n0 + 4u, c8_1); store4(m0 + 8u, n0 + 8u, c8_2); store4(m0 + 8u, n0 + 12u, c8_3);
+    store4(m0 + 9u, n0 + 0u, c9_0); store4(m0 + 9u, n0 + 4u, c9_1); store4(m0 + 9u, n0 + 8u, c9_2); store4(m0 + 9u, n0 + 12u, c9_3);
+    store4(m0 + 10u, n0 + 0u, c10_0); store4(m0 + 10u, n0 + 4u, c10_1); store4(m0 + 10u, n0 + 8u, c10_2); store4(m0 + 10u, n0 + 12u, c10_3);
+    store4(m0 + 11u, n0 + 0u, c11_0); store4(m0 + 11u, n0 + 4u, c11_1); store4(m0 + 11u, n0 + 8u, c11_2); store4(m0 + 11u, n0 + 12u, c11_3);
+    store4(m0 + 12u, n0 + 0u, c12_0); store4(m0 + 12u, n0 + 4u, c12_1); store4(m0 + 12u, n0 + 8u, c12_2); store4(m0 + 12u, n0 + 12u, c12_3);
+    store4(m0 + 13u, n0 + 0u, c13_0); store4(m0 + 13u, n0 + 4u, c13_1); store4(m0 + 13u, n0 + 8u, c13_2); store4(m0 + 13u, n0 + 12u, c13_3);
+    store4(m0 + 14u, n0 + 0u, c14_0); store4(m0 + 14u, n0 + 4u, c14_1); store4(m0 + 14u, n0 + 8u, c14_2); store4(m0 + 14u, n0 + 12u, c14_3);
+    store4(m0 + 15u, n0 + 0u, c15_0); store4(m0 + 15u, n0 + 4u, c15_1); store4(m0 + 15u, n0 + 8u, c15_2); store4(m0 + 15u, n0 + 12u, c15_3);
+}
+
+// ---- matmul_pad(dst, src): dst[r, col] = src[r·ld + col] for col < cols, 0 up to the stride ----
+struct PadDims { rows: u32, cols: u32, stride: u32, ld: u32 }
+@group(0) @binding(0) var<uniform> pd: PadDims;
+@group(0) @binding(2) var<storage, read> src: array<f32>;
+
+@compute @workgroup_size(256)
+fn matmul_pad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i >= pd.rows * pd.stride) { return; }
+    let r = i / pd.stride;
+    let col = i % pd.stride;
+    var x = 0.0;
+    if (col < pd.cols) { x = src[r * pd.ld + col]; }
+    c_out[i] = x;
+}
+
+// ---- matmul_bias_backward(dbias, dout): dbias[o] += Σ_r dout[r, o], rows summed in order ----
+struct BiasDims { rows: u32, cols: u32, _p0: u32, _p1: u32 }
+@group(0) @binding(0) var<uniform> bd: BiasDims;
+
+@compute @workgroup_size(256)
+fn matmul_bias_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let o = gid.x + gid.y * nwg.x * 256u;
+    if (o >= bd.cols) { return; }
+    var s = 0.0;
+    for (var r = 0u; r < bd.rows; r++) { s += src[r * bd.cols + o]; }
+    c_out[o] += s;
+}

@@ -1,0 +1,257 @@
+//! Matmul kernels vs their CPU twins on awkward shapes (K larger than M and N, sizes smaller than
+//! a tile, rows not a multiple of 4), with and without bias. Assigned outputs are poisoned first;
+//! accumulated outputs (dweight, dbias) are pre-filled with random values to prove `+=`.
+mod common;
+use common::*;
+use k::Kernel;
+use triaxis::gpu::Gpu;
+use triaxis::{cpu, gpu, kernels::matmul as k, rng::Rng};
+
+const KERNELS: [Kernel; 2] = [Kernel::Buffer, Kernel::Texture];
+
+/// (n, c, oc). A workgroup covers 64 rows × 128 columns of the output; the last shapes span
+/// several workgroups on both axes.
+const SHAPES: [(usize, usize, usize); 10] = [
+    (1, 1, 1),
+    (7, 33, 65),
+    (65, 7, 33),
+    (33, 65, 7),
+    (3, 200, 5),
+    (64, 64, 64),
+    (130, 96, 72),
+    (9, 4, 12),
+    (17, 300, 2),
+    (150, 36, 260),
+];
+
+const TOL: f32 = 1e-4;
+
+fn forward(g: &Gpu, kernel: Kernel, rng: &mut Rng, shape: (usize, usize, usize), bias: bool) {
+    let ((n, c, oc), with_bias) = (shape, bias);
+    let (x, w, b) = (rand(rng, n * c), rand(rng, oc * c), rand(rng, oc));
+    let (xb, wb, bb, out) = (buf(g, &x), buf(g, &w), buf(g, &b), poisoned(g, n * oc));
+    let bias = with_bias.then_some(&bb);
+    g.run(&k::matmul_forward_with(g, kernel, &out, &xb, &wb, bias, n, c, oc).unwrap())
+        .unwrap();
+    let mut want = vec![0.0; n * oc];
+    cpu::matmul_forward(&mut want, &x, &w, with_bias.then_some(&b[..]), n, c, oc);
+    check(
+        &format!("matmul_forward {kernel:?} n={n} c={c} oc={oc} bias={with_bias}"),
+        &g.download::<f32>(&out).unwrap(),
+        &want,
+        TOL,
+    );
+}
+
+fn backward(g: &Gpu, kernel: Kernel, rng: &mut Rng, shape: (usize, usize, usize), bias: bool) {
+    let ((n, c, oc), with_bias) = (shape, bias);
+    let (dy, x, w) = (rand(rng, n * oc), rand(rng, n * c), rand(rng, oc * c));
+    let (dw0, db0) = (rand(rng, oc * c), rand(rng, oc));
+    let (dyb, xb, wb) = (buf(g, &dy), buf(g, &x), buf(g, &w));
+    let (dinp, dwb, dbb) = (poisoned(g, n * c), buf(g, &dw0), buf(g, &db0));
+    let dbias = with_bias.then_some(&dbb);
+    g.run(
+        &k::matmul_backward_with(g, kernel, &dinp, &dwb, dbias, &dyb, &xb, &wb, n, c, oc).unwrap(),
+    )
+    .unwrap();
+    let (mut want_dx, mut want_dw, mut want_db) = (vec![0.0; n * c], dw0.clone(), db0.clone());
+    let db_cpu = with_bias.then_some(&mut want_db[..]);
+    cpu::matmul_backward(&mut want_dx, &mut want_dw, db_cpu, &dy, &x, &w, n, c, oc);
+    let name = format!("{kernel:?} n={n} c={c} oc={oc} bias={with_bias}");
+    check(
+        &format!("matmul_backward dinp {name}"),
+        &g.download::<f32>(&dinp).unwrap(),
+        &want_dx,
+        TOL,
+    );
+    check(
+        &format!("matmul_backward dweight {name}"),
+        &g.download::<f32>(&dwb).unwrap(),
+        &want_dw,
+        TOL,
+    );
+    let got_db = g.download::<f32>(&dbb).unwrap();
+    if with_bias {
+        check(
+            &format!("matmul_backward dbias {name}"),
+            &got_db,
+            &want_db,
+            TOL,
+        );
+    } else {
+        assert_eq!(got_db, db0, "dbias touched without a bias");
+    }
+}
+
+#[test]
+fn forward_matches_twin() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(11);
+    for kernel in KERNELS {
+        for shape in SHAPES {
+            for bias in [false, true] {
+                forward(&g, kernel, &mut rng, shape, bias);
+            }
+        }
+    }
+}
+
+#[test]
+fn backward_matches_twin() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(12);
+    for kernel in KERNELS {
+        for shape in SHAPES {
+            for bias in [false, true] {
+                backward(&g, kernel, &mut rng, shape, bias);
+            }
+        }
+    }
+}
+
+/// Views at 64-aligned offsets inside larger buffers (as the flat parameter buffer gives them).
+#[test]
+fn offset_views_match_twin() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(13);
+    let (n, c, oc) = (10, 12, 6);
+    let (x, w, b) = (
+        rand(&mut rng, n * c),
+        rand(&mut rng, oc * c),
+        rand(&mut rng, oc),
+    );
+    let mut host = vec![f32::NAN; 64 + 192 + 128];
+    host[64..64 + oc * c].copy_from_slice(&w);
+    host[256..256 + oc].copy_from_slice(&b);
+    let params = buf(&g, &host);
+    let (wv, bv) = (params.slice(64, oc * c), params.slice(256, oc));
+    let acts = poisoned(&g, 128 + n * oc + 64);
+    let out = acts.slice(128, n * oc);
+    let xb = buf(&g, &x);
+    let mut want = vec![0.0; n * oc];
+    cpu::matmul_forward(&mut want, &x, &w, Some(&b), n, c, oc);
+    for kernel in KERNELS {
+        let ops = k::matmul_forward_with(&g, kernel, &out, &xb, &wv, Some(&bv), n, c, oc);
+        g.run(&ops.unwrap()).unwrap();
+        check(
+            &format!("matmul_forward {kernel:?} offset views"),
+            &g.download::<f32>(&out).unwrap(),
+            &want,
+            TOL,
+        );
+        let rest = g.download::<f32>(&acts).unwrap();
+        assert!(
+            rest[..128]
+                .iter()
+                .chain(&rest[128 + n * oc..])
+                .all(|v| v.is_nan()),
+            "{kernel:?} wrote outside its view"
+        );
+    }
+}
+
+/// Two runs of the same ops give bit-identical results (no scheduling-dependent order).
+#[test]
+fn deterministic() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(14);
+    let (n, c, oc) = (130, 97, 72);
+    let (dy, x, w) = (
+        rand(&mut rng, n * oc),
+        rand(&mut rng, n * c),
+        rand(&mut rng, oc * c),
+    );
+    let (dyb, xb, wb) = (buf(&g, &dy), buf(&g, &x), buf(&g, &w));
+    let bb = buf(&g, &rand(&mut rng, oc));
+    for kernel in KERNELS {
+        let mut results = Vec::new();
+        for _ in 0..2 {
+            let (out, dinp) = (poisoned(&g, n * oc), poisoned(&g, n * c));
+            let (dw, db) = (buf(&g, &vec![0.0; oc * c]), buf(&g, &vec![0.0; oc]));
+            let mut ops =
+                k::matmul_forward_with(&g, kernel, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
+            ops.extend(
+                k::matmul_backward_with(
+                    &g,
+                    kernel,
+                    &dinp,
+                    &dw,
+                    Some(&db),
+                    &dyb,
+                    &xb,
+                    &wb,
+                    n,
+                    c,
+                    oc,
+                )
+                .unwrap(),
+            );
+            g.run(&ops).unwrap();
+            let bits: Vec<u32> = [&out, &dinp, &dw, &db]
+                .iter()
+                .flat_map(|v| g.download::<u32>(v).unwrap())
+                .collect();
+            results.push(bits);
+        }
+        assert!(results[0] == results[1], "{kernel:?}: two runs differ");
+    }
+}
+
+#[test]
+fn bad_arguments_are_errors() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let (a, small) = (g.buffer("a", 64), g.buffer("small", 3));
+    assert!(k::matmul_forward(&g, &a, &a, &a, None, 0, 4, 4).is_err());
+    assert!(k::matmul_forward(&g, &small, &a, &a, None, 2, 4, 4).is_err());
+    assert!(k::matmul_backward(&g, &a, &a, Some(&small), &a, &a, &a, 2, 4, 4).is_err());
+    assert!(k::matmul_backward(&g, &a, &small, None, &a, &a, &a, 2, 4, 4).is_err());
+}
+
+/// The default entry points (`Kernel::Auto`) agree bit for bit with the kernel they pick.
+#[test]
+fn auto_matches_explicit_kernels() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(15);
+    let (n, c, oc) = (256, 132, 130);
+    let (x, w) = (rand(&mut rng, n * c), rand(&mut rng, oc * c));
+    let (xb, wb) = (buf(&g, &x), buf(&g, &w));
+    let mut got = Vec::new();
+    for kernel in [Kernel::Auto, Kernel::Buffer, Kernel::Texture] {
+        let out = poisoned(&g, n * oc);
+        g.run(&k::matmul_forward_with(&g, kernel, &out, &xb, &wb, None, n, c, oc).unwrap())
+            .unwrap();
+        got.push(g.download::<f32>(&out).unwrap());
+    }
+    let mut want = vec![0.0; n * oc];
+    cpu::matmul_forward(&mut want, &x, &w, None, n, c, oc);
+    check("matmul_forward Auto 256×132×130", &got[0], &want, TOL);
+    assert!(
+        got[0] == got[1] || got[0] == got[2],
+        "Auto matches neither kernel"
+    );
+}
+
+/// Operands beyond the texture size limit: the texture kernel refuses with an error, the default
+/// falls back to the buffer kernel.
+#[test]
+fn texture_limit_falls_back() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(16);
+    // Large enough for Auto to want textures on every CPU adapter.
+    let (n, c, oc) = (g.limits.max_texture_dimension_2d as usize + 1, 64, 128);
+    assert!(k::texture_min_flops(&g).is_none_or(|min| 2 * n * c * oc >= min));
+    let (x, w) = (rand(&mut rng, n * c), rand(&mut rng, oc * c));
+    let (xb, wb, out) = (buf(&g, &x), buf(&g, &w), poisoned(&g, n * oc));
+    let tex = k::matmul_forward_with(&g, Kernel::Texture, &out, &xb, &wb, None, n, c, oc);
+    assert!(tex.is_err());
+    g.run(&k::matmul_forward(&g, &out, &xb, &wb, None, n, c, oc).unwrap())
+        .unwrap();
+    let mut want = vec![0.0; n * oc];
+    cpu::matmul_forward(&mut want, &x, &w, None, n, c, oc);
+    check(
+        &format!("matmul_forward Auto n={n} (past the texture limit)"),
+        &g.download::<f32>(&out).unwrap(),
+        &want,
+        TOL,
+    );
+}
