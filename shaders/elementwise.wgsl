@@ -67,3 +67,11 @@ fn add(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     if (i >= d.n) { return; }
     g_out[i] = g_out[i] + g_inp[i];
 }
+
+// ---- copy(out, a): out = a ----
+@compute @workgroup_size(256)
+fn copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i >= d.n) { return; }
+    g_out[i] = g_inp[i];
+}

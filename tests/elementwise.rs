@@ -67,6 +67,14 @@ fn residual_fill_scale_add_match_twin() {
             &want,
             0.0,
         );
+        let copied = poisoned(&g, n);
+        g.run(&[k::copy(&g, &copied, &out).unwrap()]).unwrap();
+        check(
+            &format!("copy n={n}"),
+            &g.download::<f32>(&copied).unwrap(),
+            &want,
+            0.0,
+        );
         g.run(&[k::fill(&g, &out, 3.25).unwrap()]).unwrap();
         cpu::fill(&mut want, 3.25);
         check(

@@ -91,3 +91,16 @@ pub fn add(g: &Gpu, out: &View, a: &View) -> Result<Op> {
         groups_1d(out.len),
     )
 }
+
+/// out[..] = a (bit-exact copy inside a compute pass)
+pub fn copy(g: &Gpu, out: &View, a: &View) -> Result<Op> {
+    need("copy a", a, out.len)?;
+    op(
+        g,
+        S,
+        "copy",
+        &dims(out.len, 0.0),
+        &[Arg::W(out), Arg::R(a)],
+        groups_1d(out.len),
+    )
+}

@@ -298,22 +298,84 @@ pub fn matmul_backward_with(
     c: usize,
     oc: usize,
 ) -> Result<Vec<Op>> {
+    let mut ops = matmul_backward_input_with(g, kernel, dinp, dout, weight, n, c, oc)?;
+    ops.extend(matmul_backward_weight_with(
+        g, kernel, dweight, dbias, dout, inp, n, c, oc,
+    )?);
+    Ok(ops)
+}
+
+/// The input-gradient half of [`matmul_backward`]: `dinp[n,c] = dout·weight` (assigned).
+/// Zero-bubble schedules run it in B and the weight half later, in W.
+pub fn matmul_backward_input(
+    g: &Gpu,
+    dinp: &View,
+    dout: &View,
+    weight: &View,
+    n: usize,
+    c: usize,
+    oc: usize,
+) -> Result<Vec<Op>> {
+    matmul_backward_input_with(g, Kernel::Auto, dinp, dout, weight, n, c, oc)
+}
+
+/// The weight-gradient half of [`matmul_backward`]: `dweight += doutᵀ·inp`, `dbias += Σ_rows dout`.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_backward_weight(
+    g: &Gpu,
+    dweight: &View,
+    dbias: Option<&View>,
+    dout: &View,
+    inp: &View,
+    n: usize,
+    c: usize,
+    oc: usize,
+) -> Result<Vec<Op>> {
+    matmul_backward_weight_with(g, Kernel::Auto, dweight, dbias, dout, inp, n, c, oc)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn matmul_backward_input_with(
+    g: &Gpu,
+    kernel: Kernel,
+    dinp: &View,
+    dout: &View,
+    weight: &View,
+    n: usize,
+    c: usize,
+    oc: usize,
+) -> Result<Vec<Op>> {
     check_dims(n, c, oc)?;
     need("matmul_backward dinp", dinp, n * c)?;
+    need("matmul_backward dout", dout, n * oc)?;
+    need("matmul_backward weight", weight, oc * c)?;
+    let mut ops = Vec::new();
+    let (dy, w) = (Mat::new(dout, n, oc), Mat::new(weight, oc, c));
+    product(g, kernel, &mut ops, dinp, dy, w, None, false)?;
+    Ok(ops)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn matmul_backward_weight_with(
+    g: &Gpu,
+    kernel: Kernel,
+    dweight: &View,
+    dbias: Option<&View>,
+    dout: &View,
+    inp: &View,
+    n: usize,
+    c: usize,
+    oc: usize,
+) -> Result<Vec<Op>> {
+    check_dims(n, c, oc)?;
     need("matmul_backward dweight", dweight, oc * c)?;
     need("matmul_backward dout", dout, n * oc)?;
     need("matmul_backward inp", inp, n * c)?;
-    need("matmul_backward weight", weight, oc * c)?;
     if let Some(b) = dbias {
         need("matmul_backward dbias", b, oc)?;
     }
     let mut ops = Vec::new();
-    let (dy, x, w) = (
-        Mat::new(dout, n, oc),
-        Mat::new(inp, n, c),
-        Mat::new(weight, oc, c),
-    );
-    product(g, kernel, &mut ops, dinp, dy.clone(), w, None, false)?;
+    let (dy, x) = (Mat::new(dout, n, oc), Mat::new(inp, n, c));
     product(g, kernel, &mut ops, dweight, dy.t(), x, None, true)?;
     if let Some(db) = dbias {
         ops.push(op(

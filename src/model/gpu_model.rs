@@ -35,6 +35,7 @@ struct LayerActs {
     fch: View,      // [n, 4C]
     fch_gelu: View, // [n, 4C]
     fcproj: View,   // [n, C]
+    saved: Option<Saved>,
 }
 
 /// Head activations and the loss.
@@ -81,6 +82,32 @@ pub struct GpuModel {
     /// Which ops of `forward` / `backward` belong to which block (for per-block timing).
     pub forward_blocks: Vec<(Block, Range<usize>)>,
     pub backward_blocks: Vec<(Block, Range<usize>)>,
+    /// Zero-bubble split: `backward` computes input gradients only and `weight` (W) the
+    /// parameter gradients of the linear layers. Empty when not split.
+    pub weight: Vec<Op>,
+    pub split: bool,
+}
+
+/// One linear layer's backward: views and dims (`c` in, `oc` out); `keep` is where a split
+/// backward saves `dout` for W when `dout` is about to be overwritten.
+struct Linear<'a> {
+    dinp: &'a View,
+    dw: View,
+    db: Option<View>,
+    dout: &'a View,
+    keep: Option<&'a View>,
+    inp: &'a View,
+    w: View,
+    c: usize,
+    oc: usize,
+}
+
+/// Output gradients a split backward keeps per layer for W: [n,C], [n,4C], [n,C], [n,3C].
+struct Saved {
+    fcproj: View,
+    fch: View,
+    attproj: View,
+    qkv: View,
 }
 
 impl GpuModel {
@@ -94,7 +121,7 @@ impl GpuModel {
         dloss: f32,
     ) -> Result<GpuModel> {
         let buffers = Buffers::new(gpu, &cfg.layout(blocks));
-        GpuModel::with_buffers(gpu, cfg, blocks, micro, dloss, buffers)
+        GpuModel::with_buffers(gpu, cfg, blocks, micro, dloss, buffers, false)
     }
 
     /// Like [`GpuModel::new`] but on existing parameter buffers: several activation slots of
@@ -106,6 +133,7 @@ impl GpuModel {
         micro: Micro,
         dloss: f32,
         buffers: Buffers,
+        split: bool,
     ) -> Result<GpuModel> {
         cfg.validate()?;
         micro.validate(&cfg)?;
@@ -151,6 +179,12 @@ impl GpuModel {
                         fch: buf("fch", n * 4 * c),
                         fch_gelu: buf("fch_gelu", n * 4 * c),
                         fcproj: buf("fcproj", n * c),
+                        saved: split.then(|| Saved {
+                            fcproj: buf("keep.dfcproj", n * c),
+                            fch: buf("keep.dfch", n * 4 * c),
+                            attproj: buf("keep.dattproj", n * c),
+                            qkv: buf("keep.dqkv", n * 3 * c),
+                        }),
                     },
                 )
             })
@@ -189,9 +223,11 @@ impl GpuModel {
             backward: Vec::new(),
             forward_blocks: Vec::new(),
             backward_blocks: Vec::new(),
+            weight: Vec::new(),
+            split,
         };
         (m.forward, m.forward_blocks) = m.build_forward(dloss)?;
-        (m.backward, m.backward_blocks) = m.build_backward()?;
+        (m.backward, m.backward_blocks, m.weight) = m.build_backward()?;
         Ok(m)
     }
 
@@ -361,38 +397,86 @@ impl GpuModel {
         Ok((ops, ranges))
     }
 
-    fn build_backward(&self) -> Result<(Vec<Op>, Vec<(Block, Range<usize>)>)> {
+    /// The backward pass, and (when `split`) the deferred weight-gradient ops W.
+    /// Unsplit, each linear's `matmul_backward` computes dinp and dweight together. Split
+    /// (zero-bubble), B computes only input gradients and keeps each linear's output gradient
+    /// in the slot (`Saved`) so W can form dweight/dbias later from the same bits.
+    #[allow(clippy::type_complexity)]
+    fn build_backward(&self) -> Result<(Vec<Op>, Vec<(Block, Range<usize>)>, Vec<Op>)> {
         let g = &self.gpu;
         let (b, t) = (self.micro.b, self.micro.t);
         let (n, c, nh, v) = (b * t, self.cfg.channels, self.cfg.heads, self.cfg.vocab);
         let (p, d) = (|x: &str| self.buffers.p(x), |x: &str| self.buffers.g(x));
         let s = &self.scratch;
         let dx = &self.dresid;
-        let mut ops = Vec::new();
-        let mut ranges = Vec::new();
+        let (mut ops, mut wops, mut ranges) = (Vec::new(), Vec::new(), Vec::new());
+        // one linear layer's backward: dinp = dout·W now; dW, db now or in W (from `keep`)
+        let mut linear = |ops: &mut Vec<Op>, lin: Linear| -> Result<()> {
+            match (self.split, lin.keep) {
+                (false, _) => ops.extend(km::matmul_backward(
+                    g,
+                    lin.dinp,
+                    &lin.dw,
+                    lin.db.as_ref(),
+                    lin.dout,
+                    lin.inp,
+                    &lin.w,
+                    n,
+                    lin.c,
+                    lin.oc,
+                )?),
+                (true, keep) => {
+                    let dout_w = match keep {
+                        Some(k) => {
+                            ops.push(ke::copy(g, k, lin.dout)?);
+                            k
+                        }
+                        None => lin.dout,
+                    };
+                    ops.extend(km::matmul_backward_input(
+                        g, lin.dinp, lin.dout, &lin.w, n, lin.c, lin.oc,
+                    )?);
+                    wops.extend(km::matmul_backward_weight(
+                        g,
+                        &lin.dw,
+                        lin.db.as_ref(),
+                        dout_w,
+                        lin.inp,
+                        n,
+                        lin.c,
+                        lin.oc,
+                    )?);
+                }
+            }
+            Ok(())
+        };
         if let Some(h) = &self.head {
             ops.push(ke::fill(g, dx, 0.0)?);
-            ops.extend(km::matmul_backward(
-                g,
-                &s.dln,
-                &d("headw")?,
-                None,
-                &h.dlogits,
-                &h.lnf,
-                &p("headw")?,
-                n,
-                c,
-                v,
-            )?);
+            let (dw, w) = (d("headw")?, p("headw")?);
+            linear(
+                &mut ops,
+                Linear {
+                    dinp: &s.dln,
+                    dw,
+                    db: None,
+                    dout: &h.dlogits,
+                    keep: None,
+                    inp: &h.lnf,
+                    w,
+                    c,
+                    oc: v,
+                },
+            )?;
+            let (lw, lb, lwp) = (d("lnfw")?, d("lnfb")?, p("lnfw")?);
             let x = self.output();
             ops.extend(kn::layernorm_backward(
                 g,
                 dx,
-                &d("lnfw")?,
-                &d("lnfb")?,
+                &lw,
+                &lb,
                 &s.dln,
                 x,
-                &p("lnfw")?,
+                &lwp,
                 &h.lnf_mean,
                 &h.lnf_rstd,
                 n,
@@ -405,87 +489,95 @@ impl GpuModel {
             let w = |x: &str| p(&format!("h{l}.{x}"));
             let dw = |x: &str| d(&format!("h{l}.{x}"));
             let x = &self.resid[k];
+            let sv = a.saved.as_ref();
+            // split: activation gradients W needs later live in the slot, not in shared scratch
+            let dfch = sv.map_or(&s.dfch, |k| &k.fch);
+            let dqkv = sv.map_or(&s.dqkv, |k| &k.qkv);
             // dx holds ∂L/∂out = ∂L/∂fcproj = ∂L/∂x2 (through the residual)
-            ops.extend(km::matmul_backward(
-                g,
-                &s.dfch_gelu,
-                &dw("fcprojw")?,
-                Some(&dw("fcprojb")?),
-                dx,
-                &a.fch_gelu,
-                &w("fcprojw")?,
-                n,
-                4 * c,
-                c,
-            )?);
-            ops.push(ke::gelu_backward(
-                g,
-                &s.dfch,
-                &a.fch,
-                &s.dfch_gelu,
-                n * 4 * c,
-            )?);
-            ops.extend(km::matmul_backward(
-                g,
-                &s.dln,
-                &dw("fcw")?,
-                Some(&dw("fcb")?),
-                &s.dfch,
-                &a.ln2,
-                &w("fcw")?,
-                n,
-                c,
-                4 * c,
-            )?);
+            linear(
+                &mut ops,
+                Linear {
+                    dinp: &s.dfch_gelu,
+                    dw: dw("fcprojw")?,
+                    db: Some(dw("fcprojb")?),
+                    dout: dx,
+                    keep: sv.map(|k| &k.fcproj),
+                    inp: &a.fch_gelu,
+                    w: w("fcprojw")?,
+                    c: 4 * c,
+                    oc: c,
+                },
+            )?;
+            ops.push(ke::gelu_backward(g, dfch, &a.fch, &s.dfch_gelu, n * 4 * c)?);
+            linear(
+                &mut ops,
+                Linear {
+                    dinp: &s.dln,
+                    dw: dw("fcw")?,
+                    db: Some(dw("fcb")?),
+                    dout: dfch,
+                    keep: None,
+                    inp: &a.ln2,
+                    w: w("fcw")?,
+                    c,
+                    oc: 4 * c,
+                },
+            )?;
+            let (l2w, l2b, l2p) = (dw("ln2w")?, dw("ln2b")?, w("ln2w")?);
             ops.extend(kn::layernorm_backward(
                 g,
                 dx,
-                &dw("ln2w")?,
-                &dw("ln2b")?,
+                &l2w,
+                &l2b,
                 &s.dln,
                 &a.x2,
-                &w("ln2w")?,
+                &l2p,
                 &a.ln2_mean,
                 &a.ln2_rstd,
                 n,
                 c,
             )?);
             // dx now holds ∂L/∂x2 = ∂L/∂attproj
-            ops.extend(km::matmul_backward(
-                g,
-                &s.datty,
-                &dw("attprojw")?,
-                Some(&dw("attprojb")?),
-                dx,
-                &a.atty,
-                &w("attprojw")?,
-                n,
-                c,
-                c,
-            )?);
+            linear(
+                &mut ops,
+                Linear {
+                    dinp: &s.datty,
+                    dw: dw("attprojw")?,
+                    db: Some(dw("attprojb")?),
+                    dout: dx,
+                    keep: sv.map(|k| &k.attproj),
+                    inp: &a.atty,
+                    w: w("attprojw")?,
+                    c,
+                    oc: c,
+                },
+            )?;
             ops.extend(ka::attention_backward(
-                g, &s.dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, c, nh,
+                g, dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, c, nh,
             )?);
-            ops.extend(km::matmul_backward(
-                g,
-                &s.dln,
-                &dw("qkvw")?,
-                Some(&dw("qkvb")?),
-                &s.dqkv,
-                &a.ln1,
-                &w("qkvw")?,
-                n,
-                c,
-                3 * c,
-            )?);
+            linear(
+                &mut ops,
+                Linear {
+                    dinp: &s.dln,
+                    dw: dw("qkvw")?,
+                    db: Some(dw("qkvb")?),
+                    dout: dqkv,
+                    keep: None,
+                    inp: &a.ln1,
+                    w: w("qkvw")?,
+                    c,
+                    oc: 3 * c,
+                },
+            )?;
+            let (l1w, l1b, l1p) = (dw("ln1w")?, dw("ln1b")?, w("ln1w")?);
             ops.extend(kn::layernorm_backward(
                 g,
                 dx,
-                &dw("ln1w")?,
-                &dw("ln1b")?,
+                &l1w,
+                &l1b,
                 &s.dln,
                 x,
-                &w("ln1w")?,
+                &l1p,
                 &a.ln1_mean,
                 &a.ln1_rstd,
                 n,
@@ -508,7 +600,7 @@ impl GpuModel {
             )?);
             ranges.push((Block::Embedding, start..ops.len()));
         }
-        Ok((ops, ranges))
+        Ok((ops, ranges, wops))
     }
 }
 

@@ -143,12 +143,6 @@ impl Pipeline {
             )));
         }
         validate(&schedule, opts.channel_bound)?;
-        if schedule.kind.split_backward() {
-            return Err(Error::Config(format!(
-                "the {} schedule needs the backward split into B and W, which the executor does not run yet",
-                schedule.kind.name()
-            )));
-        }
         let stages = stage_blocks(&cfg.model, schedule.stages(), balance)?;
         let slots = slots_needed(&schedule);
         let dloss = 1.0 / cfg.tokens_per_step() as f32;
@@ -170,6 +164,7 @@ impl Pipeline {
                             cfg.micro,
                             dloss,
                             buffers.clone(),
+                            schedule.kind.split_backward(),
                         )
                     })
                     .collect::<Result<Vec<_>>>()?;
@@ -557,11 +552,19 @@ impl Worker<'_> {
                 if let Some(g) = input {
                     gpu.upload(&m.dresid, &g).map_err(e)?;
                 }
-                compute = gpu.run_timed(&m.backward).map_err(e)?.as_secs_f64();
-                if stage > 0 {
+                // unsplit B: the whole backward; split: B input gradients, W weight gradients
+                let ops = if a.kind == Kind::W {
+                    &m.weight
+                } else {
+                    &m.backward
+                };
+                compute = gpu.run_timed(ops).map_err(e)?.as_secs_f64();
+                if a.kind == Kind::B && stage > 0 {
                     out = Some(m.dresid.clone());
                 }
-                chunk.held.remove(&a.micro);
+                if a.kind == Kind::W || !m.split {
+                    chunk.held.remove(&a.micro);
+                }
             }
         }
         drop(guard);
