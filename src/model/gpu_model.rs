@@ -80,13 +80,16 @@ pub struct GpuModel {
     pub forward: Vec<Op>,
     pub backward: Vec<Op>,
     /// Which ops of `forward` / `backward` belong to which block (for per-block timing).
-    pub forward_blocks: Vec<(Block, Range<usize>)>,
-    pub backward_blocks: Vec<(Block, Range<usize>)>,
+    pub forward_blocks: BlockRanges,
+    pub backward_blocks: BlockRanges,
     /// Zero-bubble split: `backward` computes input gradients only and `weight` (W) the
     /// parameter gradients of the linear layers. Empty when not split.
     pub weight: Vec<Op>,
     pub split: bool,
 }
+
+/// Which ops of a pass belong to which block.
+pub type BlockRanges = Vec<(Block, Range<usize>)>;
 
 /// One linear layer's backward: views and dims (`c` in, `oc` out); `keep` is where a split
 /// backward saves `dout` for W when `dout` is about to be overwritten.
@@ -264,7 +267,7 @@ impl GpuModel {
         self.resid.last().expect("resid is never empty")
     }
 
-    fn build_forward(&self, dloss: f32) -> Result<(Vec<Op>, Vec<(Block, Range<usize>)>)> {
+    fn build_forward(&self, dloss: f32) -> Result<(Vec<Op>, BlockRanges)> {
         let g = &self.gpu;
         let (b, t) = (self.micro.b, self.micro.t);
         let (n, c, nh, v) = (b * t, self.cfg.channels, self.cfg.heads, self.cfg.vocab);
@@ -401,8 +404,7 @@ impl GpuModel {
     /// Unsplit, each linear's `matmul_backward` computes dinp and dweight together. Split
     /// (zero-bubble), B computes only input gradients and keeps each linear's output gradient
     /// in the slot (`Saved`) so W can form dweight/dbias later from the same bits.
-    #[allow(clippy::type_complexity)]
-    fn build_backward(&self) -> Result<(Vec<Op>, Vec<(Block, Range<usize>)>, Vec<Op>)> {
+    fn build_backward(&self) -> Result<(Vec<Op>, BlockRanges, Vec<Op>)> {
         let g = &self.gpu;
         let (b, t) = (self.micro.b, self.micro.t);
         let (n, c, nh, v) = (b * t, self.cfg.channels, self.cfg.heads, self.cfg.vocab);

@@ -633,7 +633,7 @@ pub fn describe_stages(cfg: &GptConfig, stages: &[Vec<Block>]) -> Vec<String> {
 
 /// Microbatch shape helper for callers: the global batch split into `m` microbatches.
 pub fn micro_of(global_batch: usize, m: usize, t: usize) -> Result<Micro> {
-    if m == 0 || global_batch % m != 0 {
+    if m == 0 || !global_batch.is_multiple_of(m) {
         return Err(Error::Config(format!(
             "{m} microbatches do not divide the global batch of {global_batch} sequences"
         )));
