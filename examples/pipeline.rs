@@ -283,7 +283,7 @@ fn run(a: Args) -> anyhow::Result<()> {
 
 /// Interleaving needs m to be a multiple of p.
 fn applicable(kind: ScheduleKind, p: usize, m: usize) -> bool {
-    kind != ScheduleKind::Interleaved || m % p == 0
+    kind != ScheduleKind::Interleaved || m.is_multiple_of(p)
 }
 
 /// Host staging speed: one download + upload of an activation-sized buffer.
