@@ -241,7 +241,7 @@ fn run(a: Args) -> anyhow::Result<()> {
             let mut measured = Vec::new();
             for s in 0..=a.steps {
                 let batches = (0..m)
-                    .map(|_| batcher.next(&corpus.train, micro))
+                    .map(|_| corpus.train_batch(&mut batcher, micro))
                     .collect::<triaxis::Result<Vec<_>>>()?;
                 let r = pipe.step(&batches, s)?;
                 if s > 0 {

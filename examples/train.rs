@@ -164,7 +164,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     for s in 0..a.steps {
         let ts = Instant::now();
         let batches = (0..a.accum)
-            .map(|_| batcher.next(&corpus.train, cfg.micro))
+            .map(|_| corpus.train_batch(&mut batcher, cfg.micro))
             .collect::<triaxis::Result<Vec<_>>>()?;
         let st = trainer.step(&batches, s)?;
         let tps = cfg.tokens_per_step() as f64 / ts.elapsed().as_secs_f64();

@@ -97,6 +97,9 @@ pub struct Corpus {
     pub version: String,
     /// Held-out `(prompt, answer)` pairs for exact-match accuracy (addition only).
     pub val_problems: Vec<(String, String)>,
+    /// Offsets in `train` where a training window may start (addition: the start of each
+    /// problem, so every window begins where an evaluation prompt does); empty = anywhere.
+    pub train_starts: Vec<usize>,
 }
 
 impl Corpus {
@@ -155,6 +158,7 @@ impl Corpus {
             train: vocab.encode(&train)?,
             val: vocab.encode(&val)?,
             vocab,
+            train_starts: line_starts(&train),
             val_problems,
         })
     }
@@ -187,7 +191,13 @@ impl Corpus {
             train: ids[..split].to_vec(),
             val: ids[split..].to_vec(),
             val_problems: Vec::new(),
+            train_starts: Vec::new(),
         })
+    }
+
+    /// A training batch: windows at `train_starts` when the corpus has them, else anywhere.
+    pub fn train_batch(&self, batcher: &mut Batcher, micro: Micro) -> Result<(Vec<u32>, Vec<u32>)> {
+        batcher.next_from(&self.train, micro, &self.train_starts)
     }
 
     /// Checks that both splits hold at least one window of `t + 1` tokens.
@@ -233,6 +243,30 @@ impl Batcher {
         }
     }
 
+    /// Like [`Batcher::next`], but each window starts at one of `starts` (any offset if empty).
+    pub fn next_from(
+        &mut self,
+        data: &[u32],
+        micro: Micro,
+        starts: &[usize],
+    ) -> Result<(Vec<u32>, Vec<u32>)> {
+        let t = micro.t;
+        let usable = starts.partition_point(|&s| s + t < data.len());
+        if starts.is_empty() || usable == 0 {
+            return self.next(data, micro);
+        }
+        let (mut x, mut y) = (
+            Vec::with_capacity(micro.tokens()),
+            Vec::with_capacity(micro.tokens()),
+        );
+        for _ in 0..micro.b {
+            let start = starts[self.rng.below(usable as u64) as usize];
+            x.extend_from_slice(&data[start..start + t]);
+            y.extend_from_slice(&data[start + 1..start + t + 1]);
+        }
+        Ok((x, y))
+    }
+
     pub fn next(&mut self, data: &[u32], micro: Micro) -> Result<(Vec<u32>, Vec<u32>)> {
         let t = micro.t;
         if data.len() < t + 1 {
@@ -253,6 +287,17 @@ impl Batcher {
         }
         Ok((x, y))
     }
+}
+
+/// Offsets just after each newline (and 0): where problems start.
+fn line_starts(text: &str) -> Vec<usize> {
+    std::iter::once(0)
+        .chain(
+            text.char_indices()
+                .filter(|(_, c)| *c == '\n')
+                .map(|(i, _)| i + 1),
+        )
+        .collect()
 }
 
 /// The `i`-th fixed (non-random) validation window batch: consecutive windows of `t + 1` tokens.

@@ -83,6 +83,19 @@ fn batches_are_seeded_and_shifted() {
     }
     let (x3, _) = Batcher::new(6).next(&c.train, m).unwrap();
     assert_ne!(x1, x3);
+    // aligned windows start right after a newline (or at 0)
+    let newline = c.vocab.encode("\n").unwrap()[0];
+    let mut b = Batcher::new(7);
+    for _ in 0..20 {
+        let (x, _) = c.train_batch(&mut b, m).unwrap();
+        for r in 0..3 {
+            let first = x[r * 10];
+            assert!(
+                first != newline && first != c.vocab.encode("+").unwrap()[0],
+                "window starts mid-problem"
+            );
+        }
+    }
 }
 
 #[test]
