@@ -145,7 +145,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let eval =
         |trainer: &mut Trainer, step: usize, bar: &ProgressBar| -> anyhow::Result<EvalRecord> {
-            let val_loss = trainer.eval(&corpus.val, a.eval_batches)?;
+            let val_loss = trainer.eval(&corpus, a.eval_batches)?;
             let accuracy = if is_addition {
                 Some(trainer.addition_accuracy(&corpus, 256)?)
             } else {
@@ -231,7 +231,7 @@ fn sample(trainer: &mut Trainer, corpus: &Corpus) -> anyhow::Result<String> {
         let shown = &corpus.val_problems[..8.min(corpus.val_problems.len())];
         let prompts = shown
             .iter()
-            .map(|(p, _)| corpus.vocab.encode(&format!("\n{p}")))
+            .map(|(p, _)| corpus.vocab.encode(p))
             .collect::<triaxis::Result<Vec<_>>>()?;
         let outs = trainer.generate(&prompts, 12, Some(newline))?;
         let lines: Vec<String> = shown

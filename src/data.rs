@@ -100,6 +100,8 @@ pub struct Corpus {
     /// Offsets in `train` where a training window may start (addition: the start of each
     /// problem, so every window begins where an evaluation prompt does); empty = anywhere.
     pub train_starts: Vec<usize>,
+    /// The same for `val` (validation windows start there too).
+    pub val_starts: Vec<usize>,
 }
 
 impl Corpus {
@@ -159,6 +161,7 @@ impl Corpus {
             val: vocab.encode(&val)?,
             vocab,
             train_starts: line_starts(&train),
+            val_starts: line_starts(&val),
             val_problems,
         })
     }
@@ -192,6 +195,7 @@ impl Corpus {
             val: ids[split..].to_vec(),
             val_problems: Vec::new(),
             train_starts: Vec::new(),
+            val_starts: Vec::new(),
         })
     }
 
@@ -300,13 +304,20 @@ fn line_starts(text: &str) -> Vec<usize> {
         .collect()
 }
 
-/// The `i`-th fixed (non-random) validation window batch: consecutive windows of `t + 1` tokens.
-pub fn eval_batch(data: &[u32], micro: Micro, i: usize) -> (Vec<u32>, Vec<u32>) {
+/// The `i`-th fixed (non-random) validation batch: consecutive windows of `t + 1` tokens, or
+/// windows at consecutive entries of `starts` when given.
+pub fn eval_batch(data: &[u32], micro: Micro, i: usize, starts: &[usize]) -> (Vec<u32>, Vec<u32>) {
     let t = micro.t;
+    let usable = starts.partition_point(|&s| s + t < data.len());
     let windows = (data.len() - 1) / t;
     let (mut x, mut y) = (Vec::new(), Vec::new());
     for r in 0..micro.b {
-        let start = ((i * micro.b + r) % windows.max(1)) * t;
+        let k = i * micro.b + r;
+        let start = if usable > 0 {
+            starts[k % usable]
+        } else {
+            (k % windows.max(1)) * t
+        };
         x.extend_from_slice(&data[start..start + t]);
         y.extend_from_slice(&data[start + 1..start + t + 1]);
     }

@@ -150,11 +150,11 @@ impl Trainer {
         Ok((l.iter().map(|&v| v as f64).sum::<f64>() / l.len() as f64) as f32)
     }
 
-    /// Mean validation loss over `batches` fixed windows of the validation split.
-    pub fn eval(&mut self, data: &[u32], batches: usize) -> Result<f32> {
+    /// Mean validation loss over `batches` fixed batches of the validation split.
+    pub fn eval(&mut self, corpus: &Corpus, batches: usize) -> Result<f32> {
         let mut sum = 0.0;
         for i in 0..batches.max(1) {
-            let (x, y) = eval_batch(data, self.cfg.micro, i);
+            let (x, y) = eval_batch(&corpus.val, self.cfg.micro, i, &corpus.val_starts);
             sum += self.loss(&x, &y)?;
         }
         Ok(sum / batches.max(1) as f32)
@@ -220,7 +220,7 @@ impl Trainer {
         for chunk in problems.chunks(self.cfg.micro.b) {
             let prompts: Vec<Vec<u32>> = chunk
                 .iter()
-                .map(|(p, _)| corpus.vocab.encode(&format!("\n{p}")))
+                .map(|(p, _)| corpus.vocab.encode(p))
                 .collect::<Result<_>>()?;
             let outs = self.generate(&prompts, 12, Some(newline))?;
             for ((_, answer), out) in chunk.iter().zip(outs) {
