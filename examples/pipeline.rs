@@ -60,10 +60,10 @@ struct Args {
     /// Link model for the device clock: nvlink, pcie, ethernet, ideal, measured (host staging).
     #[arg(long, default_value = "nvlink")]
     link: String,
-    /// Run devices one at a time (clean device durations; the wall clock then shows no overlap).
+    /// Also run the wall-clock measurement one device at a time (the device clock always is).
     #[arg(long)]
     serial: bool,
-    /// Measured steps per point (after one warm-up step); the median is reported.
+    /// Measured steps per point and clock (after one warm-up step); the median is reported.
     #[arg(long, default_value_t = 1)]
     steps: usize,
     #[arg(long, default_value = "runs/pipeline")]
@@ -238,21 +238,38 @@ fn run(a: Args) -> anyhow::Result<()> {
                     say(&bar, format!("     {line}"));
                 }
             }
-            let mut measured = Vec::new();
-            for s in 0..=a.steps {
-                let batches = (0..m)
+            let mut batch = || {
+                (0..m)
                     .map(|_| corpus.train_batch(&mut batcher, micro))
-                    .collect::<triaxis::Result<Vec<_>>>()?;
-                let r = pipe.step(&batches, s)?;
-                if s > 0 {
-                    measured.push(r);
+                    .collect::<triaxis::Result<Vec<_>>>()
+            };
+            pipe.step(&batch()?, 0)?; // warm-up
+                                      // wall clock: devices run concurrently (unless --serial);
+                                      // device clock: one device at a time, so each action's kernel time is its own
+            let mut step = 1;
+            let mut median = |pipe: &mut Pipeline, serial: bool| -> anyhow::Result<_> {
+                pipe.opts.serial = serial;
+                let mut runs = Vec::new();
+                for _ in 0..a.steps.max(1) {
+                    runs.push(pipe.step(&batch()?, step)?);
+                    step += 1;
                 }
-            }
-            measured.sort_by(|x, y| x.wall.total_cmp(&y.wall));
-            let r = &measured[measured.len() / 2];
-            let sum = summarize(&sched, r, &link, m * micro.tokens())?;
+                runs.sort_by(|x, y| x.wall.total_cmp(&y.wall));
+                Ok(runs.swap_remove(runs.len() / 2))
+            };
+            let r_wall = median(&mut pipe, a.serial)?;
+            let r = median(&mut pipe, true)?;
+            let tokens = m * micro.tokens();
+            let wall = summarize(&sched, &r_wall, &link, tokens)?;
+            let sum = Summary {
+                wall_step: wall.wall_step,
+                wall_bubble: wall.wall_bubble,
+                wall_busy: wall.wall_busy,
+                tokens_per_s_wall: wall.tokens_per_s_wall,
+                ..summarize(&sched, &r, &link, tokens)?
+            };
             if m == 8 || (m == *ms.last().unwrap_or(&m) && !ms.contains(&8)) {
-                let trace = chrome_trace(&sched, r, &link)?;
+                let trace = chrome_trace(&sched, &r, &link)?;
                 std::fs::write(
                     a.out.join(format!("trace_{}.json", kind.name())),
                     serde_json::to_string(&trace)?,
