@@ -23,12 +23,12 @@ struct Args {
     #[arg(long)]
     data: Option<PathBuf>,
     /// Operand digits of the addition corpus.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 2)]
     digits: u32,
     /// Write sums in plain order instead of least-significant digit first.
     #[arg(long)]
     plain_sums: bool,
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 1500)]
     steps: usize,
     /// Sequences per microbatch.
     #[arg(long, default_value_t = 16)]
@@ -39,9 +39,9 @@ struct Args {
     /// Microbatches accumulated per step.
     #[arg(long, default_value_t = 1)]
     accum: usize,
-    #[arg(long, default_value_t = 3e-3)]
+    #[arg(long, default_value_t = 5e-3)]
     lr: f32,
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 64)]
     channels: usize,
     #[arg(long, default_value_t = 4)]
     heads: usize,
@@ -59,7 +59,7 @@ struct Args {
     #[arg(long)]
     software: bool,
     /// Evaluate every N steps.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 250)]
     eval_every: usize,
     /// Validation batches per evaluation.
     #[arg(long, default_value_t = 8)]
