@@ -204,14 +204,16 @@ fn run(a: Args) -> anyhow::Result<()> {
         say(
             &bar,
             format!(
-                "{:>4} {:>8} {:>10} {:>10} {:>11} {:>11} {:>12} {:>8}",
+                "{:>4} {:>8} {:>10} {:>10} {:>7} {:>11} {:>11} {:>12} {:>13} {:>8}",
                 "m",
                 "theory",
                 "device clk",
                 "wall clk",
+                "imbal.",
                 "step (dev)",
                 "step (wall)",
                 "tokens/s dev",
+                "tokens/s wall",
                 "peak act"
             ),
         );
@@ -278,14 +280,16 @@ fn run(a: Args) -> anyhow::Result<()> {
             say(
                 &bar,
                 format!(
-                    "{:>4} {:>7.1}% {:>9.1}% {:>9.1}% {:>9.1}ms {:>9.1}ms {:>12.0} {:>8}",
+                    "{:>4} {:>7.1}% {:>9.1}% {:>9.1}% {:>6.1}% {:>9.1}ms {:>9.1}ms {:>12.0} {:>13.0} {:>8}",
                     m,
                     100.0 * sum.theory,
                     100.0 * sum.device_bubble,
                     100.0 * sum.wall_bubble,
+                    100.0 * sum.imbalance,
                     1e3 * sum.device_step,
                     1e3 * sum.wall_step,
                     sum.tokens_per_s_device,
+                    sum.tokens_per_s_wall,
                     sum.peak_held.iter().max().copied().unwrap_or(0)
                 ),
             );

@@ -220,3 +220,55 @@ fn bad_layouts_are_clear_errors() {
     let e = triaxis::pipeline::executor::micro_of(10, 4, 8).unwrap_err();
     assert!(e.to_string().contains("do not divide"), "{e}");
 }
+
+#[test]
+fn device_clock_of_balanced_stages_equals_the_formula() {
+    use triaxis::pipeline::executor::{Event, StepReport};
+    use triaxis::pipeline::timeline::summarize;
+    use triaxis::pipeline::{Kind, Link};
+    use triaxis::train::StepStats;
+    for (kind, p, m, v) in [
+        (ScheduleKind::GPipe, 4, 8, 1),
+        (ScheduleKind::OneFOneB, 4, 16, 1),
+        (ScheduleKind::Interleaved, 4, 8, 2),
+    ] {
+        let s = Schedule::new(kind, p, m, v).unwrap();
+        // every stage: F takes 1 ms, B 2 ms (a synthetic, perfectly balanced measurement)
+        let events = s
+            .actions
+            .iter()
+            .enumerate()
+            .flat_map(|(d, list)| {
+                list.iter().map(move |a| Event {
+                    device: d,
+                    stage: 0,
+                    label: String::new(),
+                    action: *a,
+                    start: 0.0,
+                    end: 1.0,
+                    compute: if a.kind == Kind::F { 1e-3 } else { 2e-3 },
+                    bytes_out: 0,
+                    send_time: 0.0,
+                })
+            })
+            .collect();
+        let stats = StepStats {
+            loss: 0.0,
+            grad_norm: 0.0,
+            lr: 0.0,
+        };
+        let r = StepReport {
+            stats,
+            events,
+            wall: 1.0,
+            peak_held: vec![],
+        };
+        let sum = summarize(&s, &r, &Link::ideal(), 100).unwrap();
+        println!(
+            "{kind:?}: device bubble {:.4} theory {:.4}",
+            sum.device_bubble, sum.theory
+        );
+        assert!((sum.device_bubble - sum.theory).abs() < 1e-9, "{kind:?}");
+        assert!(sum.imbalance.abs() < 1e-12);
+    }
+}

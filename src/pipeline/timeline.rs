@@ -6,13 +6,18 @@
 //!   dependencies with every device an independent resource and each transfer costed by a
 //!   [`Link`] — what p independent devices would do.
 //!
+//! Bubble, as the formula means it: the idle share of the *busiest* device's time,
+//! `1 − busy_max / makespan` — for balanced stages exactly `(p−1)/(m+p−1)` under GPipe/1F1B.
+//! Stage imbalance is reported apart, `1 − busy_mean / busy_max`, and so is the total idle
+//! share of all devices (`idle`), which is roughly bubble + imbalance.
+//!
 //! Also writes a Chrome trace (opens in Perfetto / chrome://tracing): one track per device,
 //! compute on the device clock and the wall clock as separate processes.
 
 use serde_json::json;
 
 use super::executor::StepReport;
-use super::schedule::{Action, Schedule, ScheduleKind};
+use super::schedule::{Action, Kind, Schedule, ScheduleKind};
 use super::simulate::{replay, Link, Replay};
 use crate::cost::pipeline::Schedule as Theory;
 use crate::error::{Error, Result};
@@ -27,11 +32,17 @@ pub struct Summary {
     /// Analytic bubble of the schedule.
     pub theory: f64,
     pub wall_step: f64,
+    /// Idle share of the busiest device on the wall clock.
     pub wall_bubble: f64,
     /// Busy seconds per device on the wall clock (action spans: staging + compute).
     pub wall_busy: Vec<f64>,
     pub device_step: f64,
+    /// Idle share of the busiest device on the device clock (comparable with `theory`).
     pub device_bubble: f64,
+    /// Idle share of all devices on the device clock (bubble plus imbalance).
+    pub device_idle: f64,
+    /// Stage imbalance on the device clock: `1 − mean busy / max busy`.
+    pub imbalance: f64,
     /// Busy seconds per device on the device clock (kernel time).
     pub device_busy: Vec<f64>,
     pub tokens_per_s_wall: f64,
@@ -58,19 +69,30 @@ fn find<'a>(r: &'a StepReport, device: usize, a: &Action) -> Option<&'a super::e
         .find(|e| e.device == device && e.action == *a)
 }
 
-/// The device-clock replay of a measured step over `link`.
+/// The device-clock replay of a measured step over `link`. Every F (B, W) of one stage does
+/// identical work, so each action is costed at the median kernel time of its stage's actions of
+/// the same kind in this step: scheduler noise on a shared machine drops out, real differences
+/// between stages stay.
 pub fn device_clock(s: &Schedule, r: &StepReport, link: &Link) -> Result<Replay> {
+    let mut by_kind: std::collections::HashMap<(usize, usize, Kind), Vec<f64>> = Default::default();
     for (d, list) in s.actions.iter().enumerate() {
         for a in list {
-            if find(r, d, a).is_none() {
-                return Err(Error::Config(format!(
-                    "no measurement for {}",
-                    s.label(d, a)
-                )));
-            }
+            let e = find(r, d, a)
+                .ok_or_else(|| Error::Config(format!("no measurement for {}", s.label(d, a))))?;
+            by_kind
+                .entry((d, a.chunk, a.kind))
+                .or_default()
+                .push(e.compute);
         }
     }
-    let cost = |d: usize, a: &Action| find(r, d, a).map_or(0.0, |e| e.compute);
+    let median: std::collections::HashMap<(usize, usize, Kind), f64> = by_kind
+        .into_iter()
+        .map(|(k, mut v)| {
+            v.sort_by(f64::total_cmp);
+            (k, v[v.len() / 2])
+        })
+        .collect();
+    let cost = |d: usize, a: &Action| median.get(&(d, a.chunk, a.kind)).copied().unwrap_or(0.0);
     // bytes sent after an action do not depend on the device: any event of that action
     let bytes = |a: &Action| {
         r.events
@@ -95,7 +117,10 @@ pub fn summarize(s: &Schedule, r: &StepReport, link: &Link, tokens: usize) -> Re
         .fold(f64::INFINITY, f64::min);
     let last = r.events.iter().map(|e| e.end).fold(0.0, f64::max);
     let wall_step = (last - first).max(1e-12);
-    let wall_bubble = 1.0 - wall_busy.iter().sum::<f64>() / (s.p as f64 * wall_step);
+    let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+    let wall_bubble = 1.0 - max(&wall_busy) / wall_step;
+    let busy_max = max(&dev.busy).max(1e-12);
+    let busy_mean = dev.busy.iter().sum::<f64>() / s.p as f64;
     Ok(Summary {
         schedule: s.kind.name().to_string(),
         p: s.p,
@@ -106,7 +131,9 @@ pub fn summarize(s: &Schedule, r: &StepReport, link: &Link, tokens: usize) -> Re
         wall_bubble,
         wall_busy,
         device_step: dev.makespan,
-        device_bubble: dev.bubble,
+        device_bubble: 1.0 - busy_max / dev.makespan.max(1e-12),
+        device_idle: dev.bubble,
+        imbalance: 1.0 - busy_mean / busy_max,
         device_busy: dev.busy.clone(),
         tokens_per_s_wall: tokens as f64 / wall_step,
         tokens_per_s_device: tokens as f64 / dev.makespan.max(1e-12),
