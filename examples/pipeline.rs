@@ -46,8 +46,8 @@ struct Args {
     /// Sequences per microbatch.
     #[arg(long, default_value_t = 4)]
     micro_batch: usize,
-    /// Stage balance: params or time (measured per block).
-    #[arg(long, default_value = "time")]
+    /// Stage balance: params (parameter count) or time (measured per block).
+    #[arg(long, default_value = "params")]
     balance: String,
     /// Devices: "virtual" (stages as virtual devices on one adapter) or "all" (one stage per
     /// adapter found, any backend mix; needs at least --stages adapters).
