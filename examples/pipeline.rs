@@ -154,12 +154,8 @@ fn run(a: Args) -> anyhow::Result<()> {
     micro.validate(&model)?;
     let gpus = open_devices(&a)?;
     let mut link = Link::by_name(&a.link)?;
-    println!(
-        "adapter  {} ({} stage devices: {})",
-        gpus[0].adapter_name(),
-        gpus.len(),
-        a.devices
-    );
+    let names: Vec<String> = gpus.iter().map(|g| g.adapter_name()).collect();
+    println!("devices  {} ({})", names.join(" | "), a.devices);
     println!(
         "model    {model:?}, {} parameters; microbatch {} × {} tokens",
         model.param_count(),
