@@ -2,6 +2,8 @@
 //! and its messages (the marked grid), and bad inputs. Pure logic: no GPU. The simulators are
 //! tested in `simulate.rs`.
 
+mod common;
+use common::all_schedules;
 use triaxis::pipeline::*;
 use triaxis::Error;
 
@@ -101,24 +103,6 @@ fn display_is_list_order() {
         one_f_one_b(2, 2).unwrap().to_string(),
         "0: 0F0 0F1 0B0 0B1\n1: 1F0 1B0 1F1 1B1\n"
     );
-}
-
-/// Every constructor over a grid of (p, m, v).
-fn all_schedules() -> Vec<Schedule> {
-    let mut out = Vec::new();
-    for p in [1, 2, 3, 4, 8] {
-        for m in [1, 2, 4, 8, 16, 64] {
-            out.push(gpipe(p, m).unwrap());
-            out.push(one_f_one_b(p, m).unwrap());
-            out.push(zero_bubble_h1(p, m).unwrap());
-            for v in [1, 2, 3] {
-                if m % p == 0 {
-                    out.push(interleaved(p, m, v).unwrap());
-                }
-            }
-        }
-    }
-    out
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! peak activations, zero-bubble against 1F1B, and the device-clock replay with link models.
 //! Pure logic: no GPU.
 
+mod common;
+use common::all_schedules;
 use triaxis::pipeline::*;
 use triaxis::Error;
 
@@ -9,24 +11,6 @@ fn err(r: triaxis::Result<impl std::fmt::Debug>) -> String {
     let e = r.unwrap_err();
     assert!(matches!(e, Error::Config(_)), "{e}");
     e.to_string()
-}
-
-/// Every constructor over a grid of (p, m, v).
-fn all_schedules() -> Vec<Schedule> {
-    let mut out = Vec::new();
-    for p in [1, 2, 3, 4, 8] {
-        for m in [1, 2, 4, 8, 16, 64] {
-            out.push(gpipe(p, m).unwrap());
-            out.push(one_f_one_b(p, m).unwrap());
-            out.push(zero_bubble_h1(p, m).unwrap());
-            for v in [1, 2, 3] {
-                if m % p == 0 {
-                    out.push(interleaved(p, m, v).unwrap());
-                }
-            }
-        }
-    }
-    out
 }
 
 #[test]

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use triaxis::gpu::{Gpu, View};
+use triaxis::pipeline::{gpipe, interleaved, one_f_one_b, zero_bubble_h1, Schedule};
 use triaxis::rng::Rng;
 
 /// A value no kernel writes: an unwritten output element fails every comparison.
@@ -53,4 +54,22 @@ pub fn check(name: &str, gpu: &[f32], cpu: &[f32], tol: f32) -> (f32, f32) {
         gpu.len()
     );
     (abs, rel)
+}
+
+/// Every constructor over a grid of (p, m, v).
+pub fn all_schedules() -> Vec<Schedule> {
+    let mut out = Vec::new();
+    for p in [1, 2, 3, 4, 8] {
+        for m in [1, 2, 4, 8, 16, 64] {
+            out.push(gpipe(p, m).unwrap());
+            out.push(one_f_one_b(p, m).unwrap());
+            out.push(zero_bubble_h1(p, m).unwrap());
+            for v in [1, 2, 3] {
+                if m % p == 0 {
+                    out.push(interleaved(p, m, v).unwrap());
+                }
+            }
+        }
+    }
+    out
 }
