@@ -18,6 +18,7 @@
 //! accumulation over microbatches costs nothing extra. The CPU twin of the whole model
 //! (`model::cpu`) replays the same arithmetic on the host for tests.
 
+pub mod collective;
 pub mod cost;
 pub mod cpu;
 pub mod data;
