@@ -27,6 +27,7 @@ pub mod gpu;
 pub mod kernels;
 pub mod model;
 pub mod optim;
+pub mod parallel;
 pub mod params;
 pub mod pipeline;
 pub mod plot;

@@ -1,0 +1,4 @@
+//! The parallel axes built on the single-device model: data parallelism (replicas + gradient
+//! all-reduce). Pipeline parallelism lives in [`crate::pipeline`].
+
+pub mod data;

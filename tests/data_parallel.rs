@@ -1,0 +1,193 @@
+//! Data parallelism: d replicas match one device, repeat bit for bit, move exactly the ring's
+//! bytes, and reject impossible batches.
+use triaxis::collective::{ring_all_reduce_bytes, ring_all_reduce_rank_bytes, Algo};
+use triaxis::cpu::AdamW;
+use triaxis::data::{AdditionSpec, Batcher, Corpus};
+use triaxis::gpu;
+use triaxis::model::{GptConfig, Micro};
+use triaxis::parallel::data::{DataParallel, DpOptions};
+use triaxis::train::{TrainConfig, Trainer};
+
+fn cfg(accum: usize) -> TrainConfig {
+    TrainConfig {
+        model: GptConfig {
+            vocab: 13,
+            ctx: 8,
+            channels: 16,
+            heads: 2,
+            layers: 2,
+        },
+        micro: Micro { b: 2, t: 8 },
+        grad_accum: accum,
+        steps: 4,
+        adam: AdamW {
+            lr: 1e-2,
+            ..Default::default()
+        },
+        warmup: 1,
+        min_lr_frac: 0.1,
+        seed: 8,
+    }
+}
+
+fn global_batches(n: usize, steps: usize, micro: Micro) -> Vec<Vec<(Vec<u32>, Vec<u32>)>> {
+    let c = Corpus::addition(AdditionSpec {
+        digits: 2,
+        train_problems: 300,
+        val_problems: 20,
+        seed: 4,
+        reverse: true,
+    })
+    .unwrap();
+    let mut b = Batcher::new(6);
+    (0..steps)
+        .map(|_| {
+            (0..n)
+                .map(|_| c.train_batch(&mut b, micro).unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+fn max_rel(a: &[f32], b: &[f32]) -> f32 {
+    let scale = b.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    a.iter()
+        .zip(b)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()))
+        / scale
+}
+
+#[test]
+fn replicas_match_one_device_and_repeat_bit_for_bit() {
+    let Some(gpus) = gpu::test_gpus(4) else {
+        return;
+    };
+    let global = 4; // microbatches per step
+    let data = global_batches(global, 4, cfg(1).micro);
+    let mut one = Trainer::new(&gpus[0], cfg(global)).unwrap();
+    for (s, b) in data.iter().enumerate() {
+        one.step(b, s).unwrap();
+    }
+    let reference = one.model.params().unwrap();
+    for d in [2, 4] {
+        for algo in [Algo::Ring, Algo::Naive] {
+            let run = || {
+                let opts = DpOptions {
+                    algo,
+                    ..Default::default()
+                };
+                let mut dp = DataParallel::new(&gpus[..d], cfg(global / d), opts).unwrap();
+                for (s, b) in data.iter().enumerate() {
+                    dp.step(b, s).unwrap();
+                }
+                assert!(dp.replicas_agree().unwrap(), "d={d}: replicas diverged");
+                (dp.params(0).unwrap(), dp.checksum().unwrap())
+            };
+            let (p, c1) = run();
+            let (_, c2) = run();
+            let err = max_rel(&p, &reference);
+            println!("d={d} {algo:?}: max |Δ| / max |p| vs one device = {err:.2e}; {c1}");
+            assert!(
+                err < 1e-5,
+                "d={d} {algo:?}: parameters differ from one device by {err}"
+            );
+            assert_eq!(c1, c2, "d={d} {algo:?}: two runs must give the same bits");
+        }
+    }
+}
+
+#[test]
+fn ledger_bytes_equal_the_ring_formula() {
+    let Some(gpus) = gpu::test_gpus(4) else {
+        return;
+    };
+    for d in [2, 3, 4] {
+        let opts = DpOptions {
+            bucket_bytes: 8 << 10,
+            ..Default::default()
+        };
+        let mut dp = DataParallel::new(&gpus[..d], cfg(1), opts).unwrap();
+        assert!(
+            dp.buckets.len() > 1,
+            "small buckets must split the gradients"
+        );
+        let data = global_batches(d, 1, cfg(1).micro);
+        let r = dp.step(&data[0], 0).unwrap();
+        for rank in 0..d {
+            let want: u64 = dp
+                .buckets
+                .iter()
+                .map(|b| ring_all_reduce_rank_bytes(b.len(), d, rank))
+                .sum();
+            assert_eq!(r.bytes_per_rank[rank], want, "d={d} rank {rank}");
+        }
+        // the busiest rank moves 2(d−1)/d·S (exactly, when d divides every bucket)
+        let s_bytes: u64 = dp.buckets.iter().map(|b| 4 * b.len() as u64).sum();
+        let busiest: u64 = dp
+            .buckets
+            .iter()
+            .map(|b| ring_all_reduce_bytes(b.len(), d))
+            .sum();
+        let formula = 2.0 * (d as f64 - 1.0) / d as f64 * s_bytes as f64;
+        println!(
+            "d={d}: {} buckets, per rank {:?} bytes; 2(d-1)/d*S = {formula:.0}",
+            dp.buckets.len(),
+            r.bytes_per_rank
+        );
+        assert_eq!(*r.bytes_per_rank.iter().max().unwrap(), busiest);
+        assert!((busiest as f64 - formula).abs() <= 8.0 * dp.buckets.len() as f64);
+    }
+}
+
+#[test]
+fn impossible_batches_are_clear_errors() {
+    let e = DataParallel::accumulation(10, 4, 2).unwrap_err();
+    assert!(
+        e.to_string().contains("not divisible by d × microbatch"),
+        "{e}"
+    );
+    let e = DataParallel::accumulation(8, 0, 2).unwrap_err();
+    assert!(e.to_string().contains("at least 1"), "{e}");
+    assert_eq!(DataParallel::accumulation(16, 4, 2).unwrap(), 2);
+    let e = DataParallel::new(&[], cfg(1), DpOptions::default())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("d = 0"), "{e}");
+    let Some(gpus) = gpu::test_gpus(2) else {
+        return;
+    };
+    let mut dp = DataParallel::new(&gpus, cfg(1), DpOptions::default()).unwrap();
+    let data = global_batches(3, 1, cfg(1).micro);
+    assert!(dp.step(&data[0], 0).is_err());
+}
+
+#[test]
+fn a_failing_replica_ends_the_step_with_a_named_error() {
+    use triaxis::collective::{Fault, Opts};
+    let Some(gpus) = gpu::test_gpus(3) else {
+        return;
+    };
+    let collective = Opts {
+        fault: Some(Fault { rank: 1, round: 2 }),
+        recv_timeout: std::time::Duration::from_secs(20),
+        ..Default::default()
+    };
+    let mut dp = DataParallel::new(
+        &gpus,
+        cfg(1),
+        DpOptions {
+            collective,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let data = global_batches(3, 1, cfg(1).micro);
+    let t = std::time::Instant::now();
+    let e = dp.step(&data[0], 0).unwrap_err();
+    println!("{e} (after {:?})", t.elapsed());
+    match e {
+        triaxis::Error::Worker { device, .. } => assert_eq!(device, 1),
+        other => panic!("expected a worker error, got {other}"),
+    }
+    assert!(t.elapsed() < std::time::Duration::from_secs(10));
+}
