@@ -14,6 +14,7 @@ use crate::gpu::Gpu;
 use crate::kernels::Op;
 use crate::model::{cpu_model, gpu_model::GpuModel, GptConfig, Micro};
 use crate::optim::{global_norm_sq, Optimizer};
+use crate::parallel::accumulate::{Accumulation, TreeAccumulator};
 
 /// Everything that defines a training run (recorded in the run record).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -87,10 +88,17 @@ pub struct Trainer {
     optim: Optimizer,
     /// Tensor names in the model's canonical order (for the layout-invariant norm).
     canonical: Vec<String>,
+    /// Pairwise-tree accumulation, when chosen.
+    tree: Option<TreeAccumulator>,
 }
 
 impl Trainer {
     pub fn new(gpu: &Gpu, cfg: TrainConfig) -> Result<Trainer> {
+        Trainer::with_accumulation(gpu, cfg, Accumulation::Sequential)
+    }
+
+    /// A trainer whose microbatch gradients accumulate as `acc` says.
+    pub fn with_accumulation(gpu: &Gpu, cfg: TrainConfig, acc: Accumulation) -> Result<Trainer> {
         cfg.validate()?;
         let dloss = 1.0 / cfg.tokens_per_step() as f32;
         let model = GpuModel::new(gpu, cfg.model, &cfg.model.blocks(), cfg.micro, dloss)?;
@@ -103,7 +111,16 @@ impl Trainer {
             .cloned()
             .collect();
         let canonical = cfg.model.canonical_names();
+        let tree = match acc {
+            Accumulation::Sequential => None,
+            Accumulation::PairwiseTree => Some(TreeAccumulator::new(
+                gpu,
+                &model.buffers.grads,
+                cfg.grad_accum,
+            )?),
+        };
         Ok(Trainer {
+            tree,
             step_ops,
             optim,
             canonical,
@@ -125,10 +142,19 @@ impl Trainer {
         self.optim.zero_grads()?;
         let mut loss = 0.0f64;
         for (x, y) in batches {
+            if let Some(t) = &self.tree {
+                g.run(std::slice::from_ref(&t.zero))?;
+            }
             g.upload(&self.model.tokens, x)?;
             g.upload(&self.model.targets, y)?;
             g.run(&self.step_ops)?;
             loss += self.model.losses()?.iter().map(|&l| l as f64).sum::<f64>();
+            if let Some(t) = &mut self.tree {
+                t.push()?;
+            }
+        }
+        if let Some(t) = &mut self.tree {
+            t.finish()?;
         }
         let h = self.cfg.adam_at(s);
         let norm_sq = global_norm_sq(&self.optim.tensor_sq()?, &self.canonical);

@@ -381,13 +381,14 @@ fn device_collectives_match_the_host() {
                 average,
                 ..Opts::default()
             };
-            for algo in [Algo::Ring, Algo::Naive] {
+            for algo in [Algo::Ring, Algo::Naive, Algo::Tree] {
                 reset();
                 let mut l = Ledger::new();
                 collective::all_reduce(gpus, &views, algo, &opts, &mut l, &link).unwrap();
                 let want = match algo {
                     Algo::Ring => run_ring(&x, &opts).0,
                     Algo::Naive => run_naive(&x, &opts),
+                    Algo::Tree => pairwise_tree(&x, opts.average),
                 };
                 assert_eq!(bits(&read()), bits(&want), "{algo:?} d={d} n={n}");
                 if d > 1 {
@@ -453,4 +454,58 @@ fn device_collectives_match_the_host() {
     };
     let e = collective::all_reduce(&gpus, &v, Algo::Ring, &f, &mut l, &link).unwrap_err();
     assert!(matches!(e, Error::Worker { device: 2, .. }), "{e}");
+}
+
+/// The pairwise tree over ranks, spelled out: ((x0+x1)+(x2+x3))+…, copied to every rank.
+fn pairwise_tree(x: &[Vec<f32>], average: bool) -> Vec<Vec<f32>> {
+    let mut level: Vec<Vec<f32>> = x.to_vec();
+    while level.len() > 1 {
+        level = level
+            .chunks(2)
+            .map(|p| match p {
+                [a, b] => a.iter().zip(b).map(|(u, v)| u + v).collect(),
+                [a] => a.clone(),
+                _ => unreachable!(),
+            })
+            .collect();
+    }
+    let mut sum = level.remove(0);
+    if average {
+        sum.iter_mut().for_each(|v| *v /= x.len() as f32);
+    }
+    vec![sum; x.len()]
+}
+
+#[test]
+fn tree_all_reduce_sums_in_a_pairwise_tree() {
+    let x: Vec<Vec<f32>> = (0..4)
+        .map(|r| vec![1e8, 1.0 + r as f32, -1e8, 0.5])
+        .collect();
+    let Some(gpus) = triaxis::gpu::test_gpus(4) else {
+        return;
+    };
+    let views: Vec<_> = gpus
+        .iter()
+        .zip(&x)
+        .map(|(g, b)| {
+            let v = g.buffer("t", b.len());
+            g.upload(&v, b).unwrap();
+            v
+        })
+        .collect();
+    let mut l = Ledger::new();
+    collective::all_reduce(
+        &gpus,
+        &views,
+        Algo::Tree,
+        &Opts::default(),
+        &mut l,
+        &triaxis::pipeline::Link::nvlink(),
+    )
+    .unwrap();
+    let want = pairwise_tree(&x, false);
+    for (g, v) in gpus.iter().zip(&views) {
+        assert_eq!(bits(&[g.download::<f32>(v).unwrap()]), bits(&want[..1]));
+    }
+    assert_eq!(Algo::by_name("tree").unwrap(), Algo::Tree);
 }

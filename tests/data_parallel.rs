@@ -191,3 +191,59 @@ fn a_failing_replica_ends_the_step_with_a_named_error() {
     }
     assert!(t.elapsed() < std::time::Duration::from_secs(10));
 }
+
+#[test]
+fn pairwise_tree_accumulation_is_bit_identical_across_layouts() {
+    use triaxis::parallel::accumulate::Accumulation;
+    let Some(gpus) = gpu::test_gpus(4) else {
+        return;
+    };
+    let global = 8; // microbatches per step
+    let data = global_batches(global, 3, cfg(1).micro);
+    let t = std::time::Instant::now();
+    let mut one =
+        Trainer::with_accumulation(&gpus[0], cfg(global), Accumulation::PairwiseTree).unwrap();
+    for (s, b) in data.iter().enumerate() {
+        one.step(b, s).unwrap();
+    }
+    let tree_time = t.elapsed();
+    let reference = one.checksum().unwrap();
+    let t = std::time::Instant::now();
+    let mut seq = Trainer::new(&gpus[0], cfg(global)).unwrap();
+    for (s, b) in data.iter().enumerate() {
+        seq.step(b, s).unwrap();
+    }
+    println!(
+        "one device: pairwise tree {tree_time:?} vs sequential {:?} for 3 steps",
+        t.elapsed()
+    );
+    for d in [2, 4] {
+        let opts = DpOptions {
+            algo: Algo::Tree,
+            accumulation: Accumulation::PairwiseTree,
+            ..Default::default()
+        };
+        let mut dp = DataParallel::new(&gpus[..d], cfg(global / d), opts).unwrap();
+        for (s, b) in data.iter().enumerate() {
+            dp.step(b, s).unwrap();
+        }
+        println!("d={d}: {}", dp.checksum().unwrap());
+        assert_eq!(
+            dp.checksum().unwrap(),
+            reference,
+            "d={d}: the pairwise tree must give one device's bits"
+        );
+    }
+    // the sequential ring layout is not bit-identical to one device (that is the point of the mode)
+    let bad = DpOptions {
+        algo: Algo::Ring,
+        accumulation: Accumulation::PairwiseTree,
+        ..Default::default()
+    };
+    let e = DataParallel::new(&gpus[..2], cfg(4), bad).err().unwrap();
+    assert!(e.to_string().contains("tree all-reduce"), "{e}");
+    let e = Trainer::with_accumulation(&gpus[0], cfg(3), Accumulation::PairwiseTree)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("power-of-two"), "{e}");
+}

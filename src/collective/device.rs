@@ -13,7 +13,7 @@
 use std::ops::Range;
 use std::time::Instant;
 
-use super::host::{broadcast_copy, check_root, naive_sum};
+use super::host::{broadcast_copy, check_root, naive_sum, tree_sum};
 use super::ledger::{chunk, Entry, Kind, Ledger, Stamp};
 use super::ring::{per_rank, Phases, Ring};
 use super::{Algo, Opts};
@@ -33,7 +33,8 @@ pub fn all_reduce(
 ) -> Result<()> {
     match algo {
         Algo::Ring => ring(gpus, views, Phases::Both, opts, ledger, link),
-        Algo::Naive => naive(gpus, views, opts, ledger, link),
+        Algo::Naive => naive(gpus, views, opts, ledger, link, false),
+        Algo::Tree => naive(gpus, views, opts, ledger, link, true),
     }
 }
 
@@ -146,14 +147,20 @@ fn ring(
     Ok(())
 }
 
+/// Gather → sum on the host (rank order, or the pairwise `tree`) → broadcast.
 fn naive(
     gpus: &[Gpu],
     views: &[View],
     opts: &Opts,
     ledger: &mut Ledger,
     link: &Link,
+    tree: bool,
 ) -> Result<()> {
-    let name = "naive_all_reduce";
+    let name = if tree {
+        "tree_all_reduce"
+    } else {
+        "naive_all_reduce"
+    };
     let (d, n) = check_views(name, gpus, views)?;
     let stamp = ledger.begin(name, d, link)?;
     if d == 1 {
@@ -163,7 +170,11 @@ fn naive(
         download(&gpus[r], &views[r], 0..n, r, &stamp)
     })?;
     let (mut bufs, mut entries): (Vec<Vec<f32>>, Vec<Entry>) = downs.into_iter().unzip();
-    entries.extend(naive_sum(&mut bufs, opts.average, &stamp));
+    entries.extend(if tree {
+        tree_sum(&mut bufs, opts.average, &stamp)
+    } else {
+        naive_sum(&mut bufs, opts.average, &stamp)
+    });
     let ups = per_rank(d, &stamp, "upload", |r| {
         upload(&gpus[r], &views[r], 0..n, &bufs[r], r, &stamp)
     })?;

@@ -35,6 +35,51 @@ pub fn naive_all_reduce(
 }
 
 /// The naive all-reduce on checked buffers; returns its hop entries.
+/// Sums the ranks' buffers in a pairwise tree over rank index — level ℓ adds rank r + 2^ℓ into
+/// rank r for r a multiple of 2^(ℓ+1): ((x0+x1)+(x2+x3))+… — then copies the result to every
+/// rank. With power-of-two groups and per-rank pairwise accumulation this is one fixed tree over
+/// the global microbatch index, whatever the number of ranks (layout-invariant sums).
+pub(super) fn tree_sum(bufs: &mut [Vec<f32>], average: bool, stamp: &Stamp) -> Vec<Entry> {
+    let d = bufs.len();
+    let bytes = 4 * bufs[0].len() as u64;
+    let mut entries = Vec::with_capacity(2 * d);
+    let mut stride = 1;
+    let mut level = 0;
+    while stride < d {
+        for r in (0..d).step_by(2 * stride) {
+            if r + stride < d {
+                let t = Instant::now();
+                let (lo, hi) = bufs.split_at_mut(r + stride);
+                for (a, x) in lo[r].iter_mut().zip(&hi[0]) {
+                    *a += *x;
+                }
+                let kind = Kind::Hop {
+                    to: r,
+                    round: level,
+                };
+                entries.push(stamp.entry(r + stride, kind, bytes, t.elapsed().as_secs_f64()));
+            }
+        }
+        stride *= 2;
+        level += 1;
+    }
+    if average {
+        let dd = d as f32;
+        bufs[0].iter_mut().for_each(|a| *a /= dd);
+    }
+    let (first, rest) = bufs.split_at_mut(1);
+    for (i, x) in rest.iter_mut().enumerate() {
+        let t = Instant::now();
+        x.copy_from_slice(&first[0]);
+        let kind = Kind::Hop {
+            to: i + 1,
+            round: level,
+        };
+        entries.push(stamp.entry(0, kind, bytes, t.elapsed().as_secs_f64()));
+    }
+    entries
+}
+
 pub(super) fn naive_sum(bufs: &mut [Vec<f32>], average: bool, stamp: &Stamp) -> Vec<Entry> {
     let d = bufs.len();
     let bytes = 4 * bufs[0].len() as u64;

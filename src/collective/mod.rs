@@ -59,6 +59,8 @@ pub enum Algo {
     Ring,
     /// Gather to rank 0, sum in rank order, broadcast: the twin the ring is tested against.
     Naive,
+    /// Gather, sum in a pairwise tree over ranks, broadcast: the layout-invariant reduction.
+    Tree,
 }
 
 impl Algo {
@@ -66,6 +68,7 @@ impl Algo {
         match self {
             Algo::Ring => "ring",
             Algo::Naive => "naive",
+            Algo::Tree => "tree",
         }
     }
     /// "ring" or "naive".
@@ -73,8 +76,9 @@ impl Algo {
         match name.trim().to_ascii_lowercase().as_str() {
             "ring" => Ok(Algo::Ring),
             "naive" => Ok(Algo::Naive),
+            "tree" => Ok(Algo::Tree),
             _ => Err(Error::Config(format!(
-                "unknown all-reduce algorithm {name:?}: expected ring or naive"
+                "unknown all-reduce algorithm {name:?}: expected ring, naive or tree"
             ))),
         }
     }

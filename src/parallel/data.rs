@@ -23,6 +23,7 @@ use crate::gpu::{Gpu, View};
 use crate::kernels::Op;
 use crate::model::gpu_model::GpuModel;
 use crate::optim::{global_norm_sq, Optimizer};
+use crate::parallel::accumulate::{Accumulation, TreeAccumulator};
 use crate::pipeline::simulate::Link;
 use crate::train::{checksum, StepStats, TrainConfig};
 
@@ -39,6 +40,9 @@ pub struct DpOptions {
     pub bucket_bytes: usize,
     /// Options of every all-reduce (test hooks: jitter, injected faults).
     pub collective: Opts,
+    /// `PairwiseTree` (with `Algo::Tree` and power-of-two d and accumulation) makes DP = 1, 2,
+    /// 4 … bit-identical for one global batch; see [`super::accumulate`].
+    pub accumulation: Accumulation,
 }
 
 impl Default for DpOptions {
@@ -48,6 +52,7 @@ impl Default for DpOptions {
             link: Link::nvlink(),
             bucket_bytes: BUCKET_BYTES,
             collective: Opts::default(),
+            accumulation: Accumulation::Sequential,
         }
     }
 }
@@ -72,6 +77,7 @@ struct Replica {
     model: GpuModel,
     optim: Optimizer,
     step_ops: Vec<Op>,
+    tree: Option<TreeAccumulator>,
 }
 
 /// d replicas trained together.
@@ -96,6 +102,14 @@ impl DataParallel {
             ));
         }
         let d = gpus.len();
+        if opts.accumulation == Accumulation::PairwiseTree
+            && (opts.algo != Algo::Tree || !d.is_power_of_two())
+        {
+            return Err(Error::Config(format!(
+                "layout-invariant accumulation needs the tree all-reduce and a power-of-two number of replicas (got {} with d = {d})",
+                opts.algo.name()
+            )));
+        }
         let dloss = 1.0 / (cfg.tokens_per_step() * d) as f32;
         let init = cfg
             .model
@@ -112,11 +126,20 @@ impl DataParallel {
                     .chain(&model.backward)
                     .cloned()
                     .collect();
+                let tree = match opts.accumulation {
+                    Accumulation::Sequential => None,
+                    Accumulation::PairwiseTree => Some(TreeAccumulator::new(
+                        g,
+                        &model.buffers.grads,
+                        cfg.grad_accum,
+                    )?),
+                };
                 Ok(Replica {
                     gpu: g.clone(),
                     model,
                     optim,
                     step_ops,
+                    tree,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -166,7 +189,7 @@ impl DataParallel {
         let results: Vec<Result<f64>> = std::thread::scope(|scope| {
             let handles: Vec<_> = self
                 .replicas
-                .iter()
+                .iter_mut()
                 .enumerate()
                 .map(|(r, rep)| {
                     let share = &batches[r * k..(r + 1) * k];
@@ -262,14 +285,23 @@ impl DataParallel {
 
 impl Replica {
     /// Zero grads, then forward + backward of each microbatch; returns the summed token loss.
-    fn run(&self, share: &[(Vec<u32>, Vec<u32>)]) -> Result<f64> {
+    fn run(&mut self, share: &[(Vec<u32>, Vec<u32>)]) -> Result<f64> {
         self.optim.zero_grads()?;
         let mut loss = 0.0;
         for (x, y) in share {
+            if let Some(t) = &self.tree {
+                self.gpu.run(std::slice::from_ref(&t.zero))?;
+            }
             self.gpu.upload(&self.model.tokens, x)?;
             self.gpu.upload(&self.model.targets, y)?;
             self.gpu.run(&self.step_ops)?;
             loss += self.model.losses()?.iter().map(|&l| l as f64).sum::<f64>();
+            if let Some(t) = &mut self.tree {
+                t.push()?;
+            }
+        }
+        if let Some(t) = &mut self.tree {
+            t.finish()?;
         }
         self.gpu.sync()?;
         Ok(loss)

@@ -1,4 +1,5 @@
 //! The parallel axes built on the single-device model: data parallelism (replicas + gradient
 //! all-reduce). Pipeline parallelism lives in [`crate::pipeline`].
 
+pub mod accumulate;
 pub mod data;
