@@ -42,16 +42,22 @@ impl Optimizer {
         }
         let hp = gpu.buffer("adam.hp", 8);
         let norm_sq = gpu.buffer("grad.norm_sq", 1);
-        let adam_ops = ko::adamw(
-            gpu,
-            &b.params,
-            &b.grads,
-            &b.m,
-            &b.v,
-            &hp,
-            &norm_sq,
-            b.layout.decay_end,
-        )?;
+        // one AdamW dispatch per contiguous decay segment (see params::Layout::decay_segments)
+        let mut adam_ops = Vec::new();
+        for (r, decay) in b.layout.decay_segments() {
+            let v = |x: &View| x.slice(r.start, r.len());
+            let decay_end = if decay { r.len() } else { 0 };
+            adam_ops.extend(ko::adamw(
+                gpu,
+                &v(&b.params),
+                &v(&b.grads),
+                &v(&b.m),
+                &v(&b.v),
+                &hp,
+                &norm_sq,
+                decay_end,
+            )?);
+        }
         Ok(Optimizer {
             gpu: gpu.clone(),
             names,

@@ -2,9 +2,13 @@
 //! `(offset, len)` views (llm.c's `malloc_and_point_parameters`). All-reduce, ZeRO shards, the
 //! optimizer and checkpoints then become range arithmetic.
 //!
+//! Tensors lie in block order (so one block's gradients are one contiguous range, which a
+//! data-parallel bucket can all-reduce as soon as that block's backward is done); inside a block
+//! the weight-decayed matrices come first, so AdamW runs over a few contiguous decay segments.
+//!
 //! ```text
-//! flat: | wte ........ | wpe .. | h0.qkvw ..... | ... | head ..... || h0.ln1w | h0.qkvb | ... |
-//!       '------------- weight-decayed (matrices) ------------------''-- no decay (gains, biases) --'
+//! flat: | wte | wpe | h0.qkvw h0.attprojw h0.fcw h0.fcprojw | h0.ln1w h0.ln1b … | h1.qkvw … | headw | lnfw lnfb |
+//!       '- decay --''------------- decay ------------------''--- no decay ----''-- decay --'
 //!       ^ every tensor starts on a 64-element (256-byte) boundary: any view can be bound
 //! ```
 
@@ -40,37 +44,42 @@ pub struct Layout {
     pub tensors: Vec<Tensor>,
     /// Flat length including alignment padding (padding stays zero).
     pub total: usize,
-    /// Elements `[0, decay_end)` get weight decay; `[decay_end, total)` do not.
-    pub decay_end: usize,
 }
 
 impl Layout {
-    /// Places decayed tensors first, then the rest, each in spec order, 64-aligned.
+    /// Places the tensors in spec order, each 64-aligned.
     pub fn new(specs: &[Spec]) -> Layout {
         let mut tensors = Vec::with_capacity(specs.len());
         let mut off = 0;
-        let mut decay_end = 0;
-        for pass in [true, false] {
-            for s in specs.iter().filter(|s| s.decay == pass) {
-                let len = s.shape.iter().product();
-                tensors.push(Tensor {
-                    name: s.name.clone(),
-                    shape: s.shape.clone(),
-                    offset: off,
-                    len,
-                    decay: s.decay,
-                });
-                off = (off + len).next_multiple_of(ALIGN);
-            }
-            if pass {
-                decay_end = off;
-            }
+        for s in specs {
+            let len = s.shape.iter().product();
+            tensors.push(Tensor {
+                name: s.name.clone(),
+                shape: s.shape.clone(),
+                offset: off,
+                len,
+                decay: s.decay,
+            });
+            off = (off + len).next_multiple_of(ALIGN);
         }
         Layout {
             tensors,
             total: off,
-            decay_end,
         }
+    }
+
+    /// Maximal runs of tensors with one decay flag: `(flat range, decayed?)`, covering
+    /// `[0, total)` (padding belongs to the run before it).
+    pub fn decay_segments(&self) -> Vec<(std::ops::Range<usize>, bool)> {
+        let mut out: Vec<(std::ops::Range<usize>, bool)> = Vec::new();
+        for (i, t) in self.tensors.iter().enumerate() {
+            let end = self.tensors.get(i + 1).map_or(self.total, |n| n.offset);
+            match out.last_mut() {
+                Some((r, d)) if *d == t.decay => r.end = end,
+                _ => out.push((t.offset..end, t.decay)),
+            }
+        }
+        out
     }
 
     pub fn get(&self, name: &str) -> Result<&Tensor> {

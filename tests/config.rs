@@ -51,7 +51,7 @@ fn unknown_backend_is_a_clear_error() {
 }
 
 #[test]
-fn layout_is_aligned_decay_first_and_counts_params() {
+fn layout_is_aligned_in_block_order_and_counts_params() {
     let cfg = GptConfig {
         vocab: 13,
         ctx: 8,
@@ -71,12 +71,13 @@ fn layout_is_aligned_decay_first_and_counts_params() {
     for w in layout.tensors.windows(2) {
         assert_eq!(w[0].offset % ALIGN, 0);
         assert!(w[0].offset + w[0].len <= w[1].offset, "tensors overlap");
-        assert!(w[0].decay || !w[1].decay, "decayed tensors come first");
     }
-    assert!(layout
-        .tensors
+    assert!(layout.tensors.iter().all(|t| layout
+        .decay_segments()
         .iter()
-        .all(|t| t.decay == (t.offset < layout.decay_end)));
+        .any(|(r, d)| r.contains(&t.offset) && *d == t.decay)));
+    // block order: each block's tensors are one contiguous range; 2 segments per layer
+    assert_eq!(layout.decay_segments().len(), 2 * l + 2); // emb merges with h0's matrices
     // init is per tensor: a stage's layout gets the same values as the full model's
     let full = cfg.init(&layout, 3);
     let stage_blocks = [Block::Layer(1), Block::Head];
