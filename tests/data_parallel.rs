@@ -117,16 +117,16 @@ fn ledger_bytes_equal_the_ring_formula() {
             let want: u64 = dp
                 .buckets
                 .iter()
-                .map(|b| ring_all_reduce_rank_bytes(b.len(), d, rank))
+                .map(|b| ring_all_reduce_rank_bytes(b.range.len(), d, rank))
                 .sum();
             assert_eq!(r.bytes_per_rank[rank], want, "d={d} rank {rank}");
         }
         // the busiest rank moves 2(d−1)/d·S (exactly, when d divides every bucket)
-        let s_bytes: u64 = dp.buckets.iter().map(|b| 4 * b.len() as u64).sum();
+        let s_bytes: u64 = dp.buckets.iter().map(|b| 4 * b.range.len() as u64).sum();
         let busiest: u64 = dp
             .buckets
             .iter()
-            .map(|b| ring_all_reduce_bytes(b.len(), d))
+            .map(|b| ring_all_reduce_bytes(b.range.len(), d))
             .sum();
         let formula = 2.0 * (d as f64 - 1.0) / d as f64 * s_bytes as f64;
         println!(
@@ -246,4 +246,65 @@ fn pairwise_tree_accumulation_is_bit_identical_across_layouts() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("power-of-two"), "{e}");
+}
+
+#[test]
+fn overlap_changes_timing_not_bits() {
+    let Some(gpus) = gpu::test_gpus(2) else {
+        return;
+    };
+    let data = global_batches(4, 2, cfg(1).micro);
+    let mut sums = Vec::new();
+    for overlap in [false, true] {
+        let opts = DpOptions {
+            overlap,
+            bucket_bytes: 8 << 10,
+            ..Default::default()
+        };
+        let mut dp = DataParallel::new(&gpus, cfg(2), opts).unwrap();
+        for (s, b) in data.iter().enumerate() {
+            let r = dp.step(b, s).unwrap();
+            assert_eq!(r.buckets.len(), dp.buckets.len());
+            assert!(r.exposed_device <= r.comm_device + 1e-12);
+            if !overlap {
+                assert!(
+                    (r.exposed_device - r.comm_device).abs() < 1e-9,
+                    "without overlap all comm is exposed"
+                );
+            }
+        }
+        sums.push(dp.checksum().unwrap());
+    }
+    assert_eq!(sums[0], sums[1]);
+}
+
+#[test]
+fn buckets_cover_whole_blocks_in_backward_order() {
+    use triaxis::model::Block;
+    use triaxis::parallel::bucket::{buckets, device_schedule, BucketTiming};
+    let c = GptConfig {
+        vocab: 13,
+        ctx: 8,
+        channels: 16,
+        heads: 2,
+        layers: 3,
+    };
+    let layout = c.layout(&c.blocks());
+    let one_per_block = buckets(&c, &layout, 1);
+    assert_eq!(one_per_block.len(), 5);
+    assert_eq!(one_per_block[0].blocks, vec![Block::Head]);
+    assert_eq!(one_per_block[4].blocks, vec![Block::Embedding]);
+    let all = buckets(&c, &layout, usize::MAX);
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].range, 0..layout.total);
+    // the device-clock model: ready at 1, 2, 3 s; each all-reduce 0.5 s; compute ends at 3 s
+    let mut t: Vec<BucketTiming> = [1.0, 2.0, 3.0]
+        .iter()
+        .map(|&r| BucketTiming {
+            ready_device: r,
+            ..Default::default()
+        })
+        .collect();
+    assert_eq!(device_schedule(&mut t, &[0.5; 3], 3.0, true), 3.5);
+    assert_eq!(device_schedule(&mut t, &[0.5; 3], 3.0, false), 4.5);
 }

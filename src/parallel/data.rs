@@ -14,7 +14,6 @@
 //! the algorithm (never by arrival), so a layout gives the same bits run after run; it differs
 //! from one device's order, so DP matches one device within float tolerance, not in bits.
 
-use std::ops::Range;
 use std::time::Instant;
 
 use crate::collective::{self, Algo, Ledger, Opts};
@@ -24,6 +23,7 @@ use crate::kernels::Op;
 use crate::model::gpu_model::GpuModel;
 use crate::optim::{global_norm_sq, Optimizer};
 use crate::parallel::accumulate::{Accumulation, TreeAccumulator};
+use crate::parallel::bucket::{buckets, device_schedule, Bucket, BucketTiming};
 use crate::pipeline::simulate::Link;
 use crate::train::{checksum, StepStats, TrainConfig};
 
@@ -40,6 +40,9 @@ pub struct DpOptions {
     pub bucket_bytes: usize,
     /// Options of every all-reduce (test hooks: jitter, injected faults).
     pub collective: Opts,
+    /// Start each bucket's all-reduce as soon as its backward is done, on a communication
+    /// thread, while backward continues (off: all-reduce after the whole backward).
+    pub overlap: bool,
     /// `PairwiseTree` (with `Algo::Tree` and power-of-two d and accumulation) makes DP = 1, 2,
     /// 4 … bit-identical for one global batch; see [`super::accumulate`].
     pub accumulation: Accumulation,
@@ -53,23 +56,41 @@ impl Default for DpOptions {
             bucket_bytes: BUCKET_BYTES,
             collective: Opts::default(),
             accumulation: Accumulation::Sequential,
+            overlap: true,
         }
     }
 }
 
-/// What one data-parallel step did.
+/// What one data-parallel step did, on both clocks (seconds).
 #[derive(Clone, Debug)]
 pub struct DpStepReport {
     pub stats: StepStats,
-    /// Wall time of the replicas' forward/backward (the slowest replica), seconds.
+    /// Wall clock: end of the slowest replica's forward/backward.
     pub compute_wall: f64,
-    /// Wall time of the gradient all-reduce, seconds (not overlapped: all of it is exposed).
+    /// Wall clock: time spent in all-reduces (summed over buckets).
     pub comm_wall: f64,
-    /// Bytes each rank sent between ranks during the step's all-reduce.
+    /// Wall clock: comm that ran past the end of compute (not hidden by backward).
+    pub exposed_wall: f64,
+    /// Device clock: the slowest replica's kernel time.
+    pub compute_device: f64,
+    /// Device clock: the all-reduces on the link model (summed over buckets).
+    pub comm_device: f64,
+    /// Device clock: comm past the end of compute.
+    pub exposed_device: f64,
+    /// Bytes each rank sent between ranks during the step's all-reduces.
     pub bytes_per_rank: Vec<u64>,
-    /// The all-reduce's time on the link model (device clock), seconds.
-    pub comm_link: f64,
+    pub buckets: Vec<BucketTiming>,
     pub step_wall: f64,
+}
+
+/// What one replica's thread measured.
+struct ReplicaRun {
+    loss: f64,
+    /// Wall clock end of its compute, from the step start.
+    end_wall: f64,
+    /// Device clock: its kernel time, and when each bucket's gradients were final.
+    device: f64,
+    ready: Vec<f64>,
 }
 
 struct Replica {
@@ -85,8 +106,8 @@ pub struct DataParallel {
     pub cfg: TrainConfig,
     pub opts: DpOptions,
     replicas: Vec<Replica>,
-    /// Contiguous ranges of the flat gradient buffer, reduced one collective each.
-    pub buckets: Vec<Range<usize>>,
+    /// Gradient buckets in backward order, reduced one collective each.
+    pub buckets: Vec<Bucket>,
     canonical: Vec<String>,
     /// Every transfer of every step.
     pub ledger: Ledger,
@@ -143,7 +164,11 @@ impl DataParallel {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let buckets = buckets(&replicas[0].model, opts.bucket_bytes);
+        let buckets = buckets(
+            &cfg.model,
+            &replicas[0].model.buffers.layout,
+            opts.bucket_bytes,
+        );
         Ok(DataParallel {
             canonical: cfg.model.canonical_names(),
             cfg,
@@ -186,17 +211,54 @@ impl DataParallel {
             )));
         }
         let t0 = Instant::now();
-        let results: Vec<Result<f64>> = std::thread::scope(|scope| {
+        let nb = self.buckets.len();
+        let gpus: Vec<Gpu> = self.replicas.iter().map(|r| r.gpu.clone()).collect();
+        let views: Vec<Vec<View>> = self
+            .buckets
+            .iter()
+            .map(|b| {
+                self.replicas
+                    .iter()
+                    .map(|r| r.model.buffers.grads.slice(b.range.start, b.range.len()))
+                    .collect()
+            })
+            .collect();
+        let (tx, rx) = crossbeam_channel::unbounded::<usize>();
+        let mut ledger = std::mem::take(&mut self.ledger);
+        ledger.step = s;
+        let (overlap, algo, opts, link) = (
+            self.opts.overlap,
+            self.opts.algo,
+            self.opts.collective,
+            self.opts.link.clone(),
+        );
+        let buckets = &self.buckets;
+        let (runs, comm) = std::thread::scope(|scope| {
             let handles: Vec<_> = self
                 .replicas
                 .iter_mut()
                 .enumerate()
                 .map(|(r, rep)| {
                     let share = &batches[r * k..(r + 1) * k];
-                    scope.spawn(move || rep.run(share).map_err(|e| worker(r, s, e)))
+                    let tx = tx.clone();
+                    scope.spawn(move || {
+                        rep.run(share, buckets, overlap.then_some(&tx), t0)
+                            .map_err(|e| worker(r, s, e))
+                    })
                 })
                 .collect();
-            handles
+            drop(tx);
+            // overlap: the communication thread reduces bucket b once every replica has it;
+            // otherwise the same loop runs after every replica has finished
+            let comm = if overlap {
+                let h = scope.spawn(|| {
+                    comm_loop(&rx, d, &gpus, &views, algo, &opts, &mut ledger, &link, t0)
+                });
+                Some(h)
+            } else {
+                None
+            };
+            let runs: Vec<Result<ReplicaRun>> = handles
                 .into_iter()
                 .enumerate()
                 .map(|(r, h)| {
@@ -208,39 +270,83 @@ impl DataParallel {
                         ))
                     })
                 })
-                .collect()
-        });
-        let mut loss = 0.0;
-        for r in results {
-            loss += r?;
-        }
-        let compute_wall = t0.elapsed().as_secs_f64();
-        let t1 = Instant::now();
-        let gpus: Vec<Gpu> = self.replicas.iter().map(|r| r.gpu.clone()).collect();
-        self.ledger.step = s;
-        for b in &self.buckets {
-            let views: Vec<View> = self
-                .replicas
-                .iter()
-                .map(|r| r.model.buffers.grads.slice(b.start, b.len()))
                 .collect();
-            collective::all_reduce(
-                &gpus,
-                &views,
-                self.opts.algo,
-                &self.opts.collective,
-                &mut self.ledger,
-                &self.opts.link,
-            )?;
-        }
-        let comm_wall = t1.elapsed().as_secs_f64();
+            let comm = comm.map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Device("communication thread panicked".into())))
+            });
+            (runs, comm)
+        });
+        let comm = match comm {
+            Some(c) => c,
+            None if runs.iter().all(|r| r.is_ok()) => {
+                let (all_tx, all_rx) = crossbeam_channel::unbounded();
+                for b in 0..nb {
+                    for _ in 0..d {
+                        let _ = all_tx.send(b);
+                    }
+                }
+                drop(all_tx);
+                comm_loop(
+                    &all_rx,
+                    d,
+                    &gpus,
+                    &views,
+                    algo,
+                    &opts,
+                    &mut ledger,
+                    &link,
+                    t0,
+                )
+            }
+            None => Ok(Vec::new()),
+        };
+        self.ledger = ledger;
+        let runs = runs.into_iter().collect::<Result<Vec<_>>>()?;
+        let walls = comm?;
+        let loss: f64 = runs.iter().map(|r| r.loss).sum();
+        let compute_wall = runs.iter().map(|r| r.end_wall).fold(0.0, f64::max);
+        let compute_device = runs.iter().map(|r| r.device).fold(0.0, f64::max);
+        // per-bucket link cost: the ledger's clock over that collective call's entries
+        let step_ledger = self.ledger.for_step(s);
+        let calls: Vec<usize> = {
+            let mut c: Vec<usize> = step_ledger.entries.iter().map(|e| e.call).collect();
+            c.sort_unstable();
+            c.dedup();
+            c
+        };
+        let link_cost: Vec<f64> = calls
+            .iter()
+            .map(|&c| {
+                Ledger {
+                    entries: step_ledger
+                        .entries
+                        .iter()
+                        .filter(|e| e.call == c)
+                        .cloned()
+                        .collect(),
+                    ..Ledger::new()
+                }
+                .link_clock()
+            })
+            .collect();
+        let mut timing: Vec<BucketTiming> = (0..nb)
+            .map(|b| BucketTiming {
+                bytes: 4 * self.buckets[b].range.len() as u64,
+                ready_device: runs.iter().map(|r| r.ready[b]).fold(0.0, f64::max),
+                start_wall: walls.get(b).map_or(0.0, |w| w.0),
+                end_wall: walls.get(b).map_or(0.0, |w| w.1),
+                ..Default::default()
+            })
+            .collect();
+        let comm_end_device = device_schedule(&mut timing, &link_cost, compute_device, overlap);
+        let comm_end_wall = walls.iter().map(|w| w.1).fold(0.0, f64::max);
         // after the all-reduce every replica holds the same gradients: rank 0's norm is everyone's
         let norm_sq = global_norm_sq(&self.replicas[0].optim.tensor_sq()?, &self.canonical);
         let h = self.cfg.adam_at(s);
         for r in &self.replicas {
             r.optim.step(&h, norm_sq)?;
         }
-        let step_ledger = self.ledger.for_step(s);
         Ok(DpStepReport {
             stats: StepStats {
                 loss: (loss / (self.cfg.tokens_per_step() * d) as f64) as f32,
@@ -248,9 +354,13 @@ impl DataParallel {
                 lr: h.lr,
             },
             compute_wall,
-            comm_wall,
+            comm_wall: walls.iter().map(|w| w.1 - w.0).sum(),
+            exposed_wall: (comm_end_wall - compute_wall).max(0.0),
+            compute_device,
+            comm_device: link_cost.iter().sum(),
+            exposed_device: (comm_end_device - compute_device).max(0.0),
             bytes_per_rank: step_ledger.sent_by_rank(d),
-            comm_link: step_ledger.link_clock(),
+            buckets: timing,
             step_wall: t0.elapsed().as_secs_f64(),
         })
     }
@@ -285,27 +395,104 @@ impl DataParallel {
 
 impl Replica {
     /// Zero grads, then forward + backward of each microbatch; returns the summed token loss.
-    fn run(&mut self, share: &[(Vec<u32>, Vec<u32>)]) -> Result<f64> {
+    /// Zero grads, then forward + backward of each microbatch. The last backward runs block by
+    /// block, timing each and (with `ready`) announcing each bucket as soon as it is final.
+    fn run(
+        &mut self,
+        share: &[(Vec<u32>, Vec<u32>)],
+        buckets: &[Bucket],
+        ready_tx: Option<&crossbeam_channel::Sender<usize>>,
+        t0: Instant,
+    ) -> Result<ReplicaRun> {
         self.optim.zero_grads()?;
-        let mut loss = 0.0;
-        for (x, y) in share {
+        let (mut loss, mut device) = (0.0, 0.0);
+        let mut ready = vec![0.0; buckets.len()];
+        for (i, (x, y)) in share.iter().enumerate() {
             if let Some(t) = &self.tree {
                 self.gpu.run(std::slice::from_ref(&t.zero))?;
             }
             self.gpu.upload(&self.model.tokens, x)?;
             self.gpu.upload(&self.model.targets, y)?;
-            self.gpu.run(&self.step_ops)?;
+            let last = i + 1 == share.len() && self.tree.is_none();
+            if !last {
+                device += self.gpu.run_timed(&self.step_ops)?.as_secs_f64();
+            } else {
+                device += self.gpu.run_timed(&self.model.forward)?.as_secs_f64();
+                for (block, ops) in &self.model.backward_blocks {
+                    device += self
+                        .gpu
+                        .run_timed(&self.model.backward[ops.clone()])?
+                        .as_secs_f64();
+                    for (b, bucket) in buckets.iter().enumerate() {
+                        if bucket.blocks.last() == Some(block) {
+                            ready[b] = device;
+                            if let Some(tx) = ready_tx {
+                                let _ = tx.send(b);
+                            }
+                        }
+                    }
+                }
+            }
             loss += self.model.losses()?.iter().map(|&l| l as f64).sum::<f64>();
             if let Some(t) = &mut self.tree {
                 t.push()?;
             }
         }
         if let Some(t) = &mut self.tree {
+            // the tree's total exists only after the last microbatch: every bucket is ready now
             t.finish()?;
+            self.gpu.sync()?;
+            for (b, r) in ready.iter_mut().enumerate() {
+                *r = device;
+                if let Some(tx) = ready_tx {
+                    let _ = tx.send(b);
+                }
+            }
         }
         self.gpu.sync()?;
-        Ok(loss)
+        Ok(ReplicaRun {
+            loss,
+            end_wall: t0.elapsed().as_secs_f64(),
+            device,
+            ready,
+        })
     }
+}
+
+/// Reduces buckets in order, each once all `d` replicas announced it; returns each bucket's
+/// (start, end) on the wall clock. Ends early with an error if a replica stops announcing.
+#[allow(clippy::too_many_arguments)]
+fn comm_loop(
+    rx: &crossbeam_channel::Receiver<usize>,
+    d: usize,
+    gpus: &[Gpu],
+    views: &[Vec<View>],
+    algo: Algo,
+    opts: &Opts,
+    ledger: &mut Ledger,
+    link: &Link,
+    t0: Instant,
+) -> Result<Vec<(f64, f64)>> {
+    let nb = views.len();
+    let mut count = vec![0usize; nb];
+    let mut out = Vec::with_capacity(nb);
+    while out.len() < nb {
+        if count[out.len()] < d {
+            let b = rx.recv().map_err(|_| {
+                Error::Device(format!(
+                    "a replica stopped before bucket {} was ready",
+                    out.len()
+                ))
+            })?;
+            count[b] += 1;
+            continue;
+        }
+        let b = out.len();
+        let start = t0.elapsed().as_secs_f64();
+        collective::all_reduce(gpus, &views[b], algo, opts, ledger, link)?;
+        out.push((start, t0.elapsed().as_secs_f64()));
+    }
+    Ok(out)
 }
 
 fn worker(rank: usize, step: usize, e: Error) -> Error {
@@ -319,24 +506,4 @@ fn worker(rank: usize, step: usize, e: Error) -> Error {
             msg: e.to_string(),
         },
     }
-}
-
-/// Contiguous ranges of the flat buffer, split at tensor boundaries, each at most `bytes`
-/// (a single larger tensor is a bucket of its own), covering `[0, total)`.
-fn buckets(model: &GpuModel, bytes: usize) -> Vec<Range<usize>> {
-    let layout = &model.buffers.layout;
-    let limit = (bytes / 4).max(1);
-    let mut out: Vec<Range<usize>> = Vec::new();
-    let mut start = 0;
-    for (i, t) in layout.tensors.iter().enumerate() {
-        let end = layout.tensors.get(i + 1).map_or(layout.total, |n| n.offset);
-        if end - start > limit && t.offset > start {
-            out.push(start..t.offset);
-            start = t.offset;
-        }
-    }
-    if start < layout.total {
-        out.push(start..layout.total);
-    }
-    out
 }

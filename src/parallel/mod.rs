@@ -2,4 +2,5 @@
 //! all-reduce). Pipeline parallelism lives in [`crate::pipeline`].
 
 pub mod accumulate;
+pub mod bucket;
 pub mod data;
