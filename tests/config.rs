@@ -77,8 +77,9 @@ fn layout_is_aligned_in_block_order_and_counts_params() {
         .iter()
         .any(|(r, d)| r.contains(&t.offset) && *d == t.decay)));
     // block order: each block's tensors are one contiguous range; 2 segments per layer
-    assert_eq!(layout.decay_segments().len(), 2 * l + 2); // emb merges with h0's matrices
-                                                          // init is per tensor: a stage's layout gets the same values as the full model's
+    // the embedding's segment merges with h0's matrices
+    assert_eq!(layout.decay_segments().len(), 2 * l + 2);
+    // init is per tensor: a stage's layout gets the same values as the full model's
     let full = cfg.init(&layout, 3);
     let stage_blocks = [Block::Layer(1), Block::Head];
     let stage = cfg.layout(&stage_blocks);
