@@ -4,3 +4,4 @@
 pub mod accumulate;
 pub mod bucket;
 pub mod data;
+pub mod replica;
