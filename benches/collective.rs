@@ -8,6 +8,17 @@
 //! - `ring`: [`triaxis::collective::host::ring_all_reduce`] (sum, default [`Opts`]) over d
 //!   host buffers of n elements: one OS thread per rank, 2(d−1) rounds, the time includes
 //!   spawning and joining the rank threads (they are part of every call).
+//! - two floors, not the library, doing the same chunk schedule (which chunk rank r adds or
+//!   copies in which round) in place — rank r reads the chunk straight out of its left
+//!   neighbour's buffer — with no allocation, no channel and no copy of the sent chunk; both are
+//!   checked bitwise against the library ring before timing:
+//!   - `inplace1`: all ranks on the calling thread, no threads at all: what the ring's
+//!     arithmetic and memory traffic alone cost on one core;
+//!   - `inplaced`: one scoped thread per rank spawned per call (like the library), a
+//!     `Barrier` between rounds: what the library's thread-per-rank structure could reach
+//!     without its per-chunk allocation and copy.
+//!
+//!   `ring / floor` is the library ring's own overhead.
 //! - `device`: [`triaxis::collective::all_reduce`] with [`Algo::Ring`] at 16 MiB on d virtual
 //!   devices of one adapter (`WGPU_BACKEND` picks it): download → host ring → upload, waiting
 //!   for the uploads to land. Staging (download + upload wall time, from the [`Ledger`]) is
@@ -25,15 +36,33 @@
 //! The goal under test: ring bus bandwidth ≥ 0.5 × single-thread memcpy bandwidth. The summary
 //! table prints the ratio and whether each row meets it.
 //!
+//! Ceiling on one host. NCCL's ranks each have their own link; here all d ranks share one
+//! memory system, so the group's traffic adds up. Counting a memcpy of B bytes as B
+//! "memcpy-bytes" (it reads B and writes B), a zero-copy ring round costs a rank 1.5·S/d
+//! (reduce-scatter add: read two chunks, write one) or 1·S/d (all-gather copy), so the whole
+//! all-reduce is 2.5(d−1)·S memcpy-bytes, and with P cores each copying at memcpy speed M:
+//!
+//! ```text
+//!   t ≥ 2.5(d−1)·S / (P·M)   ⇒   bus / memcpy ≤ 0.8·P/d,   P = min(cores, d)
+//! ```
+//!
+//! (0.8 at d = 2, 0.4 at d = 4, 0.2 at d = 8 on two cores, and less where the cores share the
+//! memory bandwidth). Copying every sent chunk once more (as the library's channel messages do)
+//! makes it 4.5(d−1)·S and the bound 0.44·P/d. The table prints the zero-copy bound as `ceil`.
+//!
 //! Timing: every call is timed on its own (`Instant`) inside criterion's `iter_custom`; tables
 //! use the median over all timed calls (criterion's warm-up included — the median is robust to
 //! it). Buffers are allocated and touched once, outside the timed closure, and never reset: rank
 //! r starts filled with `r − (d−1)/2` (d is even here), so every element sums to exactly 0 and
-//! after the first call all buffers hold zeros, forever — no growth to inf, and f32 adds on
-//! zeros and normal numbers cost the same on x86/ARM (no denormals appear). GB/s = 1e9 bytes/s.
+//! after the first call all buffers hold zeros, forever (the floors run on the same buffers,
+//! after the ring) — no growth to inf, and f32 adds on zeros and normal numbers cost the same
+//! on x86/ARM (no denormals appear). GB/s = 1e9 bytes/s.
 //!
-//! Run: `cargo bench --bench collective` (about two minutes on two cores).
+//! Run: `cargo bench --bench collective` (about 90 s on two cores). A criterion filter runs a
+//! subset, e.g. `cargo bench --bench collective -- '^allreduce_16MiB/'`; what it skipped prints
+//! as NaN (rows without a ring time are left out).
 
+use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, SamplingMode};
@@ -61,9 +90,10 @@ fn timed(samples: &mut Vec<f64>, iters: u64, mut f: impl FnMut()) -> Duration {
     total
 }
 
+/// The median; NaN when nothing was timed (the bench was filtered out on the command line).
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// NCCL bus bandwidth in GB/s of an all-reduce of `bytes` over `d` ranks taking `t` seconds.
@@ -78,10 +108,116 @@ fn zero_sum_bufs(d: usize, n: usize) -> Vec<Vec<f32>> {
         .collect()
 }
 
+/// Mutable `bufs[a]` and shared `bufs[b]`, a ≠ b.
+fn pair(bufs: &mut [Vec<f32>], a: usize, b: usize) -> (&mut [f32], &[f32]) {
+    if a < b {
+        let (lo, hi) = bufs.split_at_mut(b);
+        (&mut lo[a], &hi[0])
+    } else {
+        let (lo, hi) = bufs.split_at_mut(a);
+        (&mut hi[0], &lo[b])
+    }
+}
+
+/// The ring all-reduce's chunk schedule, in place on one thread (see the `inplace` floor in the
+/// file's doc). Reduce-scatter round s: rank r adds chunk (r−s−2) mod d of its left neighbour
+/// into its own; all-gather round s: copies chunk (r−s−1) mod d. Within a round rank r writes
+/// chunk k_r and its left neighbour writes k_r − 1 ≠ k_r, so the rank order does not matter.
+fn inplace_ring(bufs: &mut [Vec<f32>]) {
+    let (d, n) = (bufs.len(), bufs[0].len());
+    for add in [true, false] {
+        let lag = if add { 2 } else { 1 };
+        for s in 0..d - 1 {
+            for r in 0..d {
+                let k = (r + 2 * d - s - lag) % d;
+                let range = collective::chunk(n, d, k);
+                let (own, left) = pair(bufs, r, (r + d - 1) % d);
+                let (own, left) = (&mut own[range.clone()], &left[range]);
+                if add {
+                    own.iter_mut().zip(left).for_each(|(x, acc)| *x += *acc);
+                } else {
+                    own.copy_from_slice(left);
+                }
+            }
+        }
+    }
+}
+
+/// `buf` cut into its d ring chunks.
+fn chunks_mut(buf: &mut [f32], d: usize) -> Vec<&mut [f32]> {
+    let n = buf.len();
+    let mut rest = buf;
+    let mut out = Vec::with_capacity(d);
+    for k in 0..d {
+        let (head, tail) = rest.split_at_mut(collective::chunk(n, d, k).len());
+        out.push(head);
+        rest = tail;
+    }
+    out
+}
+
+/// [`inplace_ring`] with one scoped thread per rank and a barrier after every round. Each chunk
+/// sits behind its own mutex; in a round rank r locks its chunk k_r and its left neighbour's
+/// chunk k_r, and no other rank touches either in that round, so the locks never contend.
+fn inplace_ring_threads(bufs: &mut [Vec<f32>]) {
+    let d = bufs.len();
+    let cells: Vec<Vec<Mutex<&mut [f32]>>> = bufs
+        .iter_mut()
+        .map(|b| chunks_mut(b, d).into_iter().map(Mutex::new).collect())
+        .collect();
+    let barrier = Barrier::new(d);
+    std::thread::scope(|scope| {
+        for r in 0..d {
+            let (cells, barrier) = (&cells, &barrier);
+            scope.spawn(move || {
+                let left = (r + d - 1) % d;
+                for add in [true, false] {
+                    let lag = if add { 2 } else { 1 };
+                    for s in 0..d - 1 {
+                        let k = (r + 2 * d - s - lag) % d;
+                        {
+                            let mut own = cells[r][k].lock().expect("own chunk");
+                            let src = cells[left][k].lock().expect("left chunk");
+                            if add {
+                                own.iter_mut().zip(src.iter()).for_each(|(x, a)| *x += *a);
+                            } else {
+                                own.copy_from_slice(&src);
+                            }
+                        }
+                        barrier.wait();
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// The floors do the library ring's additions in the library ring's order: same bits.
+fn check_inplace_matches_ring(d: usize) {
+    let n = 1000 + d / 2; // chunks of unequal lengths
+    let mut a: Vec<Vec<f32>> = (0..d)
+        .map(|r| {
+            (0..n)
+                .map(|i| ((i * 7 + r * 13) % 17) as f32 * 0.1)
+                .collect()
+        })
+        .collect();
+    let mut b = a.clone();
+    host::ring_all_reduce(&mut a, &Opts::default(), &mut Ledger::new(), &Link::ideal())
+        .expect("ring all-reduce");
+    let mut c = b.clone();
+    inplace_ring(&mut b);
+    assert_eq!(a, b, "one-thread floor and library ring differ at d = {d}");
+    inplace_ring_threads(&mut c);
+    assert_eq!(a, c, "threaded floor and library ring differ at d = {d}");
+}
+
 struct HostRow {
     mib: usize,
     d: usize,
     ring: f64,
+    inplace1: f64,
+    inplaced: f64,
     memcpy: f64,
 }
 
@@ -97,6 +233,7 @@ fn bench(c: &mut Criterion) {
     let opts = Opts::default();
     let mut rows = Vec::new();
     let mut memcpy_med = Vec::new();
+    RANKS.iter().for_each(|&d| check_inplace_matches_ring(d));
 
     for &mib in &SIZES_MIB {
         let bytes = mib * MIB;
@@ -132,13 +269,32 @@ fn bench(c: &mut Criterion) {
                 })
             });
             assert!(
-                bufs.iter().all(|b| b.iter().all(|&x| x == 0.0)),
+                t_ring.is_empty() || bufs.iter().all(|b| b.iter().all(|&x| x == 0.0)),
                 "ring all-reduce of a zero-sum input did not give zeros"
             );
+            let mut t_inplace1 = Vec::new();
+            g.bench_function(format!("inplace1_d{d}"), |b| {
+                b.iter_custom(|iters| {
+                    timed(&mut t_inplace1, iters, || {
+                        inplace_ring(black_box(&mut bufs))
+                    })
+                })
+            });
+            let mut t_inplaced = Vec::new();
+            g.bench_function(format!("inplaced_d{d}"), |b| {
+                b.iter_custom(|iters| {
+                    timed(&mut t_inplaced, iters, || {
+                        inplace_ring_threads(black_box(&mut bufs))
+                    })
+                })
+            });
+            drop(bufs);
             rows.push(HostRow {
                 mib,
                 d,
                 ring: median(&mut t_ring),
+                inplace1: median(&mut t_inplace1),
+                inplaced: median(&mut t_inplaced),
                 memcpy,
             });
         }
@@ -154,32 +310,49 @@ fn bench(c: &mut Criterion) {
          bus GB/s = 2(d−1)/d·S/t; goal: bus ≥ {GOAL}× memcpy"
     );
     println!(
-        "{:>7} {:>2} {:>13} {:>9} {:>11} {:>10} {:>5}",
-        "S", "d", "ring median", "bus GB/s", "memcpy GB/s", "bus/memcpy", "goal"
+        "{:>6} {:>2} {:>11} {:>8} {:>8} {:>7} {:>4} {:>5} {:>9} {:>9} {:>10}",
+        "S",
+        "d",
+        "ring (med)",
+        "bus GB/s",
+        "mcpyGB/s",
+        "bus/mc",
+        "goal",
+        "ceil",
+        "floor1 GB",
+        "floord GB",
+        "ring/floor"
     );
-    let mut met = 0;
-    for r in &rows {
+    let (mut met, mut shown) = (0, 0);
+    for r in rows.iter().filter(|r| r.ring.is_finite()) {
         let bytes = r.mib * MIB;
         let bus = bus_gbs(bytes, r.d, r.ring);
         let mem = bytes as f64 / r.memcpy / 1e9;
         let ratio = bus / mem;
+        let ceil = 0.8 * r.d.min(cores) as f64 / r.d as f64;
         met += usize::from(ratio >= GOAL);
+        shown += 1;
         println!(
-            "{:>4}MiB {:>2} {:>10.3} ms {:>9.2} {:>11.2} {:>9.2}× {:>5}",
+            "{:>3}MiB {:>2} {:>8.3} ms {:>8.2} {:>8.2} {:>6.2}× {:>4} {:>4.2}× {:>9.2} {:>9.2} {:>9.1}×",
             r.mib,
             r.d,
             r.ring * 1e3,
             bus,
             mem,
             ratio,
-            if ratio >= GOAL { "met" } else { "MISS" }
+            if ratio >= GOAL { "met" } else { "MISS" },
+            ceil,
+            bus_gbs(bytes, r.d, r.inplace1),
+            bus_gbs(bytes, r.d, r.inplaced),
+            r.ring / r.inplace1.min(r.inplaced)
         );
     }
     println!(
-        "goal bus ≥ {GOAL}× memcpy met in {met} of {} rows",
-        rows.len()
+        "goal bus ≥ {GOAL}× memcpy met in {met} of {shown} rows; ceil = zero-copy bound 0.8·min(cores, d)/d \
+         (see the file's doc); floor1/floord = bus GB/s of the zero-copy schedule on 1 thread / d threads; \
+         ring/floor = ring time over the faster floor"
     );
-    for (mib, t) in &memcpy_med {
+    for (mib, t) in memcpy_med.iter().filter(|(_, t)| t.is_finite()) {
         println!(
             "memcpy {mib:>2}MiB: {:.3} ms median ({:.2} GB/s)",
             t * 1e3,
@@ -199,7 +372,7 @@ fn bench(c: &mut Criterion) {
                 "{:>2} {:>13} {:>9} {:>13} {:>13}",
                 "d", "total median", "bus GB/s", "staging", "host part"
             );
-            for r in &rows {
+            for r in rows.iter().filter(|r| r.total.is_finite()) {
                 println!(
                     "{:>2} {:>10.3} ms {:>9.2} {:>10.3} ms {:>10.3} ms",
                     r.d,
