@@ -43,6 +43,9 @@ pub struct DpOptions {
     /// Start each bucket's all-reduce as soon as its backward is done, on a communication
     /// thread, while backward continues (off: all-reduce after the whole backward).
     pub overlap: bool,
+    /// Run the replicas' compute one at a time, so each kernel time is its own on a shared
+    /// adapter (clean device clock; the wall clock then shows no parallelism).
+    pub serial: bool,
     /// `PairwiseTree` (with `Algo::Tree` and power-of-two d and accumulation) makes DP = 1, 2,
     /// 4 … bit-identical for one global batch; see [`super::accumulate`].
     pub accumulation: Accumulation,
@@ -57,6 +60,7 @@ impl Default for DpOptions {
             collective: Opts::default(),
             accumulation: Accumulation::Sequential,
             overlap: true,
+            serial: false,
         }
     }
 }
@@ -215,6 +219,7 @@ impl DataParallel {
             self.opts.link.clone(),
         );
         let buckets = &self.buckets;
+        let (serial, lock) = (self.opts.serial, std::sync::Mutex::new(()));
         let (runs, comm) = std::thread::scope(|scope| {
             let handles: Vec<_> = self
                 .replicas
@@ -223,7 +228,10 @@ impl DataParallel {
                 .map(|(r, rep)| {
                     let share = &batches[r * k..(r + 1) * k];
                     let tx = tx.clone();
+                    let lock = &lock;
                     scope.spawn(move || {
+                        let _one_at_a_time =
+                            serial.then(|| lock.lock().unwrap_or_else(|e| e.into_inner()));
                         rep.run(share, buckets, overlap.then_some(&tx), t0)
                             .map_err(|e| worker(r, s, e))
                     })
