@@ -308,3 +308,60 @@ fn buckets_cover_whole_blocks_in_backward_order() {
     assert_eq!(device_schedule(&mut t, &[0.5; 3], 3.0, true), 3.5);
     assert_eq!(device_schedule(&mut t, &[0.5; 3], 3.0, false), 4.5);
 }
+
+#[test]
+fn dp_by_pp_trains_and_matches_one_device() {
+    use triaxis::parallel::hybrid::DpPipeline;
+    use triaxis::pipeline::executor::Options;
+    use triaxis::pipeline::partition::Balance;
+    use triaxis::pipeline::{Schedule, ScheduleKind};
+    let Some(gpus) = gpu::test_gpus(4) else {
+        return;
+    };
+    let m = 2; // microbatches per pipeline replica
+    let data = global_batches(2 * m, 4, cfg(1).micro);
+    let mut one = Trainer::new(&gpus[0], cfg(2 * m)).unwrap();
+    let mut losses = Vec::new();
+    for (s, b) in data.iter().enumerate() {
+        losses.push(one.step(b, s).unwrap().loss);
+    }
+    let reference = one.model.params().unwrap();
+    let sched = Schedule::new(ScheduleKind::OneFOneB, 2, m, 1).unwrap();
+    let mut hy = DpPipeline::new(
+        &gpus,
+        2,
+        cfg(m),
+        sched,
+        &Balance::Params,
+        Options::default(),
+    )
+    .unwrap();
+    for (s, b) in data.iter().enumerate() {
+        let st = hy.step(b, s).unwrap();
+        assert!(
+            (st.loss - losses[s]).abs() / losses[s] < 1e-5,
+            "step {s}: loss {} vs {}",
+            st.loss,
+            losses[s]
+        );
+    }
+    let p = hy.pipes[0].gather_params().unwrap();
+    assert_eq!(
+        p,
+        hy.pipes[1].gather_params().unwrap(),
+        "replicas must agree bit for bit"
+    );
+    let err = max_rel(&p, &reference);
+    println!("dp × pp = 2 × 2: max |Δ| / max |p| vs one device = {err:.2e}");
+    assert!(err < 1e-5);
+    let bad = Schedule::new(ScheduleKind::OneFOneB, 2, m, 1).unwrap();
+    assert!(DpPipeline::new(
+        &gpus[..3],
+        2,
+        cfg(m),
+        bad,
+        &Balance::Params,
+        Options::default()
+    )
+    .is_err());
+}

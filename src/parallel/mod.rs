@@ -4,4 +4,5 @@
 pub mod accumulate;
 pub mod bucket;
 pub mod data;
+pub mod hybrid;
 pub mod replica;

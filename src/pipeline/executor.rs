@@ -25,7 +25,7 @@ use super::partition::{stage_blocks, Balance};
 use super::schedule::{Action, Flow, Kind, Schedule};
 use super::validate::validate;
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, View};
 use crate::model::{gpu_model::GpuModel, Block, GptConfig, Micro};
 use crate::optim::{global_norm_sq, Optimizer};
 use crate::params::Buffers;
@@ -205,6 +205,56 @@ impl Pipeline {
 
     /// One optimizer step over `batches` (m microbatches), step index `s`.
     pub fn step(&mut self, batches: &[(Vec<u32>, Vec<u32>)], s: usize) -> Result<StepReport> {
+        let mut r = self.run_schedule(batches, s)?;
+        let norm_sq = global_norm_sq(&self.tensor_sq()?, &self.canonical);
+        let h = self.cfg.adam_at(s);
+        self.apply(&h, norm_sq)?;
+        r.stats.grad_norm = norm_sq.sqrt();
+        r.stats.lr = h.lr;
+        Ok(r)
+    }
+
+    /// Σg² of every tensor of every stage, by name.
+    pub fn tensor_sq(&self) -> Result<Vec<(String, f32)>> {
+        let mut parts = Vec::new();
+        for d in &self.devices {
+            for c in &d.chunks {
+                parts.extend(c.optim.tensor_sq()?);
+            }
+        }
+        Ok(parts)
+    }
+
+    /// AdamW on every stage with hyper-parameters `h` and the global Σg² `norm_sq`.
+    pub fn apply(&self, h: &crate::cpu::AdamW, norm_sq: f32) -> Result<()> {
+        for d in &self.devices {
+            for c in &d.chunks {
+                c.optim.step(h, norm_sq)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Each stage's device and gradient buffer, in stage order (for data parallelism across
+    /// pipeline replicas).
+    pub fn stage_grads(&self) -> Vec<(Gpu, View)> {
+        let mut out: Vec<(usize, Gpu, View)> = Vec::new();
+        for d in &self.devices {
+            for c in &d.chunks {
+                out.push((c.stage, d.gpu.clone(), c.slots[0].buffers.grads.clone()));
+            }
+        }
+        out.sort_by_key(|x| x.0);
+        out.into_iter().map(|(_, g, v)| (g, v)).collect()
+    }
+
+    /// Zeroes the gradients and runs the schedule over `batches`: forward and backward only,
+    /// no optimizer step (the report's `grad_norm` and `lr` stay 0).
+    pub fn run_schedule(
+        &mut self,
+        batches: &[(Vec<u32>, Vec<u32>)],
+        s: usize,
+    ) -> Result<StepReport> {
         if batches.len() != self.schedule.m {
             return Err(Error::Config(format!(
                 "step needs {} microbatches, got {}",
@@ -285,19 +335,6 @@ impl Pipeline {
             let pick = failures.iter().position(|f| f.primary).unwrap_or(0);
             return Err(failures.swap_remove(pick).error);
         }
-        let mut parts = Vec::new();
-        for d in &self.devices {
-            for c in &d.chunks {
-                parts.extend(c.optim.tensor_sq()?);
-            }
-        }
-        let norm_sq = global_norm_sq(&parts, &self.canonical);
-        let h = self.cfg.adam_at(s);
-        for d in &self.devices {
-            for c in &d.chunks {
-                c.optim.step(&h, norm_sq)?;
-            }
-        }
         let mut peak_held = vec![0; self.schedule.stages()];
         for d in &mut self.devices {
             for c in &mut d.chunks {
@@ -307,8 +344,8 @@ impl Pipeline {
         }
         let stats = StepStats {
             loss: (loss / self.cfg.tokens_per_step() as f64) as f32,
-            grad_norm: norm_sq.sqrt(),
-            lr: h.lr,
+            grad_norm: 0.0,
+            lr: 0.0,
         };
         Ok(StepReport {
             stats,

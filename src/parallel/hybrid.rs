@@ -1,0 +1,127 @@
+//! Data parallelism over pipelines: d pipeline replicas of p stages each (dp × pp devices).
+//!
+//! ```text
+//!            stage 0   stage 1   …  stage p−1
+//! replica 0   dev 0     dev 1        dev p−1      each replica runs the schedule on its share
+//! replica 1   dev p     dev p+1      dev 2p−1     of the global batch; then stage s's gradients
+//!   …           └── all-reduce over replicas ──┘  are averaged across the replicas' stage s
+//! ```
+//!
+//! Each replica weights its tokens as its own batch's mean, so the mean over replicas
+//! (`Opts::mean`, division once on the full sum) is the global batch's mean gradient.
+
+use crate::collective::{self, Algo, Ledger, Opts};
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::optim::global_norm_sq;
+use crate::pipeline::executor::{Options, Pipeline};
+use crate::pipeline::partition::Balance;
+use crate::pipeline::simulate::Link;
+use crate::pipeline::Schedule;
+use crate::train::{StepStats, TrainConfig};
+
+pub struct DpPipeline {
+    pub pipes: Vec<Pipeline>,
+    pub algo: Algo,
+    pub link: Link,
+    pub ledger: Ledger,
+    canonical: Vec<String>,
+}
+
+impl DpPipeline {
+    /// `gpus.len()` must be d × p; replica r uses devices `[r·p, (r+1)·p)`. `cfg.grad_accum`
+    /// is the microbatches per replica (= the schedule's m).
+    pub fn new(
+        gpus: &[Gpu],
+        dp: usize,
+        cfg: TrainConfig,
+        schedule: Schedule,
+        balance: &Balance,
+        opts: Options,
+    ) -> Result<DpPipeline> {
+        let p = schedule.p;
+        if dp == 0 || gpus.len() != dp * p {
+            return Err(Error::Config(format!(
+                "dp × pp = {dp} × {p} needs {} devices, got {}",
+                dp * p,
+                gpus.len()
+            )));
+        }
+        let pipes = (0..dp)
+            .map(|r| {
+                Pipeline::new(
+                    &gpus[r * p..(r + 1) * p],
+                    cfg.clone(),
+                    schedule.clone(),
+                    balance,
+                    opts.clone(),
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(DpPipeline {
+            canonical: cfg.model.canonical_names(),
+            pipes,
+            algo: Algo::Ring,
+            link: Link::nvlink(),
+            ledger: Ledger::new(),
+        })
+    }
+
+    /// One step over `dp × m` microbatches: replica r takes the r-th contiguous share.
+    pub fn step(&mut self, batches: &[(Vec<u32>, Vec<u32>)], s: usize) -> Result<StepStats> {
+        let dp = self.pipes.len();
+        let m = self.pipes[0].schedule.m;
+        if batches.len() != dp * m {
+            return Err(Error::Config(format!(
+                "a dp × pp step needs {} microbatches, got {}",
+                dp * m,
+                batches.len()
+            )));
+        }
+        let runs: Vec<Result<f32>> = std::thread::scope(|scope| {
+            let hs: Vec<_> = self
+                .pipes
+                .iter_mut()
+                .enumerate()
+                .map(|(r, pipe)| {
+                    let share = &batches[r * m..(r + 1) * m];
+                    scope.spawn(move || pipe.run_schedule(share, s).map(|rep| rep.stats.loss))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Device("pipeline replica panicked".into())))
+                })
+                .collect()
+        });
+        let mut loss = 0.0;
+        for r in runs {
+            loss += r? / dp as f32;
+        }
+        self.ledger.step = s;
+        let stages: Vec<Vec<_>> = self.pipes.iter().map(|p| p.stage_grads()).collect();
+        for st in 0..stages[0].len() {
+            let gpus: Vec<Gpu> = stages.iter().map(|r| r[st].0.clone()).collect();
+            let views: Vec<_> = stages.iter().map(|r| r[st].1.clone()).collect();
+            collective::all_reduce(
+                &gpus,
+                &views,
+                self.algo,
+                &Opts::mean(),
+                &mut self.ledger,
+                &self.link,
+            )?;
+        }
+        let norm_sq = global_norm_sq(&self.pipes[0].tensor_sq()?, &self.canonical);
+        let h = self.pipes[0].cfg.adam_at(s);
+        for p in &self.pipes {
+            p.apply(&h, norm_sq)?;
+        }
+        Ok(StepStats {
+            loss,
+            grad_norm: norm_sq.sqrt(),
+            lr: h.lr,
+        })
+    }
+}
