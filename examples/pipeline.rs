@@ -132,6 +132,15 @@ fn run(a: Args) -> anyhow::Result<()> {
     if ms.is_empty() || ms.contains(&0) {
         anyhow::bail!("microbatch counts must be positive");
     }
+    for &k in &kinds {
+        if !ms.iter().any(|&m| applicable(k, a.stages, m)) {
+            anyhow::bail!(
+                "{} needs a microbatch count divisible by the {} stages; none of {ms:?} is",
+                k.name(),
+                a.stages
+            );
+        }
+    }
     let corpus = Corpus::addition(AdditionSpec {
         digits: 3,
         train_problems: 4000,
