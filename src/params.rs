@@ -2,13 +2,14 @@
 //! `(offset, len)` views (llm.c's `malloc_and_point_parameters`). All-reduce, ZeRO shards, the
 //! optimizer and checkpoints then become range arithmetic.
 //!
-//! Tensors lie in block order (so one block's gradients are one contiguous range, which a
-//! data-parallel bucket can all-reduce as soon as that block's backward is done); inside a block
-//! the weight-decayed matrices come first, so AdamW runs over a few contiguous decay segments.
+//! Tensors lie in block order, and inside a block in the reverse of the order the backward pass
+//! finishes their gradients: the gradients final at any point of backward are then one
+//! contiguous range at the end of the buffer, which a data-parallel bucket can all-reduce while
+//! backward goes on. AdamW runs over the contiguous runs of decayed / not decayed tensors.
 //!
 //! ```text
-//! flat: | wte | wpe | h0.qkvw h0.attprojw h0.fcw h0.fcprojw | h0.ln1w h0.ln1b … | h1.qkvw … | headw | lnfw lnfb |
-//!       '- decay --''------------- decay ------------------''--- no decay ----''-- decay --'
+//! flat: | wte wpe | h0.ln1w h0.ln1b h0.qkvw h0.qkvb … h0.fcprojw h0.fcprojb | h1 … | lnfw lnfb headw |
+//!                                                      backward finishes ◀──────────────────────────
 //!       ^ every tensor starts on a 64-element (256-byte) boundary: any view can be bound
 //! ```
 

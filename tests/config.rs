@@ -77,8 +77,8 @@ fn layout_is_aligned_in_block_order_and_counts_params() {
         .iter()
         .any(|(r, d)| r.contains(&t.offset) && *d == t.decay)));
     // block order: each block's tensors are one contiguous range; 2 segments per layer
-    // the embedding's segment merges with h0's matrices
-    assert_eq!(layout.decay_segments().len(), 2 * l + 2);
+    // emb | ln1 | qkvw | qkvb | attprojw | attprojb ln2 | fcw | fcb | fcprojw | fcprojb + next ln1 … | headw
+    assert_eq!(layout.decay_segments().len(), 8 * l + 3);
     // init is per tensor: a stage's layout gets the same values as the full model's
     let full = cfg.init(&layout, 3);
     let stage_blocks = [Block::Layer(1), Block::Head];

@@ -279,9 +279,10 @@ fn overlap_changes_timing_not_bits() {
 }
 
 #[test]
-fn buckets_cover_whole_blocks_in_backward_order() {
-    use triaxis::model::Block;
+fn buckets_follow_the_order_backward_finishes_gradients() {
+    use triaxis::model::gpu_model::GpuModel;
     use triaxis::parallel::bucket::{buckets, device_schedule, BucketTiming};
+    let Some(g) = gpu::test_gpu() else { return };
     let c = GptConfig {
         vocab: 13,
         ctx: 8,
@@ -289,14 +290,24 @@ fn buckets_cover_whole_blocks_in_backward_order() {
         heads: 2,
         layers: 3,
     };
-    let layout = c.layout(&c.blocks());
-    let one_per_block = buckets(&c, &layout, 1);
-    assert_eq!(one_per_block.len(), 5);
-    assert_eq!(one_per_block[0].blocks, vec![Block::Head]);
-    assert_eq!(one_per_block[4].blocks, vec![Block::Embedding]);
-    let all = buckets(&c, &layout, usize::MAX);
+    let m = GpuModel::new(&g, c, &c.blocks(), Micro { b: 1, t: 8 }, 1.0).unwrap();
+    let layout = &m.buffers.layout;
+    // one group per linear / layernorm pair: head 2, each layer 6, embedding 1
+    assert_eq!(m.grad_ready.len(), 2 + 6 * 3 + 1);
+    let one_per_group = buckets(layout, &m.grad_ready, 1);
+    assert_eq!(one_per_group.len(), m.grad_ready.len());
+    assert_eq!(one_per_group[0].tensors, vec!["headw"]);
+    assert_eq!(one_per_group[2].tensors, vec!["h2.fcprojw", "h2.fcprojb"]);
+    // groups lie downwards and tile the buffer
+    assert_eq!(one_per_group[0].range.end, layout.total);
+    for w in one_per_group.windows(2) {
+        assert_eq!(w[1].range.end, w[0].range.start);
+    }
+    assert_eq!(one_per_group.last().unwrap().range.start, 0);
+    let all = buckets(layout, &m.grad_ready, usize::MAX);
     assert_eq!(all.len(), 1);
     assert_eq!(all[0].range, 0..layout.total);
+    assert_eq!(all[0].ready_point, m.grad_ready.len() - 1);
     // the device-clock model: ready at 1, 2, 3 s; each all-reduce 0.5 s; compute ends at 3 s
     let mut t: Vec<BucketTiming> = [1.0, 2.0, 3.0]
         .iter()

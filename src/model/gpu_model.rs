@@ -86,6 +86,17 @@ pub struct GpuModel {
     /// parameter gradients of the linear layers. Empty when not split.
     pub weight: Vec<Op>,
     pub split: bool,
+    /// Unsplit backward: after op index i, these parameter tensors' gradients are final (in
+    /// the order backward produces them), so a data-parallel bucket can start its all-reduce.
+    pub grad_ready: Vec<(usize, Vec<String>)>,
+}
+
+/// What `build_backward` makes.
+struct Backward {
+    ops: Vec<Op>,
+    ranges: BlockRanges,
+    weight: Vec<Op>,
+    ready: Vec<(usize, Vec<String>)>,
 }
 
 /// Which ops of a pass belong to which block.
@@ -228,9 +239,12 @@ impl GpuModel {
             backward_blocks: Vec::new(),
             weight: Vec::new(),
             split,
+            grad_ready: Vec::new(),
         };
         (m.forward, m.forward_blocks) = m.build_forward(dloss)?;
-        (m.backward, m.backward_blocks, m.weight) = m.build_backward()?;
+        let bw = m.build_backward()?;
+        (m.backward, m.backward_blocks, m.weight, m.grad_ready) =
+            (bw.ops, bw.ranges, bw.weight, bw.ready);
         Ok(m)
     }
 
@@ -404,7 +418,7 @@ impl GpuModel {
     /// Unsplit, each linear's `matmul_backward` computes dinp and dweight together. Split
     /// (zero-bubble), B computes only input gradients and keeps each linear's output gradient
     /// in the slot (`Saved`) so W can form dweight/dbias later from the same bits.
-    fn build_backward(&self) -> Result<(Vec<Op>, BlockRanges, Vec<Op>)> {
+    fn build_backward(&self) -> Result<Backward> {
         let g = &self.gpu;
         let (b, t) = (self.micro.b, self.micro.t);
         let (n, c, nh, v) = (b * t, self.cfg.channels, self.cfg.heads, self.cfg.vocab);
@@ -412,6 +426,7 @@ impl GpuModel {
         let s = &self.scratch;
         let dx = &self.dresid;
         let (mut ops, mut wops, mut ranges) = (Vec::new(), Vec::new(), Vec::new());
+        let mut ready = Vec::new();
         // one linear layer's backward: dinp = dout·W now; dW, db now or in W (from `keep`)
         let mut linear = |ops: &mut Vec<Op>, lin: Linear| -> Result<()> {
             match (self.split, lin.keep) {
@@ -469,6 +484,7 @@ impl GpuModel {
                     oc: v,
                 },
             )?;
+            ready.push((ops.len(), vec!["headw".to_string()]));
             let (lw, lb, lwp) = (d("lnfw")?, d("lnfb")?, p("lnfw")?);
             let x = self.output();
             ops.extend(kn::layernorm_backward(
@@ -484,12 +500,14 @@ impl GpuModel {
                 n,
                 c,
             )?);
+            ready.push((ops.len(), vec!["lnfw".to_string(), "lnfb".to_string()]));
             ranges.push((Block::Head, 0..ops.len()));
         }
         for (k, (l, a)) in self.layers.iter().enumerate().rev() {
             let start = ops.len();
             let w = |x: &str| p(&format!("h{l}.{x}"));
             let dw = |x: &str| d(&format!("h{l}.{x}"));
+            let names = |xs: &[&str]| xs.iter().map(|x| format!("h{l}.{x}")).collect::<Vec<_>>();
             let x = &self.resid[k];
             let sv = a.saved.as_ref();
             // split: activation gradients W needs later live in the slot, not in shared scratch
@@ -510,6 +528,7 @@ impl GpuModel {
                     oc: c,
                 },
             )?;
+            ready.push((ops.len(), names(&["fcprojw", "fcprojb"])));
             ops.push(ke::gelu_backward(g, dfch, &a.fch, &s.dfch_gelu, n * 4 * c)?);
             linear(
                 &mut ops,
@@ -525,6 +544,7 @@ impl GpuModel {
                     oc: 4 * c,
                 },
             )?;
+            ready.push((ops.len(), names(&["fcw", "fcb"])));
             let (l2w, l2b, l2p) = (dw("ln2w")?, dw("ln2b")?, w("ln2w")?);
             ops.extend(kn::layernorm_backward(
                 g,
@@ -539,6 +559,7 @@ impl GpuModel {
                 n,
                 c,
             )?);
+            ready.push((ops.len(), names(&["ln2w", "ln2b"])));
             // dx now holds ∂L/∂x2 = ∂L/∂attproj
             linear(
                 &mut ops,
@@ -554,6 +575,7 @@ impl GpuModel {
                     oc: c,
                 },
             )?;
+            ready.push((ops.len(), names(&["attprojw", "attprojb"])));
             ops.extend(ka::attention_backward(
                 g, dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, c, nh,
             )?);
@@ -571,6 +593,7 @@ impl GpuModel {
                     oc: 3 * c,
                 },
             )?;
+            ready.push((ops.len(), names(&["qkvw", "qkvb"])));
             let (l1w, l1b, l1p) = (dw("ln1w")?, dw("ln1b")?, w("ln1w")?);
             ops.extend(kn::layernorm_backward(
                 g,
@@ -585,6 +608,7 @@ impl GpuModel {
                 n,
                 c,
             )?);
+            ready.push((ops.len(), names(&["ln1w", "ln1b"])));
             ranges.push((Block::Layer(*l), start..ops.len()));
         }
         if self.blocks[0] == Block::Embedding {
@@ -600,9 +624,15 @@ impl GpuModel {
                 c,
                 v,
             )?);
+            ready.push((ops.len(), vec!["wte".to_string(), "wpe".to_string()]));
             ranges.push((Block::Embedding, start..ops.len()));
         }
-        Ok((ops, ranges, wops))
+        Ok(Backward {
+            ops,
+            ranges,
+            weight: wops,
+            ready,
+        })
     }
 }
 

@@ -158,26 +158,27 @@ impl Block {
             ],
             Block::Layer(l) => {
                 let n = |x: &str| format!("h{l}.{x}");
+                // in the reverse of the order backward finishes their gradients, so the
+                // gradients final so far are always one contiguous range (data-parallel buckets)
                 vec![
-                    // decayed matrices first: one contiguous decay segment per layer
-                    s(n("qkvw"), &[3 * c, c], true),
-                    s(n("attprojw"), &[c, c], true),
-                    s(n("fcw"), &[4 * c, c], true),
-                    s(n("fcprojw"), &[c, 4 * c], true),
                     s(n("ln1w"), &[c], false),
                     s(n("ln1b"), &[c], false),
+                    s(n("qkvw"), &[3 * c, c], true),
                     s(n("qkvb"), &[3 * c], false),
+                    s(n("attprojw"), &[c, c], true),
                     s(n("attprojb"), &[c], false),
                     s(n("ln2w"), &[c], false),
                     s(n("ln2b"), &[c], false),
+                    s(n("fcw"), &[4 * c, c], true),
                     s(n("fcb"), &[4 * c], false),
+                    s(n("fcprojw"), &[c, 4 * c], true),
                     s(n("fcprojb"), &[c], false),
                 ]
             }
             Block::Head => vec![
-                s("headw".into(), &[cfg.vocab, c], true),
                 s("lnfw".into(), &[c], false),
                 s("lnfb".into(), &[c], false),
+                s("headw".into(), &[cfg.vocab, c], true),
             ],
         }
     }

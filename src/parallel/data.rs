@@ -150,11 +150,8 @@ impl DataParallel {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let buckets = buckets(
-            &cfg.model,
-            &replicas[0].model.buffers.layout,
-            opts.bucket_bytes,
-        );
+        let m0 = &replicas[0].model;
+        let buckets = buckets(&m0.buffers.layout, &m0.grad_ready, opts.bucket_bytes);
         Ok(DataParallel {
             canonical: cfg.model.canonical_names(),
             cfg,

@@ -56,19 +56,28 @@ impl Replica {
                 device += self.gpu.run_timed(&self.step_ops)?.as_secs_f64();
             } else {
                 device += self.gpu.run_timed(&self.model.forward)?.as_secs_f64();
-                for (block, ops) in &self.model.backward_blocks {
+                // run backward up to each point where a group of gradients is final
+                let mut from = 0;
+                for (point, (end, _)) in self.model.grad_ready.iter().enumerate() {
                     device += self
                         .gpu
-                        .run_timed(&self.model.backward[ops.clone()])?
+                        .run_timed(&self.model.backward[from..*end])?
                         .as_secs_f64();
+                    from = *end;
                     for (b, bucket) in buckets.iter().enumerate() {
-                        if bucket.blocks.last() == Some(block) {
+                        if bucket.ready_point == point {
                             ready[b] = device;
                             if let Some(tx) = ready_tx {
                                 let _ = tx.send(b);
                             }
                         }
                     }
+                }
+                if from < self.model.backward.len() {
+                    device += self
+                        .gpu
+                        .run_timed(&self.model.backward[from..])?
+                        .as_secs_f64();
                 }
             }
             loss += self.model.losses()?.iter().map(|&l| l as f64).sum::<f64>();
