@@ -7,7 +7,6 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use triaxis::collective::Algo;
 use triaxis::cost::comm::{
@@ -15,11 +14,12 @@ use triaxis::cost::comm::{
     Overlap,
 };
 use triaxis::cpu::AdamW;
-use triaxis::data::{AdditionSpec, Batcher, Corpus};
+use triaxis::data::{Batcher, Corpus};
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::model::{GptConfig, Micro};
 use triaxis::parallel::data::{DataParallel, DpOptions, DpStepReport};
 use triaxis::pipeline::Link;
+use triaxis::progress::{self, say};
 use triaxis::train::TrainConfig;
 
 #[derive(Parser, Debug)]
@@ -92,13 +92,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         .map(|l| Link::by_name(l.trim()))
         .collect::<triaxis::Result<_>>()?;
     let algo = Algo::by_name(&a.algo)?;
-    let corpus = Corpus::addition(AdditionSpec {
-        digits: 3,
-        train_problems: 4000,
-        val_problems: 10,
-        seed: 5,
-        reverse: true,
-    })?;
+    let corpus = Corpus::throughput()?;
     let model = GptConfig {
         vocab: corpus.vocab.size(),
         ctx: a.seq,
@@ -137,10 +131,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     } else {
         vec![false, true]
     };
-    let bar = ProgressBar::new((degrees.len() * overlaps.len()) as u64);
-    bar.set_style(ProgressStyle::with_template(
-        "{bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]",
-    )?);
+    let bar = progress::bar((degrees.len() * overlaps.len()) as u64);
     let mut batcher = Batcher::new(1);
     let mut rows = Vec::new();
     say(
@@ -376,13 +367,4 @@ fn print_reference() {
         100.0 * fraction_lost(t, 0.2, Overlap::Backward),
         Overlap::Backward
     );
-}
-
-/// Prints above the progress bar, or plainly when the bar is hidden (output not a terminal).
-fn say(bar: &ProgressBar, line: String) {
-    if bar.is_hidden() {
-        println!("{line}");
-    } else {
-        bar.println(line);
-    }
 }

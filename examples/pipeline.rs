@@ -7,9 +7,8 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use indicatif::{ProgressBar, ProgressStyle};
 use triaxis::cpu::AdamW;
-use triaxis::data::{AdditionSpec, Batcher, Corpus};
+use triaxis::data::{Batcher, Corpus};
 use triaxis::gpu::{self, AdapterChoice, Gpu};
 use triaxis::model::{GptConfig, Micro};
 use triaxis::pipeline::executor::{describe_stages, Options, Pipeline};
@@ -17,6 +16,7 @@ use triaxis::pipeline::partition::{measure_block_times, Balance};
 use triaxis::pipeline::timeline::{chrome_trace, summarize, Summary};
 use triaxis::pipeline::{Link, Schedule, ScheduleKind};
 use triaxis::plot::{write_svg, Chart, Series};
+use triaxis::progress::{self, say};
 use triaxis::train::TrainConfig;
 
 #[derive(Parser, Debug)]
@@ -141,13 +141,7 @@ fn run(a: Args) -> anyhow::Result<()> {
             );
         }
     }
-    let corpus = Corpus::addition(AdditionSpec {
-        digits: 3,
-        train_problems: 4000,
-        val_problems: 10,
-        seed: 5,
-        reverse: true,
-    })?;
+    let corpus = Corpus::throughput()?;
     let model = GptConfig {
         vocab: corpus.vocab.size(),
         ctx: a.seq,
@@ -190,10 +184,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         .iter()
         .map(|k| ms.iter().filter(|&&m| applicable(*k, a.stages, m)).count())
         .sum();
-    let bar = ProgressBar::new(total as u64);
-    bar.set_style(ProgressStyle::with_template(
-        "{bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]",
-    )?);
+    let bar = progress::bar(total as u64);
     let mut rows: Vec<Summary> = Vec::new();
     let mut batcher = Batcher::new(1);
     for &kind in &kinds {
@@ -365,13 +356,4 @@ fn write_outputs(a: &Args, kinds: &[ScheduleKind], rows: &[Summary]) -> anyhow::
         json.display()
     );
     Ok(())
-}
-
-/// Prints above the progress bar, or plainly when the bar is hidden (output not a terminal).
-fn say(bar: &ProgressBar, line: String) {
-    if bar.is_hidden() {
-        println!("{line}");
-    } else {
-        bar.println(line);
-    }
 }

@@ -8,11 +8,12 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use triaxis::cpu::AdamW;
 use triaxis::data::{AdditionSpec, Batcher, Corpus};
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::model::{GptConfig, Micro};
+use triaxis::progress::{self, say};
 use triaxis::record::{self, AdapterRecord, DatasetRecord, EvalRecord, RunRecord, StepRecord};
 use triaxis::train::{TrainConfig, Trainer};
 
@@ -137,10 +138,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     let mut trainer = Trainer::new(&gpu, cfg.clone()).context("building the model")?;
     let mut batcher = Batcher::new(a.seed);
     let is_addition = a.data.is_none();
-    let bar = ProgressBar::new(a.steps as u64);
-    bar.set_style(ProgressStyle::with_template(
-        "{bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]",
-    )?);
+    let bar = progress::bar(a.steps as u64);
     let (mut steps, mut evals) = (Vec::new(), Vec::new());
     let t0 = Instant::now();
     let eval =
@@ -252,13 +250,4 @@ fn sample(trainer: &mut Trainer, corpus: &Corpus) -> anyhow::Result<String> {
         corpus.vocab.decode(&prompt),
         corpus.vocab.decode(&out[0])
     ))
-}
-
-/// Prints above the progress bar, or plainly when the bar is hidden (output not a terminal).
-fn say(bar: &ProgressBar, line: String) {
-    if bar.is_hidden() {
-        println!("{line}");
-    } else {
-        bar.println(line);
-    }
 }

@@ -166,6 +166,18 @@ impl Corpus {
         })
     }
 
+    /// A small addition corpus for the throughput examples and benches, where only the shape
+    /// of the batches matters: 3-digit problems, 4000 for training.
+    pub fn throughput() -> Result<Corpus> {
+        Corpus::addition(AdditionSpec {
+            digits: 3,
+            train_problems: 4000,
+            val_problems: 10,
+            seed: 5,
+            reverse: true,
+        })
+    }
+
     /// A text file at byte level; the last `val_fraction` of the bytes is the validation split.
     pub fn text_file(path: &std::path::Path, val_fraction: f64) -> Result<Corpus> {
         let bytes = std::fs::read(path)

@@ -31,6 +31,7 @@ pub mod parallel;
 pub mod params;
 pub mod pipeline;
 pub mod plot;
+pub mod progress;
 pub mod record;
 pub mod rng;
 pub mod train;
