@@ -73,6 +73,9 @@ pub(super) fn rounds(r: usize, d: usize, phases: Phases) -> Vec<Round> {
 }
 
 /// One chunk in flight.
+/// One sender and one receiver per rank.
+type Lanes<T> = (Vec<Sender<T>>, Vec<Receiver<T>>);
+
 struct Msg {
     round: usize,
     chunk: usize,
@@ -115,14 +118,18 @@ impl Ring<'_> {
         let (txs, mut rxs): (Vec<Sender<Msg>>, Vec<Receiver<Msg>>) =
             (0..self.d).map(|_| bounded(1)).unzip();
         rxs.rotate_right(1); // rxs[r] now receives from rank r−1
+                             // spent chunk buffers travel back (rank r+1 → r) to be refilled: no allocation per round
+        let (mut back_txs, back_rxs): Lanes<Vec<f32>> = (0..self.d).map(|_| bounded(2)).unzip();
+        back_txs.rotate_right(1); // back_txs[r] returns to rank r−1, whose chunks r receives
         let results: Vec<std::result::Result<Vec<Entry>, Failure>> = std::thread::scope(|scope| {
             let handles: Vec<_> = bufs
                 .iter_mut()
                 .zip(txs)
                 .zip(rxs)
+                .zip(back_txs.into_iter().zip(back_rxs))
                 .enumerate()
-                .map(|(r, ((buf, tx), rx))| {
-                    scope.spawn(move || self.worker(r, buf, tx, rx, stage_in, stage_out))
+                .map(|(r, (((buf, tx), rx), back))| {
+                    scope.spawn(move || self.worker(r, buf, (tx, rx), back, stage_in, stage_out))
                 })
                 .collect();
             handles
@@ -141,12 +148,14 @@ impl Ring<'_> {
         Ok(first_failure(results)?.into_iter().flatten().collect())
     }
 
+    /// Rank `r`: `(tx, rx)` carry chunks to the right / from the left; `back` returns spent
+    /// buffers to the left neighbour and receives this rank's own spent ones from the right.
     fn worker(
         &self,
         r: usize,
         buf: &mut Vec<f32>,
-        tx: Sender<Msg>,
-        rx: Receiver<Msg>,
+        (tx, rx): (Sender<Msg>, Receiver<Msg>),
+        (back_tx, back_rx): (Sender<Vec<f32>>, Receiver<Vec<f32>>),
         stage_in: &StageIn,
         stage_out: &StageOut,
     ) -> std::result::Result<Vec<Entry>, Failure> {
@@ -179,10 +188,13 @@ impl Ring<'_> {
                 return Err(fail(true, &what, "injected fault".into()));
             }
             jitter();
+            let mut data = back_rx.try_recv().unwrap_or_default();
+            data.clear();
+            data.extend_from_slice(&buf[chunk(n, d, rd.send)]);
             let msg = Msg {
                 round: rd.round,
                 chunk: rd.send,
-                data: buf[chunk(n, d, rd.send)].to_vec(),
+                data,
                 sent: Instant::now(),
             };
             tx.send(msg).map_err(|_| {
@@ -235,6 +247,8 @@ impl Ring<'_> {
             };
             let bytes = 4 * got.data.len() as u64;
             entries.push(self.stamp.entry(left, kind, bytes, wall));
+            // best effort: a full or closed return channel just drops the buffer
+            let _ = back_tx.try_send(got.data);
         }
         drop(tx);
         let out = stage_out(r, buf).map_err(|e| fail(true, "stage out", e.to_string()))?;
