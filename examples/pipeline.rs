@@ -292,6 +292,29 @@ fn run(a: Args) -> anyhow::Result<()> {
             rows.push(sum);
             bar.inc(1);
         }
+        if let Some(last) = rows.last().filter(|r| r.schedule == kind.name()) {
+            let ms_of = |v: &[f64]| {
+                v.iter()
+                    .map(|x| format!("{:.1}", x * 1e3))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            };
+            let idle: Vec<f64> = last
+                .device_busy
+                .iter()
+                .map(|b| last.device_step - b)
+                .collect();
+            say(
+                &bar,
+                format!(
+                    "     m = {}, per device on the device clock: busy {} ms, idle {} ms; peak activations per stage {:?}",
+                    last.m,
+                    ms_of(&last.device_busy),
+                    ms_of(&idle),
+                    last.peak_held
+                ),
+            );
+        }
     }
     bar.finish_and_clear();
     write_outputs(&a, &kinds, &rows)?;
