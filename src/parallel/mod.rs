@@ -1,8 +1,10 @@
 //! The parallel axes built on the single-device model: data parallelism (replicas + gradient
-//! all-reduce). Pipeline parallelism lives in [`crate::pipeline`].
+//! all-reduce) and tensor parallelism (Megatron splits of one layer). Pipeline parallelism lives
+//! in [`crate::pipeline`].
 
 pub mod accumulate;
 pub mod bucket;
 pub mod data;
 pub mod hybrid;
 pub mod replica;
+pub mod tensor;
