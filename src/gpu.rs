@@ -181,6 +181,8 @@ pub struct Gpu {
     /// Label of this virtual device ("dev0", …), used in errors and timelines.
     pub label: String,
     errors: Arc<Mutex<Vec<String>>>,
+    /// Timestamp query set + resolve buffer of `run_timed`, made once.
+    timer: Arc<Mutex<Option<(wgpu::QuerySet, View)>>>,
     pub(crate) kernels: Arc<crate::kernels::Cache>,
 }
 
@@ -233,6 +235,7 @@ impl Gpu {
             limits,
             label: label.to_string(),
             errors,
+            timer: Arc::default(),
         })
     }
 
@@ -380,18 +383,27 @@ impl Gpu {
             self.sync()?;
             return Ok(t0.elapsed());
         }
-        let qs = self.device.create_query_set(&wgpu::QuerySetDescriptor {
-            label: Some("pass time"),
-            ty: wgpu::QueryType::Timestamp,
-            count: 2,
+        // one query set and resolve buffer per device, made on first use (this runs per action)
+        let mut timer = self
+            .timer
+            .lock()
+            .map_err(|_| Error::Device("timer poisoned".into()))?;
+        let (qs, resolve) = timer.get_or_insert_with(|| {
+            let qs = self.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("pass time"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2,
+            });
+            let resolve =
+                self.buffer_with_usage("timestamps", 16, wgpu::BufferUsages::QUERY_RESOLVE);
+            (qs, resolve)
         });
-        let resolve = self.buffer_with_usage("timestamps", 16, wgpu::BufferUsages::QUERY_RESOLVE);
         let mut enc = self.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("timed ops"),
                 timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
-                    query_set: &qs,
+                    query_set: qs,
                     beginning_of_pass_write_index: Some(0),
                     end_of_pass_write_index: Some(1),
                 }),
@@ -400,9 +412,9 @@ impl Gpu {
                 op.record(&mut pass);
             }
         }
-        enc.resolve_query_set(&qs, 0..2, &resolve.buf, 0);
+        enc.resolve_query_set(qs, 0..2, &resolve.buf, 0);
         self.queue.submit([enc.finish()]);
-        let ticks: Vec<u64> = self.download(&resolve)?;
+        let ticks: Vec<u64> = self.download(resolve)?;
         let ns =
             ticks[1].saturating_sub(ticks[0]) as f64 * self.queue.get_timestamp_period() as f64;
         Ok(Duration::from_nanos(ns as u64))
