@@ -247,6 +247,7 @@ fn device_clock_of_balanced_stages_equals_the_formula() {
                     start: 0.0,
                     end: 1.0,
                     compute: if a.kind == Kind::F { 1e-3 } else { 2e-3 },
+                    tp_comm: 0.0,
                     bytes_out: 0,
                     send_time: 0.0,
                 })

@@ -8,10 +8,19 @@
 //! - output: `losses` [B·T] if the range ends with the head, else `resid[last]` [B·T, C];
 //! - backward input: `dresid` [B·T, C] received from the next stage unless the range holds the
 //!   head; backward output: `dresid` again (the gradient w.r.t. `resid[0]`).
+//!
+//! Tensor parallelism: as rank r of t ([`TpRank`]), each layer holds its 1/t slice of qkv, fc
+//! (column-parallel: nh/t heads, 4C/t MLP units) and of attproj, fcproj (row-parallel); the
+//! embedding, layernorms and head are replicated. The passes are then cut where Megatron's
+//! conjugate pair all-reduces across the ranks: `forward_cuts` after each row-parallel
+//! matmul (`reduce_from_tp`: the partial products are summed) and `backward_cuts` after each
+//! column-parallel matmul's input gradient (`copy_to_tp`'s backward). The caller runs the ops
+//! up to a cut on every rank, all-reduces the cut's view, and goes on
+//! ([`crate::parallel::tensor::run_pass`]). With t = 1 there are no cuts.
 
 use std::ops::Range;
 
-use super::{Block, GptConfig, Micro};
+use super::{Block, GptConfig, Micro, TpRank};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::{
@@ -86,6 +95,13 @@ pub struct GpuModel {
     /// parameter gradients of the linear layers. Empty when not split.
     pub weight: Vec<Op>,
     pub split: bool,
+    /// Tensor-parallel rank of this replica.
+    pub tp: TpRank,
+    /// (op index, view): after `forward[..i]`, all-reduce `view` over the tensor-parallel
+    /// ranks (`reduce_from_tp`). Empty when t = 1.
+    pub forward_cuts: Cuts,
+    /// Same for `backward` (`copy_to_tp`'s backward). `weight` needs no cuts.
+    pub backward_cuts: Cuts,
     /// Unsplit backward: after op index i, these parameter tensors' gradients are final (in
     /// the order backward produces them), so a data-parallel bucket can start its all-reduce.
     pub grad_ready: Vec<(usize, Vec<String>)>,
@@ -94,6 +110,7 @@ pub struct GpuModel {
 /// What `build_backward` makes.
 struct Backward {
     ops: Vec<Op>,
+    cuts: Cuts,
     ranges: BlockRanges,
     weight: Vec<Op>,
     ready: Vec<(usize, Vec<String>)>,
@@ -101,6 +118,9 @@ struct Backward {
 
 /// Which ops of a pass belong to which block.
 pub type BlockRanges = Vec<(Block, Range<usize>)>;
+
+/// Tensor-parallel cut points of a pass: (op index, view all-reduced there).
+pub type Cuts = Vec<(usize, View)>;
 
 /// One linear layer's backward: views and dims (`c` in, `oc` out); `keep` is where a split
 /// backward saves `dout` for W when `dout` is about to be overwritten.
@@ -149,16 +169,49 @@ impl GpuModel {
         buffers: Buffers,
         split: bool,
     ) -> Result<GpuModel> {
-        cfg.validate()?;
+        GpuModel::with_buffers_tp(
+            gpu,
+            cfg,
+            blocks,
+            micro,
+            dloss,
+            buffers,
+            split,
+            TpRank::SINGLE,
+        )
+    }
+
+    /// Like [`GpuModel::with_buffers`] for tensor-parallel rank `tp`: `buffers` must be laid
+    /// out by `cfg.layout_tp(blocks, tp.t)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_buffers_tp(
+        gpu: &Gpu,
+        cfg: GptConfig,
+        blocks: &[Block],
+        micro: Micro,
+        dloss: f32,
+        buffers: Buffers,
+        split: bool,
+        tp: TpRank,
+    ) -> Result<GpuModel> {
+        cfg.check_tp(tp.t)?;
+        if tp.r >= tp.t {
+            return Err(Error::Config(format!(
+                "tensor-parallel rank {} of {} does not exist",
+                tp.r, tp.t
+            )));
+        }
         micro.validate(&cfg)?;
         check_contiguous(&cfg, blocks)?;
-        if buffers.layout.tensors != cfg.layout(blocks).tensors {
+        if buffers.layout.tensors != cfg.layout_tp(blocks, tp.t).tensors {
             return Err(Error::Config(
                 "parameter buffers do not match the block range".into(),
             ));
         }
         let (n, c, v) = (micro.tokens(), cfg.channels, cfg.vocab);
-        let att_len = micro.b * cfg.heads * micro.t * micro.t;
+        // rank-local widths: attention channels, heads and MLP units
+        let (ct, ft) = (c / tp.t, 4 * c / tp.t);
+        let att_len = micro.b * (cfg.heads / tp.t) * micro.t * micro.t;
         let buf = |name: &str, len: usize| gpu.buffer(name, len);
         let layer_ids: Vec<usize> = blocks
             .iter()
@@ -182,22 +235,22 @@ impl GpuModel {
                         ln1: buf("ln1", n * c),
                         ln1_mean: buf("ln1.mean", n),
                         ln1_rstd: buf("ln1.rstd", n),
-                        qkv: buf("qkv", n * 3 * c),
-                        atty: buf("atty", n * c),
+                        qkv: buf("qkv", n * 3 * ct),
+                        atty: buf("atty", n * ct),
                         att: buf("att", att_len),
                         attproj: buf("attproj", n * c),
                         x2: buf("x2", n * c),
                         ln2: buf("ln2", n * c),
                         ln2_mean: buf("ln2.mean", n),
                         ln2_rstd: buf("ln2.rstd", n),
-                        fch: buf("fch", n * 4 * c),
-                        fch_gelu: buf("fch_gelu", n * 4 * c),
+                        fch: buf("fch", n * ft),
+                        fch_gelu: buf("fch_gelu", n * ft),
                         fcproj: buf("fcproj", n * c),
                         saved: split.then(|| Saved {
                             fcproj: buf("keep.dfcproj", n * c),
-                            fch: buf("keep.dfch", n * 4 * c),
+                            fch: buf("keep.dfch", n * ft),
                             attproj: buf("keep.dattproj", n * c),
-                            qkv: buf("keep.dqkv", n * 3 * c),
+                            qkv: buf("keep.dqkv", n * 3 * ct),
                         }),
                     },
                 )
@@ -214,11 +267,11 @@ impl GpuModel {
         let has_layers = !layer_ids.is_empty();
         let scratch = Scratch {
             dln: buf("dln", n * c),
-            dqkv: buf("dqkv", if has_layers { n * 3 * c } else { 1 }),
-            datty: buf("datty", if has_layers { n * c } else { 1 }),
+            dqkv: buf("dqkv", if has_layers { n * 3 * ct } else { 1 }),
+            datty: buf("datty", if has_layers { n * ct } else { 1 }),
             datt: buf("datt", if has_layers { att_len } else { 1 }),
-            dfch: buf("dfch", if has_layers { n * 4 * c } else { 1 }),
-            dfch_gelu: buf("dfch_gelu", if has_layers { n * 4 * c } else { 1 }),
+            dfch: buf("dfch", if has_layers { n * ft } else { 1 }),
+            dfch_gelu: buf("dfch_gelu", if has_layers { n * ft } else { 1 }),
         };
         let mut m = GpuModel {
             gpu: gpu.clone(),
@@ -239,12 +292,16 @@ impl GpuModel {
             backward_blocks: Vec::new(),
             weight: Vec::new(),
             split,
+            tp,
+            forward_cuts: Vec::new(),
+            backward_cuts: Vec::new(),
             grad_ready: Vec::new(),
         };
-        (m.forward, m.forward_blocks) = m.build_forward(dloss)?;
+        (m.forward, m.forward_blocks, m.forward_cuts) = m.build_forward(dloss)?;
         let bw = m.build_backward()?;
         (m.backward, m.backward_blocks, m.weight, m.grad_ready) =
             (bw.ops, bw.ranges, bw.weight, bw.ready);
+        m.backward_cuts = bw.cuts;
         Ok(m)
     }
 
@@ -281,13 +338,27 @@ impl GpuModel {
         self.resid.last().expect("resid is never empty")
     }
 
-    fn build_forward(&self, dloss: f32) -> Result<(Vec<Op>, BlockRanges)> {
+    /// Rank-local (attention channels, heads, MLP units): (C, NH, 4C) / t.
+    fn local_dims(&self) -> (usize, usize, usize) {
+        let (c, t) = (self.cfg.channels, self.tp.t);
+        (c / t, self.cfg.heads / t, 4 * c / t)
+    }
+
+    /// A row-parallel bias: added by rank 0 only, before the all-reduce sums the partials.
+    fn row_bias(&self, name: &str) -> Result<Option<View>> {
+        (self.tp.r == 0).then(|| self.buffers.p(name)).transpose()
+    }
+
+    fn build_forward(&self, dloss: f32) -> Result<(Vec<Op>, BlockRanges, Cuts)> {
         let g = &self.gpu;
         let (b, t) = (self.micro.b, self.micro.t);
-        let (n, c, nh, v) = (b * t, self.cfg.channels, self.cfg.heads, self.cfg.vocab);
+        let (n, c, v) = (b * t, self.cfg.channels, self.cfg.vocab);
+        let (ct, ht, ft) = self.local_dims();
+        let tp = self.tp.t > 1;
         let p = |name: &str| self.buffers.p(name);
         let mut ops = Vec::new();
         let mut ranges = Vec::new();
+        let mut cuts = Vec::new();
         if self.blocks[0] == Block::Embedding {
             ops.extend(kenc::encoder_forward(
                 g,
@@ -324,21 +395,24 @@ impl GpuModel {
                 Some(&w("qkvb")?),
                 n,
                 c,
-                3 * c,
+                3 * ct,
             )?);
             ops.extend(ka::attention_forward(
-                g, &a.atty, &a.att, &a.qkv, b, t, c, nh,
+                g, &a.atty, &a.att, &a.qkv, b, t, ct, ht,
             )?);
             ops.extend(km::matmul_forward(
                 g,
                 &a.attproj,
                 &a.atty,
                 &w("attprojw")?,
-                Some(&w("attprojb")?),
+                self.row_bias(&format!("h{l}.attprojb"))?.as_ref(),
                 n,
-                c,
+                ct,
                 c,
             )?);
+            if tp {
+                cuts.push((ops.len(), a.attproj.clone()));
+            }
             ops.push(ke::residual_forward(g, &a.x2, x, &a.attproj, n * c)?);
             ops.extend(kn::layernorm_forward(
                 g,
@@ -359,19 +433,22 @@ impl GpuModel {
                 Some(&w("fcb")?),
                 n,
                 c,
-                4 * c,
+                ft,
             )?);
-            ops.push(ke::gelu_forward(g, &a.fch_gelu, &a.fch, n * 4 * c)?);
+            ops.push(ke::gelu_forward(g, &a.fch_gelu, &a.fch, n * ft)?);
             ops.extend(km::matmul_forward(
                 g,
                 &a.fcproj,
                 &a.fch_gelu,
                 &w("fcprojw")?,
-                Some(&w("fcprojb")?),
+                self.row_bias(&format!("h{l}.fcprojb"))?.as_ref(),
                 n,
-                4 * c,
+                ft,
                 c,
             )?);
+            if tp {
+                cuts.push((ops.len(), a.fcproj.clone()));
+            }
             ops.push(ke::residual_forward(g, out, &a.x2, &a.fcproj, n * c)?);
             ranges.push((Block::Layer(*l), start..ops.len()));
         }
@@ -411,7 +488,7 @@ impl GpuModel {
             )?);
             ranges.push((Block::Head, start..ops.len()));
         }
-        Ok((ops, ranges))
+        Ok((ops, ranges, cuts))
     }
 
     /// The backward pass, and (when `split`) the deferred weight-gradient ops W.
@@ -421,12 +498,15 @@ impl GpuModel {
     fn build_backward(&self) -> Result<Backward> {
         let g = &self.gpu;
         let (b, t) = (self.micro.b, self.micro.t);
-        let (n, c, nh, v) = (b * t, self.cfg.channels, self.cfg.heads, self.cfg.vocab);
+        let (n, c, v) = (b * t, self.cfg.channels, self.cfg.vocab);
+        let (ct, ht, ft) = self.local_dims();
+        let tp = self.tp.t > 1;
         let (p, d) = (|x: &str| self.buffers.p(x), |x: &str| self.buffers.g(x));
         let s = &self.scratch;
         let dx = &self.dresid;
         let (mut ops, mut wops, mut ranges) = (Vec::new(), Vec::new(), Vec::new());
         let mut ready = Vec::new();
+        let mut cuts = Vec::new();
         // one linear layer's backward: dinp = dout·W now; dW, db now or in W (from `keep`)
         let mut linear = |ops: &mut Vec<Op>, lin: Linear| -> Result<()> {
             match (self.split, lin.keep) {
@@ -524,12 +604,12 @@ impl GpuModel {
                     keep: sv.map(|k| &k.fcproj),
                     inp: &a.fch_gelu,
                     w: w("fcprojw")?,
-                    c: 4 * c,
+                    c: ft,
                     oc: c,
                 },
             )?;
             ready.push((ops.len(), names(&["fcprojw", "fcprojb"])));
-            ops.push(ke::gelu_backward(g, dfch, &a.fch, &s.dfch_gelu, n * 4 * c)?);
+            ops.push(ke::gelu_backward(g, dfch, &a.fch, &s.dfch_gelu, n * ft)?);
             linear(
                 &mut ops,
                 Linear {
@@ -541,10 +621,13 @@ impl GpuModel {
                     inp: &a.ln2,
                     w: w("fcw")?,
                     c,
-                    oc: 4 * c,
+                    oc: ft,
                 },
             )?;
             ready.push((ops.len(), names(&["fcw", "fcb"])));
+            if tp {
+                cuts.push((ops.len(), s.dln.clone()));
+            }
             let (l2w, l2b, l2p) = (dw("ln2w")?, dw("ln2b")?, w("ln2w")?);
             ops.extend(kn::layernorm_backward(
                 g,
@@ -571,13 +654,13 @@ impl GpuModel {
                     keep: sv.map(|k| &k.attproj),
                     inp: &a.atty,
                     w: w("attprojw")?,
-                    c,
+                    c: ct,
                     oc: c,
                 },
             )?;
             ready.push((ops.len(), names(&["attprojw", "attprojb"])));
             ops.extend(ka::attention_backward(
-                g, dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, c, nh,
+                g, dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, ct, ht,
             )?);
             linear(
                 &mut ops,
@@ -590,10 +673,13 @@ impl GpuModel {
                     inp: &a.ln1,
                     w: w("qkvw")?,
                     c,
-                    oc: 3 * c,
+                    oc: 3 * ct,
                 },
             )?;
             ready.push((ops.len(), names(&["qkvw", "qkvb"])));
+            if tp {
+                cuts.push((ops.len(), s.dln.clone()));
+            }
             let (l1w, l1b, l1p) = (dw("ln1w")?, dw("ln1b")?, w("ln1w")?);
             ops.extend(kn::layernorm_backward(
                 g,
@@ -629,6 +715,7 @@ impl GpuModel {
         }
         Ok(Backward {
             ops,
+            cuts,
             ranges,
             weight: wops,
             ready,

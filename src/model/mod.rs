@@ -63,6 +63,29 @@ impl GptConfig {
         Ok(())
     }
 
+    /// Checks that `t` tensor-parallel ranks can split the heads and the MLP width evenly.
+    pub fn check_tp(&self, t: usize) -> Result<()> {
+        self.validate()?;
+        if t == 0 {
+            return Err(Error::Config(
+                "tensor parallelism needs at least one rank (tp = 0)".into(),
+            ));
+        }
+        if !self.heads.is_multiple_of(t) {
+            return Err(Error::Config(format!(
+                "tensor-parallel degree {t} must divide the heads ({}): each rank takes whole heads",
+                self.heads
+            )));
+        }
+        if !(4 * self.channels).is_multiple_of(t) {
+            return Err(Error::Config(format!(
+                "tensor-parallel degree {t} must divide the MLP width 4C ({})",
+                4 * self.channels
+            )));
+        }
+        Ok(())
+    }
+
     pub fn head_size(&self) -> usize {
         self.channels / self.heads
     }
@@ -77,12 +100,23 @@ impl GptConfig {
 
     /// Parameter specs of `blocks`, in block order.
     pub fn specs(&self, blocks: &[Block]) -> Vec<Spec> {
-        blocks.iter().flat_map(|b| b.specs(self)).collect()
+        self.specs_tp(blocks, 1)
+    }
+
+    /// Parameter specs of `blocks` as one of `t` tensor-parallel ranks holds them: the same
+    /// names, with the split matrices' local shapes (see [`crate::parallel::tensor`]).
+    pub fn specs_tp(&self, blocks: &[Block], t: usize) -> Vec<Spec> {
+        blocks.iter().flat_map(|b| b.specs(self, t)).collect()
     }
 
     /// The flat layout holding `blocks`' parameters.
     pub fn layout(&self, blocks: &[Block]) -> Layout {
         Layout::new(&self.specs(blocks))
+    }
+
+    /// The flat layout of one of `t` tensor-parallel ranks holding `blocks`.
+    pub fn layout_tp(&self, blocks: &[Block], t: usize) -> Layout {
+        Layout::new(&self.specs_tp(blocks, t))
     }
 
     /// Every tensor name of the whole model in block order: the canonical order in which
@@ -144,8 +178,12 @@ pub enum Block {
 }
 
 impl Block {
-    fn specs(&self, cfg: &GptConfig) -> Vec<Spec> {
+    /// Specs of this block on one of `t` tensor-parallel ranks (t = 1: the whole block).
+    /// Column-parallel qkv and fc keep 1/t of their output rows, row-parallel attproj and
+    /// fcproj 1/t of their input columns; everything else is replicated.
+    fn specs(&self, cfg: &GptConfig, t: usize) -> Vec<Spec> {
         let c = cfg.channels;
+        let (ct, ft) = (c / t, 4 * c / t);
         let s = |name: String, shape: &[usize], decay: bool| Spec {
             name,
             shape: shape.to_vec(),
@@ -163,15 +201,15 @@ impl Block {
                 vec![
                     s(n("ln1w"), &[c], false),
                     s(n("ln1b"), &[c], false),
-                    s(n("qkvw"), &[3 * c, c], true),
-                    s(n("qkvb"), &[3 * c], false),
-                    s(n("attprojw"), &[c, c], true),
+                    s(n("qkvw"), &[3 * ct, c], true),
+                    s(n("qkvb"), &[3 * ct], false),
+                    s(n("attprojw"), &[c, ct], true),
                     s(n("attprojb"), &[c], false),
                     s(n("ln2w"), &[c], false),
                     s(n("ln2b"), &[c], false),
-                    s(n("fcw"), &[4 * c, c], true),
-                    s(n("fcb"), &[4 * c], false),
-                    s(n("fcprojw"), &[c, 4 * c], true),
+                    s(n("fcw"), &[ft, c], true),
+                    s(n("fcb"), &[ft], false),
+                    s(n("fcprojw"), &[c, ft], true),
                     s(n("fcprojb"), &[c], false),
                 ]
             }
@@ -182,6 +220,18 @@ impl Block {
             ],
         }
     }
+}
+
+/// Which of `t` tensor-parallel ranks a model replica is (t = 1: no tensor parallelism).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TpRank {
+    pub t: usize,
+    pub r: usize,
+}
+
+impl TpRank {
+    /// The whole model on one device.
+    pub const SINGLE: TpRank = TpRank { t: 1, r: 0 };
 }
 
 /// Shape of one microbatch: `b` sequences of `t` tokens.

@@ -1,4 +1,5 @@
-//! Data parallelism over pipelines: d pipeline replicas of p stages each (dp × pp devices).
+//! Data parallelism over pipelines: d pipeline replicas of p stages each (dp × pp devices),
+//! each stage optionally a tensor-parallel group of t GPUs (dp × tp × pp devices).
 //!
 //! ```text
 //!            stage 0   stage 1   …  stage p−1
@@ -6,6 +7,9 @@
 //! replica 1   dev p     dev p+1      dev 2p−1     of the global batch; then stage s's gradients
 //!   …           └── all-reduce over replicas ──┘  are averaged across the replicas' stage s
 //! ```
+//!
+//! With tensor parallelism, replica r uses GPUs `[r·p·t, (r+1)·p·t)` and the all-reduce runs
+//! per (stage, tensor-parallel rank): rank k of stage s of every replica holds the same slice.
 //!
 //! Each replica weights its tokens as its own batch's mean, so the mean over replicas
 //! (`Opts::mean`, division once on the full sum) is the global batch's mean gradient.
@@ -29,8 +33,9 @@ pub struct DpPipeline {
 }
 
 impl DpPipeline {
-    /// `gpus.len()` must be d × p; replica r uses devices `[r·p, (r+1)·p)`. `cfg.grad_accum`
-    /// is the microbatches per replica (= the schedule's m).
+    /// `gpus.len()` must be d × p × t (t = `opts.tp`); replica r uses devices
+    /// `[r·p·t, (r+1)·p·t)`. `cfg.grad_accum` is the microbatches per replica (= the
+    /// schedule's m).
     pub fn new(
         gpus: &[Gpu],
         dp: usize,
@@ -39,18 +44,19 @@ impl DpPipeline {
         balance: &Balance,
         opts: Options,
     ) -> Result<DpPipeline> {
-        let p = schedule.p;
-        if dp == 0 || gpus.len() != dp * p {
+        let (p, t) = (schedule.p, opts.tp);
+        if dp == 0 || gpus.len() != dp * p * t {
             return Err(Error::Config(format!(
-                "dp × pp = {dp} × {p} needs {} devices, got {}",
-                dp * p,
+                "dp × tp × pp = {dp} × {t} × {p} needs {} devices, got {}",
+                dp * p * t,
                 gpus.len()
             )));
         }
+        let per = p * t;
         let pipes = (0..dp)
             .map(|r| {
                 Pipeline::new(
-                    &gpus[r * p..(r + 1) * p],
+                    &gpus[r * per..(r + 1) * per],
                     cfg.clone(),
                     schedule.clone(),
                     balance,

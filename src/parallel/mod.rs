@@ -1,6 +1,6 @@
 //! The parallel axes built on the single-device model: data parallelism (replicas + gradient
-//! all-reduce) and tensor parallelism (Megatron splits of one layer). Pipeline parallelism lives
-//! in [`crate::pipeline`].
+//! all-reduce) and tensor parallelism (Megatron splits of every layer). Pipeline parallelism
+//! lives in [`crate::pipeline`], whose executor runs each stage as a tensor-parallel group.
 
 pub mod accumulate;
 pub mod bucket;

@@ -14,6 +14,12 @@
 //! computes bit for bit what one device computes. A failing worker returns an error naming its
 //! device, stage, action and step; the others see their channels disconnect and stop; no
 //! receive waits longer than `recv_timeout`.
+//!
+//! Tensor parallelism: with `Options::tp` = t, each pipeline device is a group of t GPUs
+//! (schedule device d = GPUs `[d·t, (d+1)·t)`), each stage's blocks are split over the group
+//! ([`crate::parallel::tensor`]), and the device's thread runs every pass on all t ranks with
+//! the tensor-parallel all-reduces between segments. Activations are replicated across the
+//! group, so inputs go to every rank and outputs are read from rank 0.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -26,9 +32,11 @@ use super::schedule::{Action, Flow, Kind, Schedule};
 use super::validate::validate;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
-use crate::model::{gpu_model::GpuModel, Block, GptConfig, Micro};
+use crate::model::{gpu_model::GpuModel, Block, GptConfig, Micro, TpRank};
 use crate::optim::{global_norm_sq, Optimizer};
+use crate::parallel::tensor::{self as tp, Pass, TpComm};
 use crate::params::Buffers;
+use crate::pipeline::simulate::Link;
 use crate::train::{checksum, StepStats, TrainConfig};
 
 /// Knobs of the executor.
@@ -41,6 +49,10 @@ pub struct Options {
     pub recv_timeout: Duration,
     /// Test hook: fail on `device` at its `action`-th action of step `step`.
     pub fault: Option<Fault>,
+    /// Tensor-parallel degree: GPUs per schedule device.
+    pub tp: usize,
+    /// Link model of the tensor-parallel all-reduces (inside a group).
+    pub tp_link: Link,
 }
 
 impl Default for Options {
@@ -50,6 +62,8 @@ impl Default for Options {
             serial: false,
             recv_timeout: Duration::from_secs(120),
             fault: None,
+            tp: 1,
+            tp_link: Link::nvlink(),
         }
     }
 }
@@ -72,7 +86,11 @@ pub struct Event {
     pub action: Action,
     pub start: f64,
     pub end: f64,
+    /// Device-clock seconds of the action: its kernels (a tensor-parallel segment costs its
+    /// slowest rank) plus its tensor-parallel all-reduces on the link model (`tp_comm`).
     pub compute: f64,
+    /// The tensor-parallel all-reduce part of `compute` (0 without tensor parallelism).
+    pub tp_comm: f64,
     pub bytes_out: u64,
     /// Host-staging time of the send (download + channel), seconds.
     pub send_time: f64,
@@ -92,16 +110,21 @@ pub struct StepReport {
 /// One stage (model chunk) on a device: its blocks, activation slots and optimizer.
 struct Chunk {
     stage: usize,
-    slots: Vec<GpuModel>,
-    optim: Optimizer,
+    blocks: Vec<Block>,
+    /// Activation slot → one model per tensor-parallel rank (all ranks share the slot index).
+    slots: Vec<Vec<GpuModel>>,
+    /// One optimizer per tensor-parallel rank.
+    optims: Vec<Optimizer>,
     /// slot index holding each microbatch's activations.
     held: HashMap<usize, usize>,
     peak: usize,
 }
 
+/// One schedule device: a tensor-parallel group of GPUs (one GPU when tp = 1).
 struct Device {
-    gpu: Gpu,
+    gpus: Vec<Gpu>,
     chunks: Vec<Chunk>,
+    comm: TpComm,
 }
 
 /// A model split into stages over devices, trained with one schedule.
@@ -129,10 +152,13 @@ impl Pipeline {
         opts: Options,
     ) -> Result<Pipeline> {
         cfg.validate()?;
-        if gpus.len() != schedule.p {
+        let t = opts.tp;
+        cfg.model.check_tp(t)?;
+        if gpus.len() != schedule.p * t {
             return Err(Error::Config(format!(
-                "schedule for {} devices but {} devices given",
+                "schedule for {} devices × tensor-parallel degree {t} needs {} GPUs but {} given",
                 schedule.p,
+                schedule.p * t,
                 gpus.len()
             )));
         }
@@ -147,39 +173,60 @@ impl Pipeline {
         let slots = slots_needed(&schedule);
         let dloss = 1.0 / cfg.tokens_per_step() as f32;
         let mut devices = Vec::with_capacity(schedule.p);
-        for (d, gpu) in gpus.iter().enumerate() {
+        for (d, group) in gpus.chunks(t).enumerate() {
             let mut chunks = Vec::with_capacity(schedule.v);
-            for k in 0..schedule.v {
+            for (k, &held) in slots[d].iter().enumerate() {
                 let stage = schedule.stage(d, k);
                 let blocks = &stages[stage];
-                let layout = cfg.model.layout(blocks);
-                let buffers = Buffers::new(gpu, &layout);
-                gpu.upload(&buffers.params, &cfg.model.init(&layout, cfg.seed))?;
-                let slots = (0..slots[d][k].max(1))
-                    .map(|_| {
-                        GpuModel::with_buffers(
-                            gpu,
-                            cfg.model,
-                            blocks,
-                            cfg.micro,
-                            dloss,
-                            buffers.clone(),
-                            schedule.kind.split_backward(),
-                        )
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                let optim = Optimizer::new(gpu, &buffers)?;
+                // one-device initialisation, sharded: every layout starts from the same weights
+                let full = cfg.model.init(&cfg.model.layout(blocks), cfg.seed);
+                let shards = tp::shard(&cfg.model, blocks, &full, t)?;
+                let local = cfg.model.layout_tp(blocks, t);
+                let mut rank_slots = Vec::with_capacity(t);
+                let mut optims = Vec::with_capacity(t);
+                for (r, gpu) in group.iter().enumerate() {
+                    let buffers = Buffers::new(gpu, &local);
+                    gpu.upload(&buffers.params, &shards[r])?;
+                    let models = (0..held.max(1))
+                        .map(|_| {
+                            GpuModel::with_buffers_tp(
+                                gpu,
+                                cfg.model,
+                                blocks,
+                                cfg.micro,
+                                dloss,
+                                buffers.clone(),
+                                schedule.kind.split_backward(),
+                                TpRank { t, r },
+                            )
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    rank_slots.push(models);
+                    optims.push(Optimizer::new(gpu, &buffers)?);
+                }
+                // transpose rank → slot into slot → rank
+                let n_slots = rank_slots[0].len();
+                let mut per_slot: Vec<Vec<GpuModel>> = (0..n_slots).map(|_| Vec::new()).collect();
+                for models in rank_slots {
+                    for (i, m) in models.into_iter().enumerate() {
+                        per_slot[i].push(m);
+                    }
+                }
                 chunks.push(Chunk {
                     stage,
-                    slots,
-                    optim,
+                    blocks: blocks.clone(),
+                    slots: per_slot,
+                    optims,
                     held: HashMap::new(),
                     peak: 0,
                 });
             }
+            let mut comm = TpComm::new(opts.tp_link.clone());
+            comm.ledger.group = (d * t..(d + 1) * t).collect();
             devices.push(Device {
-                gpu: gpu.clone(),
+                gpus: group.to_vec(),
                 chunks,
+                comm,
             });
         }
         Ok(Pipeline {
@@ -214,12 +261,18 @@ impl Pipeline {
         Ok(r)
     }
 
-    /// Σg² of every tensor of every stage, by name.
+    /// Σg² of every tensor of every stage, by name (tensor-parallel shards combined into the
+    /// one-device tensors, see [`tp::combine_tensor_sq`]).
     pub fn tensor_sq(&self) -> Result<Vec<(String, f32)>> {
         let mut parts = Vec::new();
         for d in &self.devices {
             for c in &d.chunks {
-                parts.extend(c.optim.tensor_sq()?);
+                let ranks = c
+                    .optims
+                    .iter()
+                    .map(|o| o.tensor_sq())
+                    .collect::<Result<Vec<_>>>()?;
+                parts.extend(tp::combine_tensor_sq(&ranks));
             }
         }
         Ok(parts)
@@ -229,23 +282,34 @@ impl Pipeline {
     pub fn apply(&self, h: &crate::cpu::AdamW, norm_sq: f32) -> Result<()> {
         for d in &self.devices {
             for c in &d.chunks {
-                c.optim.step(h, norm_sq)?;
+                for o in &c.optims {
+                    o.step(h, norm_sq)?;
+                }
             }
         }
         Ok(())
     }
 
-    /// Each stage's device and gradient buffer, in stage order (for data parallelism across
-    /// pipeline replicas).
+    /// Each (stage, tensor-parallel rank)'s GPU and gradient buffer, in stage then rank order
+    /// (for data parallelism across pipeline replicas: entry i of every replica holds the same
+    /// tensors).
     pub fn stage_grads(&self) -> Vec<(Gpu, View)> {
-        let mut out: Vec<(usize, Gpu, View)> = Vec::new();
+        let mut out: Vec<(usize, usize, Gpu, View)> = Vec::new();
         for d in &self.devices {
             for c in &d.chunks {
-                out.push((c.stage, d.gpu.clone(), c.slots[0].buffers.grads.clone()));
+                for (r, m) in c.slots[0].iter().enumerate() {
+                    out.push((c.stage, r, d.gpus[r].clone(), m.buffers.grads.clone()));
+                }
             }
         }
-        out.sort_by_key(|x| x.0);
-        out.into_iter().map(|(_, g, v)| (g, v)).collect()
+        out.sort_by_key(|x| (x.0, x.1));
+        out.into_iter().map(|(_, _, g, v)| (g, v)).collect()
+    }
+
+    /// The tensor-parallel communication of each schedule device's group, in device order
+    /// (empty ledgers when tp = 1).
+    pub fn tp_comm(&self) -> Vec<&TpComm> {
+        self.devices.iter().map(|d| &d.comm).collect()
     }
 
     /// Zeroes the gradients and runs the schedule over `batches`: forward and backward only,
@@ -262,9 +326,12 @@ impl Pipeline {
                 batches.len()
             )));
         }
-        for d in &self.devices {
+        for d in &mut self.devices {
+            d.comm.ledger.step = s;
             for c in &d.chunks {
-                c.optim.zero_grads()?;
+                for o in &c.optims {
+                    o.zero_grads()?;
+                }
             }
         }
         let (senders, receivers) = self.channels();
@@ -361,9 +428,13 @@ impl Pipeline {
         let mut flat = vec![0.0f32; full.total];
         for d in &self.devices {
             for c in &d.chunks {
-                let b = &c.slots[0].buffers;
-                let part: Vec<f32> = d.gpu.download(&b.params)?;
-                for t in &b.layout.tensors {
+                let ranks = c.slots[0]
+                    .iter()
+                    .map(|m| m.gpu.download(&m.buffers.params))
+                    .collect::<Result<Vec<Vec<f32>>>>()?;
+                let part = tp::gather(&self.cfg.model, &c.blocks, &ranks)?;
+                let layout = self.cfg.model.layout(&c.blocks);
+                for t in &layout.tensors {
                     full.slice_mut(&mut flat, &t.name)?
                         .copy_from_slice(&part[t.offset..t.offset + t.len]);
                 }
@@ -539,10 +610,10 @@ impl Worker<'_> {
         };
         let start = self.t0.elapsed().as_secs_f64();
         let chunk = &mut dev.chunks[a.chunk];
-        let gpu = &dev.gpu;
+        let comm = &mut dev.comm;
         let e = |e: Error| (true, e);
         let mut loss = 0.0;
-        let compute;
+        let cost;
         let mut out = None;
         match a.kind {
             Kind::F => {
@@ -559,20 +630,28 @@ impl Worker<'_> {
                     })?;
                 chunk.held.insert(a.micro, slot);
                 chunk.peak = chunk.peak.max(chunk.held.len());
-                let m = &chunk.slots[slot];
+                let ranks = &chunk.slots[slot];
                 let (x, y) = &self.batches[a.micro];
-                match input {
-                    Some(act) => gpu.upload(&m.resid[0], &act).map_err(e)?,
-                    None => gpu.upload(&m.tokens, x).map_err(e)?,
+                for m in ranks {
+                    match &input {
+                        Some(act) => m.gpu.upload(&m.resid[0], act).map_err(e)?,
+                        None => m.gpu.upload(&m.tokens, x).map_err(e)?,
+                    }
+                    if last {
+                        m.gpu.upload(&m.targets, y).map_err(e)?;
+                    }
                 }
+                let refs: Vec<&GpuModel> = ranks.iter().collect();
+                cost = tp::run_pass(&refs, Pass::Forward, comm).map_err(e)?;
                 if last {
-                    gpu.upload(&m.targets, y).map_err(e)?;
-                }
-                compute = gpu.run_timed(&m.forward).map_err(e)?.as_secs_f64();
-                if last {
-                    loss = m.losses().map_err(e)?.iter().map(|&l| l as f64).sum();
+                    loss = ranks[0]
+                        .losses()
+                        .map_err(e)?
+                        .iter()
+                        .map(|&l| l as f64)
+                        .sum();
                 } else {
-                    out = Some(m.output().clone());
+                    out = Some(ranks[0].output().clone());
                 }
             }
             Kind::B | Kind::W => {
@@ -585,21 +664,24 @@ impl Worker<'_> {
                         )),
                     )
                 })?;
-                let m = &chunk.slots[slot];
-                if let Some(g) = input {
-                    gpu.upload(&m.dresid, &g).map_err(e)?;
+                let ranks = &chunk.slots[slot];
+                if let Some(g) = &input {
+                    for m in ranks {
+                        m.gpu.upload(&m.dresid, g).map_err(e)?;
+                    }
                 }
                 // unsplit B: the whole backward; split: B input gradients, W weight gradients
-                let ops = if a.kind == Kind::W {
-                    &m.weight
+                let pass = if a.kind == Kind::W {
+                    Pass::Weight
                 } else {
-                    &m.backward
+                    Pass::Backward
                 };
-                compute = gpu.run_timed(ops).map_err(e)?.as_secs_f64();
+                let refs: Vec<&GpuModel> = ranks.iter().collect();
+                cost = tp::run_pass(&refs, pass, comm).map_err(e)?;
                 if a.kind == Kind::B && stage > 0 {
-                    out = Some(m.dresid.clone());
+                    out = Some(ranks[0].dresid.clone());
                 }
-                if a.kind == Kind::W || !m.split {
+                if a.kind == Kind::W || !ranks[0].split {
                     chunk.held.remove(&a.micro);
                 }
             }
@@ -608,7 +690,7 @@ impl Worker<'_> {
         let (mut bytes_out, mut send_time) = (0, 0.0);
         if let (Some(view), Some(msg)) = (out, sched.output(self.d, a)) {
             let ts = Instant::now();
-            let data: Vec<f32> = gpu.download(&view).map_err(e)?;
+            let data: Vec<f32> = dev.gpus[0].download(&view).map_err(e)?;
             bytes_out = (data.len() * 4) as u64;
             if msg.to == self.d {
                 self.local.insert((msg.micro, msg.flow), data);
@@ -637,7 +719,8 @@ impl Worker<'_> {
             action: *a,
             start,
             end,
-            compute,
+            compute: cost.compute + cost.comm,
+            tp_comm: cost.comm,
             bytes_out,
             send_time,
         };
