@@ -1,0 +1,425 @@
+//! Tensor parallelism measured: the whole model split over t ∈ {1, 2, 4} virtual devices
+//! (Megatron column/row split of every layer), its all-reduces costed on an intra-node link
+//! (NVLink-class) and an inter-node link (Ethernet-class), on the device clock.
+//!
+//! `cargo run --release --example tensor_parallel` — prints, per (t, link): compute time, comm
+//! time and step time on the device clock, tokens/s and the slowdown against t = 1, with the
+//! bytes and the comm time the cost model predicts; then the same run projected onto an
+//! accelerator of `--reference-tflops`, and the cost model's reference case (a GPT-3 175B
+//! layer over 8 GPUs). Writes `runs/tensor_parallel/{tensor_parallel.json, step_time.svg,
+//! step_time_projected.svg}`.
+//!
+//! Device clock: each rank's kernels are timed by the GPU (timestamp queries) and a segment
+//! between two all-reduces costs its slowest rank; each all-reduce costs its ring on the link
+//! model. The ranks of a group share this machine's cores, so the wall clock says nothing about
+//! a real multi-GPU group and is not reported.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use serde_json::json;
+use triaxis::collective::{Kind, Ledger};
+use triaxis::cost::comm::{tp_block_traffic, Link as CostLink};
+use triaxis::cpu::AdamW;
+use triaxis::data::{Batcher, Corpus};
+use triaxis::gpu::{AdapterChoice, Gpu};
+use triaxis::model::{GptConfig, Micro};
+use triaxis::parallel::tensor::tensor_parallel;
+use triaxis::pipeline::Link;
+use triaxis::plot::{write_svg, Chart, Series};
+use triaxis::progress;
+use triaxis::train::TrainConfig;
+
+#[derive(Parser, Debug)]
+#[command(about = "Measure what tensor parallelism costs on an intra-node and an inter-node link")]
+struct Args {
+    /// Tensor-parallel degrees to run (comma list; each must divide the heads).
+    #[arg(long, default_value = "1,2,4")]
+    degrees: String,
+    /// Link presets of the tensor-parallel all-reduces (comma list of nvlink, pcie, ethernet).
+    #[arg(long, default_value = "nvlink,ethernet")]
+    links: String,
+    /// Sequences per microbatch.
+    #[arg(long, default_value_t = 8)]
+    micro_batch: usize,
+    /// Microbatches accumulated per step.
+    #[arg(long, default_value_t = 2)]
+    microbatches: usize,
+    #[arg(long, default_value_t = 64)]
+    seq: usize,
+    #[arg(long, default_value_t = 4)]
+    layers: usize,
+    #[arg(long, default_value_t = 256)]
+    channels: usize,
+    #[arg(long, default_value_t = 8)]
+    heads: usize,
+    /// Measured steps per configuration (after one warm-up); the median is reported.
+    #[arg(long, default_value_t = 5)]
+    steps: usize,
+    /// Sustained speed of the accelerator the projection assumes, in TFLOP/s.
+    #[arg(long, default_value_t = 100.0)]
+    reference_tflops: f64,
+    #[arg(long)]
+    backend: Option<String>,
+    #[arg(long)]
+    adapter: Option<usize>,
+    #[arg(long, default_value = "runs/tensor_parallel")]
+    out: PathBuf,
+}
+
+/// One (t, link) measurement: device-clock seconds per step (medians) and bytes.
+#[derive(Clone, Debug)]
+struct Row {
+    t: usize,
+    link: String,
+    compute: f64,
+    comm: f64,
+    all_reduces: usize,
+    bytes_per_rank: u64,
+    predicted_comm: f64,
+    predicted_bytes: f64,
+}
+
+impl Row {
+    fn step(&self) -> f64 {
+        self.compute + self.comm
+    }
+}
+
+fn main() {
+    if let Err(e) = run(Args::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn list<T: std::str::FromStr>(s: &str, what: &str) -> anyhow::Result<Vec<T>> {
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<T>()
+                .map_err(|_| anyhow::anyhow!("bad {what} {x:?}"))
+        })
+        .collect()
+}
+
+fn run(a: Args) -> anyhow::Result<()> {
+    let degrees: Vec<usize> = list(&a.degrees, "degree")?;
+    if degrees.is_empty() || degrees.contains(&0) {
+        anyhow::bail!("--degrees needs positive tensor-parallel degrees, e.g. 1,2,4");
+    }
+    let links: Vec<Link> = a
+        .links
+        .split(',')
+        .map(|l| Link::by_name(l.trim()))
+        .collect::<triaxis::Result<_>>()?;
+    if !(a.reference_tflops.is_finite() && a.reference_tflops > 0.0) {
+        anyhow::bail!("--reference-tflops must be positive");
+    }
+    let corpus = Corpus::throughput()?;
+    let model = GptConfig {
+        vocab: corpus.vocab.size(),
+        ctx: a.seq,
+        channels: a.channels,
+        heads: a.heads,
+        layers: a.layers,
+    };
+    for &t in &degrees {
+        model.check_tp(t)?;
+    }
+    let micro = Micro {
+        b: a.micro_batch,
+        t: a.seq,
+    };
+    micro.validate(&model)?;
+    if a.microbatches == 0 || a.steps == 0 {
+        anyhow::bail!("--microbatches and --steps must be positive");
+    }
+    let max_t = degrees.iter().copied().max().unwrap_or(1);
+    let gpus = Gpu::open_virtual(
+        &AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?,
+        max_t,
+    )?;
+    let tokens = (micro.tokens() * a.microbatches) as f64;
+    let flops = model_flops(&model, a.seq) * tokens;
+    println!(
+        "adapter  {} ({max_t} virtual devices)",
+        gpus[0].adapter_name()
+    );
+    println!(
+        "model    {model:?}: {} parameters; {} microbatches × {} × {} tokens per step; {:.2} GFLOP per step",
+        model.param_count(),
+        a.microbatches,
+        micro.b,
+        micro.t,
+        flops / 1e9
+    );
+    std::fs::create_dir_all(&a.out)?;
+    let bar = progress::bar(degrees.len() as u64);
+    let mut batcher = Batcher::new(1);
+    let mut rows: Vec<Row> = Vec::new();
+    for &t in &degrees {
+        bar.set_message(format!("t={t}"));
+        let cfg = TrainConfig {
+            model,
+            micro,
+            grad_accum: a.microbatches,
+            steps: a.steps + 1,
+            adam: AdamW::default(),
+            warmup: 1,
+            min_lr_frac: 1.0,
+            seed: 1,
+        };
+        // one run per t: the link only changes how the recorded all-reduces are costed
+        let mut tp = tensor_parallel(&gpus[..t], cfg, links[0].clone())?;
+        let mut got: Vec<(f64, Ledger)> = Vec::new();
+        for s in 0..=a.steps {
+            let batches = (0..a.microbatches)
+                .map(|_| corpus.train_batch(&mut batcher, micro))
+                .collect::<triaxis::Result<Vec<_>>>()?;
+            let rep = tp.step(&batches, s)?;
+            let compute: f64 = rep.events.iter().map(|e| e.compute - e.tp_comm).sum();
+            if s > 0 {
+                got.push((compute, tp.tp_comm()[0].ledger.for_step(s)));
+            }
+        }
+        got.sort_by(|x, y| x.0.total_cmp(&y.0));
+        let (compute, ledger) = got.swap_remove(got.len() / 2);
+        let all_reduces = ledger
+            .entries
+            .iter()
+            .map(|e| e.call)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        let bytes_per_rank = ledger.sent_by_rank(t).into_iter().max().unwrap_or(0);
+        for link in &links {
+            let cost_link = CostLink {
+                bandwidth: link.bandwidth_bytes_per_s,
+                latency: link.latency_s,
+            };
+            let per_block = tp_block_traffic(micro.b, micro.t, model.channels, 4.0, t, cost_link);
+            let blocks = (model.layers * a.microbatches) as f64;
+            rows.push(Row {
+                t,
+                link: link.name.clone(),
+                compute,
+                comm: link_clock(&ledger, link),
+                all_reduces,
+                bytes_per_rank,
+                predicted_comm: blocks * per_block.time,
+                predicted_bytes: blocks * per_block.bytes,
+            });
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let base = |link: &str| {
+        rows.iter()
+            .find(|r| r.t == 1 && r.link == link)
+            .map(Row::step)
+    };
+    println!("\nmeasured on this adapter (device clock, per step; comm = tensor-parallel all-reduces on the link model)");
+    table(&rows, tokens, &base, 1.0);
+    let rate = rows
+        .iter()
+        .find(|r| r.t == 1)
+        .map(|r| flops / r.compute)
+        .unwrap_or(0.0);
+    if rate > 0.0 {
+        let scale = rate / (a.reference_tflops * 1e12);
+        println!(
+            "\nprojected: the same kernels at {} TFLOP/s (this adapter ran {:.1} GFLOP/s at t = 1, so compute × {:.2e}); comm unchanged",
+            a.reference_tflops,
+            rate / 1e9,
+            scale
+        );
+        let projected: Vec<Row> = rows
+            .iter()
+            .map(|r| Row {
+                compute: r.compute * scale,
+                ..r.clone()
+            })
+            .collect();
+        let pbase = |link: &str| {
+            projected
+                .iter()
+                .find(|r| r.t == 1 && r.link == link)
+                .map(Row::step)
+        };
+        table(&projected, tokens, &pbase, scale);
+        chart(
+            &a.out.join("step_time_projected.svg"),
+            &format!(
+                "Step time vs tensor-parallel degree at {} TFLOP/s (projected)",
+                a.reference_tflops
+            ),
+            &projected,
+            &links,
+        )?;
+    }
+    chart(
+        &a.out.join("step_time.svg"),
+        &format!(
+            "Step time vs tensor-parallel degree on {}",
+            gpus[0].adapter_name()
+        ),
+        &rows,
+        &links,
+    )?;
+    reference(a.reference_tflops);
+    let path = a.out.join("tensor_parallel.json");
+    let json_rows: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            json!({"t": r.t, "link": r.link, "compute_device_s": r.compute, "comm_device_s": r.comm,
+                "step_device_s": r.step(), "all_reduces": r.all_reduces, "bytes_per_rank": r.bytes_per_rank,
+                "predicted_comm_s": r.predicted_comm, "predicted_bytes_per_rank": r.predicted_bytes,
+                "tokens_per_s": tokens / r.step()})
+        })
+        .collect();
+    std::fs::write(&path, serde_json::to_string_pretty(&json_rows)?)?;
+    println!(
+        "\nall-reduces: 2 forward + 2 backward per layer per microbatch; bytes: the busiest rank's ring sends per step;"
+    );
+    println!("predicted: the cost model's tp_block_traffic × layers × microbatches (ring, bytes/β + α per round)");
+    println!(
+        "wrote {}, step_time.svg and step_time_projected.svg",
+        path.display()
+    );
+    Ok(())
+}
+
+/// The recorded all-reduces on `link`'s device clock: calls and rounds one after another, the
+/// hops of a round concurrently, so a round costs its largest hop (as `Ledger::link_clock`).
+fn link_clock(ledger: &Ledger, link: &Link) -> f64 {
+    let mut rounds: std::collections::BTreeMap<(usize, usize), u64> = Default::default();
+    for e in &ledger.entries {
+        if let Kind::Hop { round, .. } = e.kind {
+            let b = rounds.entry((e.call, round)).or_default();
+            *b = (*b).max(e.bytes);
+        }
+    }
+    rounds
+        .values()
+        .fold(0.0, |acc, &b| acc + link.transfer_time(b))
+}
+
+/// Training FLOPs per token: 6 per weight of the layers and head (forward 2, backward 4) plus
+/// attention scores and mixing, 6·2·T·C per layer (the usual GPT estimate, full T×T).
+fn model_flops(m: &GptConfig, seq: usize) -> f64 {
+    let (c, l) = (m.channels as f64, m.layers as f64);
+    let weights = l * 12.0 * c * c + c * m.vocab as f64;
+    6.0 * weights + 6.0 * l * 2.0 * seq as f64 * c
+}
+
+fn table(rows: &[Row], tokens: f64, base: &dyn Fn(&str) -> Option<f64>, scale: f64) {
+    println!(
+        "{:>2} {:<9} {:>11} {:>11} {:>11} {:>7} {:>12} {:>9} {:>12} {:>12} {:>13}",
+        "t",
+        "link",
+        "compute",
+        "comm",
+        "step",
+        "comm %",
+        "tokens/s",
+        "vs t=1",
+        "all-reduces",
+        "bytes/rank",
+        "predicted"
+    );
+    for r in rows {
+        let step = r.step();
+        let slow = base(&r.link).map_or(f64::NAN, |b| step / b);
+        println!(
+            "{:>2} {:<9} {:>9.3}ms {:>9.3}ms {:>9.3}ms {:>6.1}% {:>12.0} {:>8.2}× {:>12} {:>12} {:>8.0} B {:.3}ms",
+            r.t,
+            r.link,
+            r.compute * 1e3,
+            r.comm * 1e3,
+            step * 1e3,
+            100.0 * r.comm / step,
+            tokens / step,
+            slow,
+            r.all_reduces,
+            r.bytes_per_rank,
+            r.predicted_bytes,
+            r.predicted_comm * 1e3,
+        );
+    }
+    if scale != 1.0 {
+        println!("(vs t=1 > 1 means tensor parallelism made the step slower, not faster)");
+    }
+}
+
+fn chart(path: &std::path::Path, title: &str, rows: &[Row], links: &[Link]) -> anyhow::Result<()> {
+    let series: Vec<Series> = links
+        .iter()
+        .map(|l| {
+            let pts = rows
+                .iter()
+                .filter(|r| r.link == l.name)
+                .map(|r| (r.t as f64, r.step() * 1e3))
+                .collect();
+            Series::measured(format!("{} (compute + comm)", l.name), pts)
+        })
+        .chain(links.first().map(|l| {
+            let pts = rows
+                .iter()
+                .filter(|r| r.link == l.name)
+                .map(|r| (r.t as f64, r.compute * 1e3))
+                .collect();
+            Series::theory("compute only (no comm)", pts)
+        }))
+        .collect();
+    write_svg(
+        path,
+        &Chart {
+            title,
+            x_label: "tensor-parallel degree t",
+            y_label: "step time on the device clock (ms)",
+            log_x: true,
+            y_percent: false,
+            series: &series,
+        },
+    )?;
+    Ok(())
+}
+
+/// The cost model's reference: one GPT-3 175B layer (h = 12288, 96 heads, s = 2048, one
+/// sequence per microbatch, bf16 activations) over t = 8 GPUs at `tflops`, on each link.
+fn reference(tflops: f64) {
+    let (h, s, b, t) = (12288usize, 2048usize, 1usize, 8usize);
+    let flop = 6.0 * (12.0 * (h * h) as f64 + 2.0 * (s * h) as f64) * (b * s) as f64;
+    let compute1 = flop / (tflops * 1e12);
+    println!(
+        "\nreference (cost model): one GPT-3 175B layer, h = {h}, s = {s}, b = {b}, bf16, t = {t}, {tflops} TFLOP/s"
+    );
+    println!(
+        "  t = 1: compute {:.2} ms per layer per microbatch (fwd + bwd)",
+        compute1 * 1e3
+    );
+    for link in [Link::nvlink(), Link::pcie(), Link::ethernet()] {
+        let tr = tp_block_traffic(
+            b,
+            s,
+            h,
+            2.0,
+            t,
+            CostLink {
+                bandwidth: link.bandwidth_bytes_per_s,
+                latency: link.latency_s,
+            },
+        );
+        let step = compute1 / t as f64 + tr.time;
+        println!(
+            "  t = {t} over {:<9} compute {:.2} ms + comm {:.2} ms ({:.0} MB per GPU) = {:.2} ms: {:.1}× faster than one GPU, {:.0} % of the ideal {t}×",
+            link.name,
+            compute1 / t as f64 * 1e3,
+            tr.time * 1e3,
+            tr.bytes / 1e6,
+            step * 1e3,
+            compute1 / step,
+            100.0 * compute1 / step / t as f64
+        );
+    }
+}
