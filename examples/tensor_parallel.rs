@@ -171,7 +171,7 @@ fn run(a: Args) -> anyhow::Result<()> {
             seed: 1,
         };
         // one run per t: the link only changes how the recorded all-reduces are costed
-        let mut tp = tensor_parallel(&gpus[..t], cfg, links[0].clone())?;
+        let mut tp = tensor_parallel(&gpus[..t], cfg, links[0].clone(), true)?;
         let mut got: Vec<(f64, Ledger)> = Vec::new();
         for s in 0..=a.steps {
             let batches = (0..a.microbatches)

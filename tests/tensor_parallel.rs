@@ -183,7 +183,7 @@ fn degree_must_divide_heads() {
     let Some(gpus) = gpu::test_gpus(3) else {
         return;
     };
-    match tensor_parallel(&gpus, cfg_of(1), Link::nvlink()) {
+    match tensor_parallel(&gpus, cfg_of(1), Link::nvlink(), false) {
         Err(Error::Config(m)) => assert!(m.contains("must divide the heads"), "{m}"),
         other => panic!("expected a config error, got {:?}", other.map(|_| ())),
     }
@@ -202,7 +202,7 @@ fn tensor_parallel_trains_like_one_device() {
     let data = batches(accum, 4, cfg(accum).micro);
     let (reference, losses) = one_device(&data, accum);
     for t in [2, 4] {
-        let mut tp = tensor_parallel(&gpus[..t], cfg(accum), Link::nvlink()).unwrap();
+        let mut tp = tensor_parallel(&gpus[..t], cfg(accum), Link::nvlink(), false).unwrap();
         for (s, b) in data.iter().enumerate() {
             let st = tp.step(b, s).unwrap();
             assert!(
@@ -230,7 +230,7 @@ fn ledger_counts_two_plus_two_all_reduces_per_layer_and_microbatch() {
     let (accum, t) = (3, 2);
     let c = cfg(accum);
     let data = batches(accum, 1, c.micro);
-    let mut tp = tensor_parallel(&gpus, c.clone(), Link::nvlink()).unwrap();
+    let mut tp = tensor_parallel(&gpus, c.clone(), Link::nvlink(), true).unwrap();
     let rep = tp.step(&data[0], 0).unwrap();
     let ledger = &tp.tp_comm()[0].ledger;
     let per_pass = 2 * c.model.layers * accum;

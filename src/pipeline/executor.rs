@@ -642,7 +642,7 @@ impl Worker<'_> {
                     }
                 }
                 let refs: Vec<&GpuModel> = ranks.iter().collect();
-                cost = tp::run_pass(&refs, Pass::Forward, comm).map_err(e)?;
+                cost = tp::run_pass(&refs, Pass::Forward, comm, !self.opts.serial).map_err(e)?;
                 if last {
                     loss = ranks[0]
                         .losses()
@@ -677,7 +677,7 @@ impl Worker<'_> {
                     Pass::Backward
                 };
                 let refs: Vec<&GpuModel> = ranks.iter().collect();
-                cost = tp::run_pass(&refs, pass, comm).map_err(e)?;
+                cost = tp::run_pass(&refs, pass, comm, !self.opts.serial).map_err(e)?;
                 if a.kind == Kind::B && stage > 0 {
                     out = Some(ranks[0].dresid.clone());
                 }

@@ -41,12 +41,19 @@ pub use shard::{combine_tensor_sq, gather, shard, split_of, Split};
 
 /// Tensor parallelism alone: the whole model split over `gpus` (t = `gpus.len()` ranks), one
 /// pipeline stage, `cfg.grad_accum` microbatches accumulated per step, tensor-parallel
-/// all-reduces costed on `link`. Train it with [`Pipeline::step`].
-pub fn tensor_parallel(gpus: &[Gpu], cfg: TrainConfig, link: Link) -> Result<Pipeline> {
+/// all-reduces costed on `link`; ranks run concurrently unless `serial` (clean device times
+/// on virtual devices). Train it with [`Pipeline::step`].
+pub fn tensor_parallel(
+    gpus: &[Gpu],
+    cfg: TrainConfig,
+    link: Link,
+    serial: bool,
+) -> Result<Pipeline> {
     let schedule = Schedule::new(ScheduleKind::GPipe, 1, cfg.grad_accum, 1)?;
     let opts = Options {
         tp: gpus.len(),
         tp_link: link,
+        serial,
         ..Options::default()
     };
     Pipeline::new(gpus, cfg, schedule, &Balance::Params, opts)
@@ -121,9 +128,16 @@ impl TpComm {
 /// Runs `pass` of `ranks` (rank r's model of one tensor-parallel group, all built for the same
 /// blocks and microbatch shape): the ops up to each cut on every rank, then the cut's
 /// all-reduce (`reduce_from_tp` forward, `copy_to_tp` backward), and so on to the end. With
-/// one rank it is one timed run. Ranks run one after another on the calling thread; their
-/// device times are each their own, and a segment costs its slowest rank.
-pub fn run_pass(ranks: &[&GpuModel], pass: Pass, comm: &mut TpComm) -> Result<PassCost> {
+/// one rank it is one timed run. `concurrent`: each segment runs on all ranks at once, one
+/// thread per rank (what separate GPUs do); otherwise one rank after another, so on virtual
+/// devices sharing one adapter each rank's device time is its own. Either way a segment
+/// costs its slowest rank on the device clock.
+pub fn run_pass(
+    ranks: &[&GpuModel],
+    pass: Pass,
+    comm: &mut TpComm,
+    concurrent: bool,
+) -> Result<PassCost> {
     let Some(first) = ranks.first() else {
         return Err(Error::Config("a tensor-parallel pass needs a rank".into()));
     };
@@ -143,11 +157,28 @@ pub fn run_pass(ranks: &[&GpuModel], pass: Pass, comm: &mut TpComm) -> Result<Pa
     let mut cost = PassCost::default();
     let mut lo = 0;
     for k in 0..=cuts.len() {
-        let mut slowest = 0.0f64;
-        for m in ranks {
+        let segment = |m: &GpuModel| -> Result<f64> {
             let ops = ops_of(m, pass);
             let hi = cuts.get(k).copied().unwrap_or(ops.len());
-            slowest = slowest.max(m.gpu.run_timed(&ops[lo..hi])?.as_secs_f64());
+            Ok(m.gpu.run_timed(&ops[lo..hi])?.as_secs_f64())
+        };
+        let times: Vec<Result<f64>> = if concurrent && ranks.len() > 1 {
+            std::thread::scope(|s| {
+                let hs: Vec<_> = ranks.iter().map(|m| s.spawn(|| segment(m))).collect();
+                hs.into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(Error::Device("tensor-parallel rank thread panicked".into()))
+                        })
+                    })
+                    .collect()
+            })
+        } else {
+            ranks.iter().map(|m| segment(m)).collect()
+        };
+        let mut slowest = 0.0f64;
+        for t in times {
+            slowest = slowest.max(t?);
         }
         cost.compute += slowest;
         let Some(&hi) = cuts.get(k) else { break };
