@@ -201,6 +201,7 @@ fn tensor_parallel_trains_like_one_device() {
     let accum = 2;
     let data = batches(accum, 4, cfg(accum).micro);
     let (reference, losses) = one_device(&data, accum);
+    let mut concurrent = Vec::new();
     for t in [2, 4] {
         let mut tp = tensor_parallel(&gpus[..t], cfg(accum), Link::nvlink(), false).unwrap();
         for (s, b) in data.iter().enumerate() {
@@ -219,7 +220,18 @@ fn tensor_parallel_trains_like_one_device() {
             &reference,
         );
         assert!(err < 1e-5, "t={t}: {err:.2e}");
+        concurrent.push(p);
     }
+    // ranks one after another (serial) or at once: the same bits
+    let mut serial = tensor_parallel(&gpus[..2], cfg(accum), Link::nvlink(), true).unwrap();
+    for (s, b) in data.iter().enumerate() {
+        serial.step(b, s).unwrap();
+    }
+    assert_eq!(
+        serial.gather_params().unwrap(),
+        concurrent[0],
+        "serial vs concurrent ranks"
+    );
 }
 
 #[test]
