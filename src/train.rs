@@ -16,6 +16,30 @@ use crate::model::{cpu_model, gpu_model::GpuModel, GptConfig, Micro};
 use crate::optim::{global_norm_sq, Optimizer};
 use crate::parallel::accumulate::{Accumulation, TreeAccumulator};
 
+/// Parameters and AdamW moments of the whole model in the one-device layout
+/// (`cfg.layout(&cfg.blocks())`): what a checkpoint holds, whatever layout trained it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelState {
+    pub params: Vec<f32>,
+    pub m: Vec<f32>,
+    pub v: Vec<f32>,
+}
+
+impl ModelState {
+    /// Checks all three buffers have the layout's `total` elements.
+    pub fn check(&self, total: usize) -> Result<()> {
+        for (name, b) in [("params", &self.params), ("m", &self.m), ("v", &self.v)] {
+            if b.len() != total {
+                return Err(Error::Config(format!(
+                    "model state {name} has {} elements but the model layout needs {total}",
+                    b.len()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Everything that defines a training run (recorded in the run record).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct TrainConfig {
@@ -255,6 +279,25 @@ impl Trainer {
             }
         }
         Ok(correct as f32 / problems.len().max(1) as f32)
+    }
+
+    /// Parameters and AdamW moments (for checkpoints).
+    pub fn state(&self) -> Result<ModelState> {
+        let (g, b) = (&self.model.gpu, &self.model.buffers);
+        Ok(ModelState {
+            params: g.download(&b.params)?,
+            m: g.download(&b.m)?,
+            v: g.download(&b.v)?,
+        })
+    }
+
+    /// Loads parameters and AdamW moments (from [`Trainer::state`] or any layout's).
+    pub fn set_state(&self, st: &ModelState) -> Result<()> {
+        let (g, b) = (&self.model.gpu, &self.model.buffers);
+        st.check(b.layout.total)?;
+        g.upload(&b.params, &st.params)?;
+        g.upload(&b.m, &st.m)?;
+        g.upload(&b.v, &st.v)
     }
 
     /// SHA-256 over the parameter bytes (little-endian f32, the flat layout).

@@ -6,7 +6,7 @@ use triaxis::cpu::AdamW;
 use triaxis::data::{AdditionSpec, Batcher, Corpus};
 use triaxis::gpu;
 use triaxis::model::{GptConfig, Micro};
-use triaxis::pipeline::executor::{Fault, Options, Pipeline};
+use triaxis::pipeline::executor::{Fault, FaultKind, Options, Pipeline};
 use triaxis::pipeline::partition::Balance;
 use triaxis::pipeline::{Schedule, ScheduleKind};
 use triaxis::train::{TrainConfig, Trainer};
@@ -159,6 +159,7 @@ fn a_fault_in_one_stage_ends_the_run_with_a_named_error() {
         device: 2,
         action: 3,
         step: 1,
+        kind: FaultKind::Error,
     };
     let opts = Options {
         fault: Some(fault),

@@ -18,7 +18,7 @@ use crate::collective::{self, Algo, Ledger, Opts};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::optim::global_norm_sq;
-use crate::pipeline::executor::{Options, Pipeline};
+use crate::pipeline::executor::{Options, Pipeline, StepReport};
 use crate::pipeline::partition::Balance;
 use crate::pipeline::simulate::Link;
 use crate::pipeline::Schedule;
@@ -29,6 +29,8 @@ pub struct DpPipeline {
     pub algo: Algo,
     pub link: Link,
     pub ledger: Ledger,
+    /// Each replica's report of the last step (events for the timeline and bubble).
+    pub reports: Vec<StepReport>,
     canonical: Vec<String>,
 }
 
@@ -60,7 +62,10 @@ impl DpPipeline {
                     cfg.clone(),
                     schedule.clone(),
                     balance,
-                    opts.clone(),
+                    Options {
+                        device_base: opts.device_base + r * per,
+                        ..opts.clone()
+                    },
                 )
             })
             .collect::<Result<Vec<_>>>()?;
@@ -70,6 +75,7 @@ impl DpPipeline {
             algo: Algo::Ring,
             link: Link::nvlink(),
             ledger: Ledger::new(),
+            reports: Vec::new(),
         })
     }
 
@@ -84,14 +90,19 @@ impl DpPipeline {
                 batches.len()
             )));
         }
-        let runs: Vec<Result<f32>> = std::thread::scope(|scope| {
+        let runs: Vec<Result<StepReport>> = std::thread::scope(|scope| {
             let hs: Vec<_> = self
                 .pipes
                 .iter_mut()
                 .enumerate()
                 .map(|(r, pipe)| {
                     let share = &batches[r * m..(r + 1) * m];
-                    scope.spawn(move || pipe.run_schedule(share, s).map(|rep| rep.stats.loss))
+                    // each replica checks its own loss and gradients before they are mixed
+                    scope.spawn(move || {
+                        let rep = pipe.run_schedule(share, s)?;
+                        pipe.check_finite(rep.stats.loss, &pipe.tensor_sq()?, s)?;
+                        Ok(rep)
+                    })
                 })
                 .collect();
             hs.into_iter()
@@ -102,8 +113,11 @@ impl DpPipeline {
                 .collect()
         });
         let mut loss = 0.0;
+        self.reports.clear();
         for r in runs {
-            loss += r? / dp as f32;
+            let rep = r?;
+            loss += rep.stats.loss / dp as f32;
+            self.reports.push(rep);
         }
         self.ledger.step = s;
         let stages: Vec<Vec<_>> = self.pipes.iter().map(|p| p.stage_grads()).collect();

@@ -37,7 +37,7 @@ use crate::optim::{global_norm_sq, Optimizer};
 use crate::parallel::tensor::{self as tp, Pass, TpComm};
 use crate::params::Buffers;
 use crate::pipeline::simulate::Link;
-use crate::train::{checksum, StepStats, TrainConfig};
+use crate::train::{checksum, ModelState, StepStats, TrainConfig};
 
 /// Knobs of the executor.
 #[derive(Clone, Debug)]
@@ -53,6 +53,9 @@ pub struct Options {
     pub tp: usize,
     /// Link model of the tensor-parallel all-reduces (inside a group).
     pub tp_link: Link,
+    /// Global index of this pipeline's first GPU: errors name devices by `device_base + d·tp`
+    /// (a data-parallel replica r of a dp × tp × pp layout sets r·pp·tp).
+    pub device_base: usize,
 }
 
 impl Default for Options {
@@ -64,15 +67,49 @@ impl Default for Options {
             fault: None,
             tp: 1,
             tp_link: Link::nvlink(),
+            device_base: 0,
         }
     }
 }
 
+/// Test hook: at its `action`-th action of step `step`, schedule device `device` fails as
+/// `kind` says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fault {
     pub device: usize,
     pub action: usize,
     pub step: usize,
+    pub kind: FaultKind,
+}
+
+/// How an injected fault shows itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The action returns an error.
+    #[default]
+    Error,
+    /// The worker thread panics inside the action.
+    Panic,
+    /// The device reports itself lost.
+    DeviceLost,
+    /// The action completes, then a NaN lands in the stage's gradients (caught by the
+    /// finiteness check before the optimizer step).
+    Nan,
+}
+
+impl FaultKind {
+    /// "error", "panic", "lost" or "nan".
+    pub fn by_name(name: &str) -> Result<FaultKind> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "error" => Ok(FaultKind::Error),
+            "panic" => Ok(FaultKind::Panic),
+            "lost" | "device-lost" => Ok(FaultKind::DeviceLost),
+            "nan" => Ok(FaultKind::Nan),
+            _ => Err(Error::Config(format!(
+                "unknown fault kind {name:?}: expected error, panic, lost or nan"
+            ))),
+        }
+    }
 }
 
 /// One executed action: wall-clock interval (seconds from the step start), measured device time
@@ -253,12 +290,53 @@ impl Pipeline {
     /// One optimizer step over `batches` (m microbatches), step index `s`.
     pub fn step(&mut self, batches: &[(Vec<u32>, Vec<u32>)], s: usize) -> Result<StepReport> {
         let mut r = self.run_schedule(batches, s)?;
-        let norm_sq = global_norm_sq(&self.tensor_sq()?, &self.canonical);
+        let parts = self.tensor_sq()?;
+        self.check_finite(r.stats.loss, &parts, s)?;
+        let norm_sq = global_norm_sq(&parts, &self.canonical);
         let h = self.cfg.adam_at(s);
         self.apply(&h, norm_sq)?;
         r.stats.grad_norm = norm_sq.sqrt();
         r.stats.lr = h.lr;
         Ok(r)
+    }
+
+    /// Stops a step before its optimizer update when the loss or a gradient is not finite,
+    /// naming the device, stage and tensor, so a NaN never reaches the parameters (or a
+    /// checkpoint). `parts` is [`Pipeline::tensor_sq`] of this step.
+    pub fn check_finite(&self, loss: f32, parts: &[(String, f32)], step: usize) -> Result<()> {
+        let global = |stage: usize| {
+            let (d, _) = self.schedule.place(stage);
+            self.opts.device_base + d * self.opts.tp
+        };
+        if !loss.is_finite() {
+            let last = self.stages.len() - 1;
+            return Err(worker_error(
+                global(last),
+                last,
+                "loss",
+                step,
+                format!("the loss is {loss}; stopping before the optimizer step"),
+            ));
+        }
+        if let Some((name, v)) = parts.iter().find(|(_, v)| !v.is_finite()) {
+            let block = block_of(name);
+            let stage = self
+                .stages
+                .iter()
+                .position(|b| b.contains(&block))
+                .unwrap_or(0);
+            return Err(worker_error(
+                global(stage),
+                stage,
+                "gradient check",
+                step,
+                format!(
+                    "the gradient of {name} is not finite (Σg² = {v}); stopping before the \
+                     optimizer step"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Σg² of every tensor of every stage, by name (tensor-parallel shards combined into the
@@ -378,7 +456,13 @@ impl Pipeline {
                         h.join().unwrap_or_else(|_| {
                             Err(WorkerFailure {
                                 primary: true,
-                                error: worker_error(d, 0, "?", s, "worker thread panicked".into()),
+                                error: worker_error(
+                                    self.opts.device_base + d * self.opts.tp,
+                                    0,
+                                    "?",
+                                    s,
+                                    "worker thread panicked".into(),
+                                ),
                             })
                         })
                     })
@@ -424,13 +508,55 @@ impl Pipeline {
 
     /// The full model's flat parameters (one-device layout), gathered from every stage.
     pub fn gather_params(&self) -> Result<Vec<f32>> {
+        self.gather(|b| &b.params)
+    }
+
+    /// Parameters and AdamW moments in the one-device layout (for checkpoints).
+    pub fn state(&self) -> Result<ModelState> {
+        Ok(ModelState {
+            params: self.gather(|b| &b.params)?,
+            m: self.gather(|b| &b.m)?,
+            v: self.gather(|b| &b.v)?,
+        })
+    }
+
+    /// Loads parameters and AdamW moments given in the one-device layout into every stage and
+    /// tensor-parallel rank (resharding through the flat views: any layout can resume any
+    /// other's state).
+    pub fn set_state(&self, st: &ModelState) -> Result<()> {
+        let full = self.cfg.model.layout(&self.cfg.model.blocks());
+        st.check(full.total)?;
+        let t = self.opts.tp;
+        for d in &self.devices {
+            for c in &d.chunks {
+                let layout = self.cfg.model.layout(&c.blocks);
+                for (which, src) in [(0, &st.params), (1, &st.m), (2, &st.v)] {
+                    let mut part = vec![0.0f32; layout.total];
+                    for x in &layout.tensors {
+                        part[x.offset..x.offset + x.len].copy_from_slice(full.slice(src, &x.name)?);
+                    }
+                    let shards = tp::shard(&self.cfg.model, &c.blocks, &part, t)?;
+                    for (m, shard) in c.slots[0].iter().zip(&shards) {
+                        let b = &m.buffers;
+                        let view = [&b.params, &b.m, &b.v][which];
+                        m.gpu.upload(view, shard)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One per-parameter buffer (`pick` of each rank's [`Buffers`]) gathered into the
+    /// one-device layout.
+    fn gather(&self, pick: impl Fn(&Buffers) -> &View) -> Result<Vec<f32>> {
         let full = self.cfg.model.layout(&self.cfg.model.blocks());
         let mut flat = vec![0.0f32; full.total];
         for d in &self.devices {
             for c in &d.chunks {
                 let ranks = c.slots[0]
                     .iter()
-                    .map(|m| m.gpu.download(&m.buffers.params))
+                    .map(|m| m.gpu.download(pick(&m.buffers)))
                     .collect::<Result<Vec<Vec<f32>>>>()?;
                 let part = tp::gather(&self.cfg.model, &c.blocks, &ranks)?;
                 let layout = self.cfg.model.layout(&c.blocks);
@@ -531,26 +657,53 @@ impl Worker<'_> {
         for (i, a) in self.schedule.actions[self.d].iter().enumerate() {
             let stage = self.schedule.stage(self.d, a.chunk);
             let label = self.schedule.label(self.d, a);
-            let (d, step) = (self.d, self.step);
+            let (d, step) = (self.opts.device_base + self.d * self.opts.tp, self.step);
             let fail = |primary: bool, msg: String| WorkerFailure {
                 primary,
                 error: worker_error(d, stage, &label, step, msg),
             };
-            if self.opts.fault
-                == Some(Fault {
-                    device: self.d,
-                    action: i,
-                    step: self.step,
-                })
-            {
-                return Err(fail(true, "injected fault".into()));
+            let fault = self
+                .opts
+                .fault
+                .filter(|f| f.device == self.d && f.action == i && f.step == self.step)
+                .map(|f| f.kind);
+            match fault {
+                Some(FaultKind::Error) => return Err(fail(true, "injected fault".into())),
+                Some(FaultKind::DeviceLost) => {
+                    return Err(fail(true, "device lost (injected)".into()))
+                }
+                _ => {}
             }
-            match self.action(dev, a, stage, &label) {
+            // a panic inside the action ends this worker with a named error, not a dead thread
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if fault == Some(FaultKind::Panic) {
+                    panic!("injected panic");
+                }
+                self.action(dev, a, stage, &label)
+            }));
+            let result = match result {
+                Ok(r) => r,
+                Err(payload) => {
+                    let what = payload
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    return Err(fail(true, format!("worker panicked: {what}")));
+                }
+            };
+            match result {
                 Ok((ev, l)) => {
                     events.push(ev);
                     loss += l;
                 }
                 Err((primary, e)) => return Err(fail(primary, e.to_string())),
+            }
+            if fault == Some(FaultKind::Nan) {
+                let m = &dev.chunks[a.chunk].slots[0][0];
+                m.gpu
+                    .upload(&m.buffers.grads.slice(0, 1), &[f32::NAN])
+                    .map_err(|e| fail(true, e.to_string()))?;
             }
         }
         Ok((events, loss))
@@ -725,6 +878,21 @@ impl Worker<'_> {
             send_time,
         };
         Ok((ev, loss))
+    }
+}
+
+/// The block that owns parameter tensor `name` ("h3.fcw" → layer 3).
+fn block_of(name: &str) -> Block {
+    match name {
+        "wte" | "wpe" => Block::Embedding,
+        _ => match name
+            .strip_prefix('h')
+            .and_then(|r| r.split('.').next())
+            .and_then(|l| l.parse().ok())
+        {
+            Some(l) => Block::Layer(l),
+            None => Block::Head,
+        },
     }
 }
 

@@ -1,0 +1,227 @@
+//! One entry point for every layout: a [`Mesh`] (dp × tp × pp, schedule, microbatches,
+//! chunks) placed on devices and trained step by step, with the per-axis costs of each step
+//! (pipeline bubble, data- and tensor-parallel communication) and the model state in the
+//! one-device layout for checkpoints, whatever the layout.
+//!
+//! ```text
+//! Engine::new(gpus, cfg, mesh) ─ mesh.validate (before any device work)
+//!   └─ DpPipeline: dp replicas × (pp stages of tp-rank groups) on devices (r·pp + s)·tp + k
+//! step(batches = dp × m microbatches) ─▶ every replica runs its schedule on its share,
+//!   checks loss and gradients are finite ─▶ all-reduce per (stage, tp rank) ─▶ AdamW
+//! ```
+//!
+//! One device is the degenerate layout (dp = tp = pp = 1): one pipeline stage, one rank, the
+//! same bits as [`crate::train::Trainer`].
+
+use crate::collective::Ledger;
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::mesh::{Coords, Mesh};
+use crate::model::Block;
+use crate::parallel::hybrid::DpPipeline;
+use crate::pipeline::executor::{Fault, Options};
+use crate::pipeline::partition::Balance;
+use crate::pipeline::simulate::Link;
+use crate::pipeline::timeline::summarize;
+use crate::pipeline::Schedule;
+use crate::train::{ModelState, StepStats, TrainConfig};
+
+/// Knobs of an engine that do not change its result.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// Link model of the data-parallel all-reduce and of pipeline sends.
+    pub link: Link,
+    /// Link model of the tensor-parallel all-reduces.
+    pub tp_link: Link,
+    /// One device at a time (clean device-clock times on virtual devices).
+    pub serial: bool,
+    /// Test hook: an injected fault (see [`Fault`]); `device` is the schedule device.
+    pub fault: Option<Fault>,
+    /// Longest a pipeline stage waits for a neighbour.
+    pub recv_timeout: std::time::Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            link: Link::nvlink(),
+            tp_link: Link::nvlink(),
+            serial: false,
+            fault: None,
+            recv_timeout: std::time::Duration::from_secs(60),
+        }
+    }
+}
+
+/// Where one device's work sits.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Placement {
+    pub device: usize,
+    pub adapter: String,
+    pub coords: Coords,
+    /// The blocks of its stage ("emb h0 h1").
+    pub blocks: String,
+}
+
+/// What one step cost, per axis.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StepCosts {
+    pub stats: StepStats,
+    /// Pipeline bubble of replica 0 on the device clock (idle share of the busiest device);
+    /// `None` without pipeline parallelism.
+    pub bubble: Option<f64>,
+    /// Analytic bubble of the schedule.
+    pub bubble_theory: Option<f64>,
+    /// Device-clock seconds of replica 0's schedule (kernels + tensor-parallel comm + sends).
+    pub device_step: f64,
+    /// Data-parallel all-reduce: bytes the busiest rank sent, and link-model seconds.
+    pub dp_bytes: u64,
+    pub dp_comm: f64,
+    /// Tensor-parallel all-reduces of replica 0's groups: bytes the busiest rank sent, and
+    /// link-model seconds summed over the groups.
+    pub tp_bytes: u64,
+    pub tp_comm: f64,
+    /// Wall seconds of the step.
+    pub wall: f64,
+}
+
+/// A model trained under one layout.
+pub struct Engine {
+    pub mesh: Mesh,
+    pub cfg: TrainConfig,
+    pub opts: EngineOptions,
+    inner: DpPipeline,
+    schedule: Schedule,
+    placement: Vec<Placement>,
+}
+
+impl Engine {
+    /// Checks `mesh` for `cfg` and `gpus.len()` devices, then places and initialises the model
+    /// (every layout starts from one device's initial weights). `cfg.grad_accum` must equal
+    /// `mesh.microbatches`: each replica accumulates that many microbatches per step.
+    pub fn new(gpus: &[Gpu], cfg: TrainConfig, mesh: Mesh, opts: EngineOptions) -> Result<Engine> {
+        cfg.validate()?;
+        mesh.validate(&cfg.model, cfg.micro.b, cfg.micro.t, gpus.len())?;
+        if cfg.grad_accum != mesh.microbatches {
+            return Err(Error::Config(format!(
+                "the configuration accumulates {} microbatches but the layout runs {} per replica; \
+                 set both to the same value",
+                cfg.grad_accum, mesh.microbatches
+            )));
+        }
+        if mesh.zero > 0 {
+            return Err(Error::Config(format!(
+                "ZeRO stage {} is not available in the layout engine yet; use --zero 0 (the \
+                 data-parallel example runs ZeRO on its own)",
+                mesh.zero
+            )));
+        }
+        let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
+        let popts = Options {
+            tp: mesh.tp,
+            tp_link: opts.tp_link.clone(),
+            serial: opts.serial,
+            fault: opts.fault,
+            recv_timeout: opts.recv_timeout,
+            ..Options::default()
+        };
+        let mut inner = DpPipeline::new(
+            gpus,
+            mesh.dp,
+            cfg.clone(),
+            schedule.clone(),
+            &Balance::Params,
+            popts,
+        )?;
+        inner.link = opts.link.clone();
+        let placement = (0..mesh.devices())
+            .map(|d| {
+                let c = mesh.coords(d);
+                let blocks: Vec<String> = (0..mesh.chunks)
+                    .flat_map(|k| inner.pipes[0].stages[schedule.stage(c.stage, k)].clone())
+                    .map(|b| match b {
+                        Block::Embedding => "emb".to_string(),
+                        Block::Layer(l) => format!("h{l}"),
+                        Block::Head => "head".to_string(),
+                    })
+                    .collect();
+                Placement {
+                    device: d,
+                    adapter: format!("{} ({})", gpus[d].adapter_name(), gpus[d].label),
+                    coords: c,
+                    blocks: blocks.join(" "),
+                }
+            })
+            .collect();
+        Ok(Engine {
+            mesh,
+            cfg,
+            opts,
+            inner,
+            schedule,
+            placement,
+        })
+    }
+
+    /// Microbatches one step takes: dp × m (replica r takes the r-th contiguous share).
+    pub fn batches_per_step(&self) -> usize {
+        self.mesh.dp * self.mesh.microbatches
+    }
+
+    /// Where every device's work sits.
+    pub fn placement(&self) -> &[Placement] {
+        &self.placement
+    }
+
+    /// One optimizer step, index `s` (sets the learning rate and Adam's bias correction).
+    pub fn step(&mut self, batches: &[(Vec<u32>, Vec<u32>)], s: usize) -> Result<StepCosts> {
+        let t0 = std::time::Instant::now();
+        let stats = self.inner.step(batches, s)?;
+        let wall = t0.elapsed().as_secs_f64();
+        let rep = &self.inner.reports[0];
+        let tokens = self.cfg.tokens_per_step();
+        let (bubble, bubble_theory, device_step) = if self.mesh.pp > 1 {
+            let sum = summarize(&self.schedule, rep, &self.opts.link, tokens)?;
+            (Some(sum.device_bubble), Some(sum.theory), sum.device_step)
+        } else {
+            (None, None, rep.events.iter().map(|e| e.compute).sum())
+        };
+        let dp = self.inner.ledger.for_step(s);
+        let (mut tp_bytes, mut tp_comm) = (0u64, 0.0f64);
+        for c in self.inner.pipes[0].tp_comm() {
+            let l: Ledger = c.ledger.for_step(s);
+            tp_bytes = tp_bytes.max(l.sent_by_rank(self.mesh.tp).into_iter().max().unwrap_or(0));
+            tp_comm += l.link_clock();
+        }
+        Ok(StepCosts {
+            stats,
+            bubble,
+            bubble_theory,
+            device_step,
+            dp_bytes: dp.sent_by_rank(self.mesh.dp).into_iter().max().unwrap_or(0),
+            dp_comm: dp.link_clock(),
+            tp_bytes,
+            tp_comm,
+            wall,
+        })
+    }
+
+    /// Parameters and AdamW moments in the one-device layout (replica 0's; all replicas hold
+    /// the same bits).
+    pub fn state(&self) -> Result<ModelState> {
+        self.inner.pipes[0].state()
+    }
+
+    /// Loads a state (from any layout) into every replica, stage and tensor rank.
+    pub fn set_state(&self, st: &ModelState) -> Result<()> {
+        for p in &self.inner.pipes {
+            p.set_state(st)?;
+        }
+        Ok(())
+    }
+
+    /// SHA-256 of the parameters in the one-device layout.
+    pub fn checksum(&self) -> Result<String> {
+        self.inner.pipes[0].checksum()
+    }
+}
