@@ -25,6 +25,7 @@ pub mod data;
 pub mod error;
 pub mod gpu;
 pub mod kernels;
+pub mod memory;
 pub mod model;
 pub mod optim;
 pub mod parallel;
