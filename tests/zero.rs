@@ -58,6 +58,7 @@ fn global_batches(n: usize, steps: usize, micro: Micro) -> Vec<Vec<(Vec<u32>, Ve
 }
 
 #[test]
+#[allow(clippy::single_range_in_vec_init)] // a list of one unit
 fn shard_grid_is_aligned_range_arithmetic() {
     // two units of 3·64 and 1·64 elements over d = 2
     let g = Grid::new(&[192..256, 0..192], 256, 2).unwrap();

@@ -136,7 +136,7 @@ impl Grid {
             .filter_map(|u| {
                 let flat = self.chunk(u, r);
                 let at = self.units[u].storage[r];
-                (!flat.is_empty()).then(|| Piece {
+                (!flat.is_empty()).then_some(Piece {
                     params: if params_sharded { at } else { flat.start },
                     grads: if grads_sharded { at } else { flat.start },
                     moments: at,
