@@ -210,7 +210,7 @@ fn run(a: Args) -> anyhow::Result<()> {
                     mb(last.comm_bytes as f64),
                     mb(last.predicted_bytes as f64),
                     ratio.map_or("-".into(), |r| format!("{r:.2}")),
-                    1e3 * last.comm_link,
+                    1e3 * last.comm_link + 0.0, // an empty sum is -0.0
                     last.step_wall,
                     match same {
                         Some(true) => "yes",

@@ -139,6 +139,7 @@ impl Zero {
     /// One rank per device in `gpus` at ZeRO stage `stage` (0–3); `cfg.grad_accum` is the
     /// microbatches per rank. `opts.bucket_bytes` sets the buckets (the shard units),
     /// `opts.link` and `opts.collective` the collectives; the ring is the only algorithm.
+    /// `opts.overlap` and `opts.serial` do not apply: collectives run between blocks.
     pub fn new(
         gpus: &[Gpu],
         cfg: TrainConfig,
