@@ -205,6 +205,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         tokens_per_s,
         sample,
         model_checksum: trainer.checksum()?,
+        memory: record::memory_of(std::slice::from_ref(&gpu)),
     };
     rec.write(&a.record)?;
     println!(

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::memory::{Allocation, Category, MemoryLedger, Usage};
 
 /// Which adapter to open. `backends = None` reads `WGPU_BACKEND` (default: all backends).
 #[derive(Clone, Debug, Default)]
@@ -184,6 +185,8 @@ pub struct Gpu {
     /// Timestamp query set + resolve buffer of `run_timed`, made once.
     timer: Arc<Mutex<Option<(wgpu::QuerySet, View)>>>,
     pub(crate) kernels: Arc<crate::kernels::Cache>,
+    /// Bytes allocated on this device, by category (shared by every clone).
+    memory: Arc<MemoryLedger>,
 }
 
 impl Gpu {
@@ -236,6 +239,7 @@ impl Gpu {
             label: label.to_string(),
             errors,
             timer: Arc::default(),
+            memory: MemoryLedger::new(),
         })
     }
 
@@ -270,22 +274,42 @@ impl Gpu {
         self.check()
     }
 
-    /// A storage buffer of `len` 4-byte elements (f32 or u32), zero-initialised.
+    /// A storage buffer of `len` 4-byte elements (f32 or u32), zero-initialised, counted as
+    /// activations in the memory ledger (see [`Gpu::buffer_in`]).
     pub fn buffer(&self, label: &str, len: usize) -> View {
-        let size = (len.max(1) * 4) as u64;
-        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+        self.buffer_in(Category::Activations, label, len)
+    }
+
+    /// A storage buffer like [`Gpu::buffer`], recorded in the memory ledger under `category`
+    /// until the last view of it drops.
+    pub fn buffer_in(&self, category: Category, label: &str, len: usize) -> View {
+        let size = ((len.max(1) * 4) as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
+        let raw = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
-            size: size.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT),
+            size,
             usage: wgpu::BufferUsages::STORAGE
                 | wgpu::BufferUsages::COPY_SRC
                 | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         View {
-            buf,
+            buf: Buffer {
+                raw,
+                alloc: Some(Arc::new(Allocation::new(&self.memory, category, size))),
+            },
             offset: 0,
             len,
         }
+    }
+
+    /// Current and peak bytes of this device by category.
+    pub fn memory(&self) -> Usage {
+        self.memory.usage(&self.label)
+    }
+
+    /// Starts a new peak window of the memory ledger (peaks := current).
+    pub fn reset_memory_peaks(&self) {
+        self.memory.reset_peaks()
     }
 
     /// Copies `data` into `dst` through a mapped staging buffer (fast on GL too).
@@ -301,6 +325,7 @@ impl Gpu {
         if bytes.is_empty() {
             return Ok(());
         }
+        let _staged = Allocation::new(&self.memory, Category::Staging, bytes.len() as u64);
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("upload"),
             size: bytes.len() as u64,
@@ -325,6 +350,7 @@ impl Gpu {
         if size == 0 {
             return Ok(Vec::new());
         }
+        let _staged = Allocation::new(&self.memory, Category::Staging, size);
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("download"),
             size,
@@ -421,14 +447,21 @@ impl Gpu {
     }
 
     fn buffer_with_usage(&self, label: &str, bytes: u64, extra: wgpu::BufferUsages) -> View {
-        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+        let raw = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: bytes,
             usage: extra | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         });
         View {
-            buf,
+            buf: Buffer {
+                raw,
+                alloc: Some(Arc::new(Allocation::new(
+                    &self.memory,
+                    Category::Staging,
+                    bytes,
+                ))),
+            },
             offset: 0,
             len: (bytes / 4) as usize,
         }
@@ -440,9 +473,35 @@ impl Gpu {
 /// offset alignment WebGPU allows), which [`crate::params`] guarantees for its layouts.
 #[derive(Clone, Debug)]
 pub struct View {
-    pub buf: wgpu::Buffer,
+    pub buf: Buffer,
     pub offset: usize,
     pub len: usize,
+}
+
+/// A wgpu buffer with its memory-ledger record: derefs to `wgpu::Buffer`; when the last clone
+/// drops, the ledger records the release.
+#[derive(Clone, Debug)]
+pub struct Buffer {
+    raw: wgpu::Buffer,
+    alloc: Option<Arc<Allocation>>,
+}
+
+impl Buffer {
+    /// Wraps a buffer made elsewhere (not counted by any ledger).
+    pub fn untracked(raw: wgpu::Buffer) -> Buffer {
+        Buffer { raw, alloc: None }
+    }
+    /// The ledger category this buffer is counted in, if any.
+    pub fn category(&self) -> Option<Category> {
+        self.alloc.as_ref().map(|a| a.category)
+    }
+}
+
+impl std::ops::Deref for Buffer {
+    type Target = wgpu::Buffer;
+    fn deref(&self) -> &wgpu::Buffer {
+        &self.raw
+    }
 }
 
 impl View {

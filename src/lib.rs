@@ -26,6 +26,7 @@ pub mod engine;
 pub mod error;
 pub mod gpu;
 pub mod kernels;
+pub mod memory;
 pub mod mesh;
 pub mod model;
 pub mod optim;

@@ -1,21 +1,65 @@
-//! The optimizer of one device: global-norm clipping and AdamW over its flat buffers.
+//! The optimizer of one device: global-norm clipping and AdamW over its flat buffers, or over
+//! the pieces of them it owns (ZeRO shards).
 //!
-//! The global gradient norm is made layout-invariant: each device computes Σg² per *tensor*
-//! (a fixed-order reduction inside the tensor), the host adds the per-tensor sums in the model's
-//! canonical tensor order in f64, and uploads the result. One device, p pipeline stages or d
-//! replicas therefore get the same clip factor bit for bit, and so the same parameters.
+//! The global gradient norm is made layout- and shard-invariant: the flat buffer is cut into
+//! *norm parts* (each tensor, further cut at the shard boundaries when a data-parallel group
+//! shards it); each device computes Σg² of every part it holds (a fixed-order f32 reduction
+//! inside the part), the host adds the parts in the model's canonical tensor order, part by
+//! part in flat order, in f64, and uploads the result. One device, p pipeline stages or d
+//! replicas get the same clip factor bit for bit; ZeRO stages 0–3 of one group cut at the same
+//! boundaries, so they agree bit for bit too, although each rank holds only its shard.
+//!
+//! ```text
+//! tensor      |-------- h0.qkvw --------|-- h0.qkvb --|
+//! shards      | rank 0          | rank 1                |     (boundaries on multiples of 64)
+//! norm parts  |    part 0       | part 1 |   part 2    |     Σ (f64, this order) → ‖g‖²
+//! ```
+
+use std::ops::Range;
 
 use crate::cpu::AdamW;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::{elementwise as ke, optim as ko, Op};
-use crate::params::{Buffers, ALIGN};
+use crate::memory::Category;
+use crate::params::{Buffers, Layout, ALIGN};
+
+/// A contiguous flat range an optimizer updates, and where it lives in each storage buffer:
+/// flat element `flat.start + i` is `params[params + i]`, `grads[grads + i]`, `m/v[moments + i]`.
+/// Every start must be a multiple of 64 (views bound to kernels are 256-byte aligned).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece {
+    pub flat: Range<usize>,
+    pub params: usize,
+    pub grads: usize,
+    pub moments: usize,
+}
+
+impl Piece {
+    /// The piece stored at its flat offset in all three buffers (unsharded storage).
+    pub fn identity(flat: Range<usize>) -> Piece {
+        Piece {
+            params: flat.start,
+            grads: flat.start,
+            moments: flat.start,
+            flat,
+        }
+    }
+}
+
+/// Σg² of one norm part: tensor `tensor`'s elements from flat offset `start`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NormPart {
+    pub tensor: String,
+    pub start: usize,
+    pub sq: f32,
+}
 
 pub struct Optimizer {
     gpu: Gpu,
-    /// Tensor names in the order of `sq`'s slots.
-    names: Vec<String>,
-    /// Σg² of tensor i at element i·ALIGN.
+    /// (tensor name, flat start) of the norm part in each slot of `sq`.
+    parts: Vec<(String, usize)>,
+    /// Σg² of part i at element i·ALIGN.
     sq: View,
     norm_ops: Vec<Op>,
     zero_grads: Op,
@@ -25,45 +69,114 @@ pub struct Optimizer {
 }
 
 impl Optimizer {
+    /// Over a device's whole flat buffers (one norm part per tensor).
     pub fn new(gpu: &Gpu, b: &Buffers) -> Result<Optimizer> {
-        let names: Vec<String> = b.layout.tensors.iter().map(|t| t.name.clone()).collect();
-        let sq = gpu.buffer("grad.tensor_sq", names.len() * ALIGN);
-        let longest = b.layout.tensors.iter().map(|t| t.len).max().unwrap_or(1);
+        Optimizer::with_cuts(gpu, b, &[])
+    }
+
+    /// Over whole flat buffers, with norm parts also cut at the flat offsets `cuts` (a
+    /// data-parallel group's shard boundaries: an unsharded replica then computes exactly
+    /// the parts its sharded twins compute).
+    pub fn with_cuts(gpu: &Gpu, b: &Buffers, cuts: &[usize]) -> Result<Optimizer> {
+        let mut edges: Vec<usize> = cuts
+            .iter()
+            .copied()
+            .filter(|&c| c > 0 && c < b.layout.total)
+            .collect();
+        edges.push(0);
+        edges.push(b.layout.total);
+        edges.sort_unstable();
+        edges.dedup();
+        let pieces: Vec<Piece> = edges
+            .windows(2)
+            .map(|w| Piece::identity(w[0]..w[1]))
+            .collect();
+        Optimizer::sharded(gpu, &b.layout, &b.params, &b.grads, &b.m, &b.v, &pieces)
+    }
+
+    /// Over `pieces` of the flat buffer described by `layout`, stored in `params`, `grads`, `m`,
+    /// `v` at the offsets each piece names. Pieces must not overlap; their starts and storage
+    /// offsets must be multiples of 64. `zero_grads` fills the whole `grads` view.
+    pub fn sharded(
+        gpu: &Gpu,
+        layout: &Layout,
+        params: &View,
+        grads: &View,
+        m: &View,
+        v: &View,
+        pieces: &[Piece],
+    ) -> Result<Optimizer> {
+        for p in pieces {
+            let fits = |x: &View, at: usize| at + p.flat.len() <= x.len;
+            if p.flat.end > layout.total
+                || !fits(params, p.params)
+                || !fits(grads, p.grads)
+                || !fits(m, p.moments)
+                || !fits(v, p.moments)
+            {
+                return Err(Error::Config(format!(
+                    "optimizer piece {:?} lies outside the layout ({}) or its storage",
+                    p, layout.total
+                )));
+            }
+        }
+        // norm parts: every tensor's real elements, cut at piece boundaries
+        let mut parts = Vec::new();
+        let mut part_views = Vec::new();
+        for p in pieces {
+            for t in &layout.tensors {
+                let (a, e) = (
+                    t.offset.max(p.flat.start),
+                    (t.offset + t.len).min(p.flat.end),
+                );
+                if a < e {
+                    parts.push((t.name.clone(), a));
+                    part_views.push(grads.slice(p.grads + (a - p.flat.start), e - a));
+                }
+            }
+        }
+        let sq = gpu.buffer_in(
+            Category::Activations,
+            "grad.part_sq",
+            parts.len().max(1) * ALIGN,
+        );
+        let longest = part_views.iter().map(|v| v.len).max().unwrap_or(1);
         let scratch = gpu.buffer("grad.norm_scratch", ko::norm_scratch_len(longest));
         let mut norm_ops = Vec::new();
-        for (i, t) in b.layout.tensors.iter().enumerate() {
+        for (i, g) in part_views.iter().enumerate() {
             let out = sq.slice(i * ALIGN, 1);
-            norm_ops.extend(ko::grad_norm_squared(
-                gpu,
-                &out,
-                &scratch,
-                &b.grads.slice(t.offset, t.len),
-            )?);
+            norm_ops.extend(ko::grad_norm_squared(gpu, &out, &scratch, g)?);
         }
         let hp = gpu.buffer("adam.hp", 8);
         let norm_sq = gpu.buffer("grad.norm_sq", 1);
-        // one AdamW dispatch per contiguous decay segment (see params::Layout::decay_segments)
+        // one AdamW dispatch per contiguous decay segment of each piece
         let mut adam_ops = Vec::new();
-        for (r, decay) in b.layout.decay_segments() {
-            let v = |x: &View| x.slice(r.start, r.len());
-            let decay_end = if decay { r.len() } else { 0 };
-            adam_ops.extend(ko::adamw(
-                gpu,
-                &v(&b.params),
-                &v(&b.grads),
-                &v(&b.m),
-                &v(&b.v),
-                &hp,
-                &norm_sq,
-                decay_end,
-            )?);
+        for p in pieces {
+            for (r, decay) in layout.decay_segments() {
+                let (a, e) = (r.start.max(p.flat.start), r.end.min(p.flat.end));
+                if a >= e {
+                    continue;
+                }
+                let rel = a - p.flat.start;
+                let len = e - a;
+                adam_ops.extend(ko::adamw(
+                    gpu,
+                    &params.slice(p.params + rel, len),
+                    &grads.slice(p.grads + rel, len),
+                    &m.slice(p.moments + rel, len),
+                    &v.slice(p.moments + rel, len),
+                    &hp,
+                    &norm_sq,
+                    if decay { len } else { 0 },
+                )?);
+            }
         }
         Ok(Optimizer {
             gpu: gpu.clone(),
-            names,
+            parts,
             sq,
             norm_ops,
-            zero_grads: ke::fill(gpu, &b.grads, 0.0)?,
+            zero_grads: ke::fill(gpu, grads, 0.0)?,
             adam_ops,
             hp,
             norm_sq,
@@ -75,15 +188,32 @@ impl Optimizer {
         self.gpu.run(std::slice::from_ref(&self.zero_grads))
     }
 
-    /// Σg² of every tensor on this device, by name.
-    pub fn tensor_sq(&self) -> Result<Vec<(String, f32)>> {
+    /// Σg² of every norm part this device holds.
+    pub fn parts_sq(&self) -> Result<Vec<NormPart>> {
+        if self.parts.is_empty() {
+            return Ok(Vec::new());
+        }
         self.gpu.run(&self.norm_ops)?;
         let sq: Vec<f32> = self.gpu.download(&self.sq)?;
         Ok(self
-            .names
+            .parts
             .iter()
             .enumerate()
-            .map(|(i, n)| (n.clone(), sq[i * ALIGN]))
+            .map(|(i, (n, start))| NormPart {
+                tensor: n.clone(),
+                start: *start,
+                sq: sq[i * ALIGN],
+            })
+            .collect())
+    }
+
+    /// Σg² of every norm part, by tensor name, in flat order (one entry per tensor for an
+    /// optimizer made by [`Optimizer::new`]).
+    pub fn tensor_sq(&self) -> Result<Vec<(String, f32)>> {
+        Ok(self
+            .parts_sq()?
+            .into_iter()
+            .map(|p| (p.tensor, p.sq))
             .collect())
     }
 
@@ -106,4 +236,13 @@ pub fn global_norm_sq(parts: &[(String, f32)], canonical: &[String]) -> f32 {
         }
     }
     total as f32
+}
+
+/// Adds norm parts from any devices in canonical tensor order, then flat order inside a
+/// tensor (f64): the same bits whichever rank held which part.
+pub fn global_norm_sq_parts(parts: &[NormPart], canonical: &[String]) -> f32 {
+    let rank = |n: &str| canonical.iter().position(|c| c == n).unwrap_or(usize::MAX);
+    let mut sorted: Vec<&NormPart> = parts.iter().collect();
+    sorted.sort_by_key(|p| (rank(&p.tensor), p.start));
+    sorted.iter().map(|p| p.sq as f64).sum::<f64>() as f32
 }

@@ -15,6 +15,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
+use crate::memory::Category;
 
 /// Alignment of every tensor's offset, in elements (256 bytes: WebGPU's largest storage
 /// buffer offset alignment).
@@ -122,10 +123,10 @@ impl Buffers {
     pub fn new(gpu: &Gpu, layout: &Layout) -> Buffers {
         Buffers {
             layout: layout.clone(),
-            params: gpu.buffer("params", layout.total),
-            grads: gpu.buffer("grads", layout.total),
-            m: gpu.buffer("adam.m", layout.total),
-            v: gpu.buffer("adam.v", layout.total),
+            params: gpu.buffer_in(Category::Parameters, "params", layout.total),
+            grads: gpu.buffer_in(Category::Gradients, "grads", layout.total),
+            m: gpu.buffer_in(Category::OptimizerState, "adam.m", layout.total),
+            v: gpu.buffer_in(Category::OptimizerState, "adam.v", layout.total),
         }
     }
 

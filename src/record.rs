@@ -8,6 +8,7 @@ use crate::data::hex;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::kernels::SHADERS;
+use crate::memory::Usage;
 
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct AdapterRecord {
@@ -85,6 +86,9 @@ pub struct RunRecord {
     pub tokens_per_s: f64,
     pub sample: String,
     pub model_checksum: String,
+    /// Per device: bytes held at the end and the peak of each memory-ledger category
+    /// (parameters, gradients, optimizer state, activations, comm staging) over the run.
+    pub memory: Vec<Usage>,
 }
 
 impl RunRecord {
@@ -101,6 +105,11 @@ impl RunRecord {
             .map_err(|e| Error::Config(format!("record: {e}")))?;
         std::fs::write(path, json).map_err(io)
     }
+}
+
+/// The memory ledger of each device (current bytes, peaks since the ledger's last reset).
+pub fn memory_of(gpus: &[Gpu]) -> Vec<Usage> {
+    gpus.iter().map(|g| g.memory()).collect()
 }
 
 /// Cross-entropy (nats) of the unigram distribution of `tokens` on itself.

@@ -14,8 +14,8 @@ use std::ops::Range;
 use std::time::Instant;
 
 use super::host::{broadcast_copy, check_root, naive_sum, tree_sum};
-use super::ledger::{chunk, Entry, Kind, Ledger, Stamp};
-use super::ring::{per_rank, Phases, Ring};
+use super::ledger::{Entry, Kind, Ledger, Stamp};
+use super::ring::{even_bounds, per_rank, Phases, Ring};
 use super::{Algo, Opts};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
@@ -102,29 +102,185 @@ fn ring(
     ledger: &mut Ledger,
     link: &Link,
 ) -> Result<()> {
-    let name = match phases {
+    let (d, n) = check_views(ring_name(phases), gpus, views)?;
+    if d == 1 {
+        ledger.begin(ring_name(phases), d, link)?;
+        return Ok(()); // one rank: nothing to move, the sum (and the mean) is its own view
+    }
+    let bounds = even_bounds(n, d);
+    let own = |r: usize| views[r].slice(bounds[r], bounds[r + 1] - bounds[r]);
+    let (ins, outs): (Vec<View>, Vec<View>) = match phases {
+        Phases::Both => (views.to_vec(), views.to_vec()),
+        Phases::ReduceScatter => (views.to_vec(), (0..d).map(own).collect()),
+        Phases::AllGather => ((0..d).map(own).collect(), views.to_vec()),
+    };
+    ring_io(gpus, &ins, &outs, n, bounds, phases, opts, ledger, link)
+}
+
+fn ring_name(phases: Phases) -> &'static str {
+    match phases {
         Phases::Both => "ring_all_reduce",
         Phases::ReduceScatter => "ring_reduce_scatter",
         Phases::AllGather => "ring_all_gather",
-    };
-    let (d, n) = check_views(name, gpus, views)?;
-    let stamp = ledger.begin(name, d, link)?;
-    if d == 1 {
-        return Ok(()); // one rank: nothing to move, the sum (and the mean) is its own view
     }
-    let ring = Ring {
-        phases,
-        opts,
-        stamp: &stamp,
+}
+
+/// Ring all-reduce of `views` whose chunk k is `bounds[k]..bounds[k+1]` (d + 1 offsets from 0
+/// to the view length) instead of the even split: chunk k is summed in the order
+/// `x(k+1) + … + x(k)`, so a later [`reduce_scatter_to`] with the same bounds gives the same
+/// bits (ZeRO's shard boundaries).
+pub fn all_reduce_in(
+    gpus: &[Gpu],
+    views: &[View],
+    bounds: &[usize],
+    opts: &Opts,
+    ledger: &mut Ledger,
+    link: &Link,
+) -> Result<()> {
+    let name = ring_name(Phases::Both);
+    let (d, n) = check_views(name, gpus, views)?;
+    check_bounds(name, bounds, d, n)?;
+    ring_io(
+        gpus,
+        views,
+        views,
         n,
-        d,
-    };
+        bounds.to_vec(),
+        Phases::Both,
+        opts,
+        ledger,
+        link,
+    )
+}
+
+/// Ring reduce-scatter of the full `views` with chunk k = `bounds[k]..bounds[k+1]`; rank r's
+/// reduced chunk is written to `outs[r]` (length `|chunk r|`, any buffer: a gradient shard).
+/// The views themselves are only read.
+#[allow(clippy::too_many_arguments)]
+pub fn reduce_scatter_to(
+    gpus: &[Gpu],
+    views: &[View],
+    bounds: &[usize],
+    outs: &[View],
+    opts: &Opts,
+    ledger: &mut Ledger,
+    link: &Link,
+) -> Result<()> {
+    let name = ring_name(Phases::ReduceScatter);
+    let (d, n) = check_views(name, gpus, views)?;
+    check_bounds(name, bounds, d, n)?;
+    check_chunks(name, outs, bounds)?;
+    ring_io(
+        gpus,
+        views,
+        outs,
+        n,
+        bounds.to_vec(),
+        Phases::ReduceScatter,
+        opts,
+        ledger,
+        link,
+    )
+}
+
+/// Ring all-gather into the full `views` from `ins[r]` (rank r's chunk `bounds[r]..bounds[r+1]`,
+/// any buffer: a parameter shard); every view ends holding every chunk.
+#[allow(clippy::too_many_arguments)]
+pub fn all_gather_from(
+    gpus: &[Gpu],
+    ins: &[View],
+    bounds: &[usize],
+    views: &[View],
+    opts: &Opts,
+    ledger: &mut Ledger,
+    link: &Link,
+) -> Result<()> {
+    let name = ring_name(Phases::AllGather);
+    let (d, n) = check_views(name, gpus, views)?;
+    check_bounds(name, bounds, d, n)?;
+    check_chunks(name, ins, bounds)?;
+    ring_io(
+        gpus,
+        ins,
+        views,
+        n,
+        bounds.to_vec(),
+        Phases::AllGather,
+        opts,
+        ledger,
+        link,
+    )
+}
+
+/// d + 1 non-decreasing offsets from 0 to n.
+fn check_bounds(name: &str, bounds: &[usize], d: usize, n: usize) -> Result<()> {
+    let ok = bounds.len() == d + 1
+        && bounds.first() == Some(&0)
+        && bounds.last() == Some(&n)
+        && bounds.windows(2).all(|w| w[0] <= w[1]);
+    if !ok {
+        return Err(Error::Config(format!(
+            "{name}: chunk bounds {bounds:?} are not {} non-decreasing offsets from 0 to {n}",
+            d + 1
+        )));
+    }
+    Ok(())
+}
+
+/// One view per rank, of its chunk's length.
+fn check_chunks(name: &str, views: &[View], bounds: &[usize]) -> Result<()> {
+    let d = bounds.len() - 1;
+    if views.len() != d {
+        return Err(Error::Config(format!(
+            "{name}: {} shard views for {d} ranks",
+            views.len()
+        )));
+    }
+    for (r, v) in views.iter().enumerate() {
+        if v.len != bounds[r + 1] - bounds[r] {
+            return Err(Error::Config(format!(
+                "{name}: rank {r}'s shard view has {} elements, its chunk {}",
+                v.len,
+                bounds[r + 1] - bounds[r]
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The ring over host copies: rank r stages in from `ins[r]` (the full view, or only its chunk
+/// for an all-gather) and out to `outs[r]` (the full view, or only its chunk for a
+/// reduce-scatter).
+#[allow(clippy::too_many_arguments)]
+fn ring_io(
+    gpus: &[Gpu],
+    ins: &[View],
+    outs: &[View],
+    n: usize,
+    bounds: Vec<usize>,
+    phases: Phases,
+    opts: &Opts,
+    ledger: &mut Ledger,
+    link: &Link,
+) -> Result<()> {
+    let d = gpus.len();
+    let stamp = ledger.begin(ring_name(phases), d, link)?;
+    if d == 1 {
+        // one rank: the sum (and the mean) is its own data; only a copy between buffers remains
+        // (chunk 0 is everything, so input and output have the same length)
+        if phases != Phases::Both && ins[0].len > 0 {
+            let data: Vec<f32> = gpus[0].download(&ins[0])?;
+            gpus[0].upload(&outs[0], &data)?;
+        }
+        return Ok(());
+    }
+    let chunk = |r: usize| bounds[r]..bounds[r + 1];
     let stage_in = |r: usize, buf: &mut Vec<f32>| -> Result<Vec<Entry>> {
         let range = match phases {
-            Phases::AllGather => chunk(n, d, r),
+            Phases::AllGather => chunk(r),
             _ => 0..n,
         };
-        let (part, e) = download(&gpus[r], &views[r], range.clone(), r, &stamp)?;
+        let (part, e) = download(&gpus[r], &ins[r], 0..range.len(), r, &stamp)?;
         if range.len() == n {
             *buf = part;
         } else {
@@ -135,11 +291,26 @@ fn ring(
     };
     let stage_out = |r: usize, buf: &[f32]| -> Result<Vec<Entry>> {
         let range = match phases {
-            Phases::ReduceScatter => chunk(n, d, r),
+            Phases::ReduceScatter => chunk(r),
             _ => 0..n,
         };
-        let data = &buf[range.clone()];
-        Ok(vec![upload(&gpus[r], &views[r], range, data, r, &stamp)?])
+        let data = &buf[range];
+        Ok(vec![upload(
+            &gpus[r],
+            &outs[r],
+            0..data.len(),
+            data,
+            r,
+            &stamp,
+        )?])
+    };
+    let ring = Ring {
+        phases,
+        opts,
+        stamp: &stamp,
+        n,
+        d,
+        bounds: bounds.clone(),
     };
     let mut bufs = vec![Vec::new(); d];
     let entries = ring.run(&mut bufs, &stage_in, &stage_out)?;

@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use super::ledger::{Entry, Kind, Ledger, Stamp};
-use super::ring::{Phases, Ring};
+use super::ring::{even_bounds, Phases, Ring};
 use super::{check_bufs, Opts};
 use crate::error::{Error, Result};
 use crate::pipeline::simulate::Link;
@@ -219,6 +219,7 @@ fn ring(
         stamp: &stamp,
         n,
         d,
+        bounds: even_bounds(n, d),
     };
     let entries = ring.run(bufs, &|_, _| Ok(Vec::new()), &|_, _| Ok(Vec::new()))?;
     ledger.record(entries);

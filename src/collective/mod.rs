@@ -43,7 +43,10 @@ mod ring;
 
 use std::time::Duration;
 
-pub use device::{all_gather, all_reduce, broadcast, reduce_scatter};
+pub use device::{
+    all_gather, all_gather_from, all_reduce, all_reduce_in, broadcast, reduce_scatter,
+    reduce_scatter_to,
+};
 pub use ledger::{
     chunk, ring_all_gather_rank_bytes, ring_all_reduce_bytes, ring_all_reduce_group_bytes,
     ring_all_reduce_rank_bytes, ring_reduce_scatter_rank_bytes, Entry, Kind, Ledger,

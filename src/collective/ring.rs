@@ -101,9 +101,21 @@ pub(super) struct Ring<'a> {
     pub stamp: &'a Stamp<'a>,
     pub n: usize,
     pub d: usize,
+    /// Chunk k is `bounds[k]..bounds[k + 1]` (d + 1 non-decreasing offsets from 0 to n):
+    /// [`even_bounds`] for the usual floor split, or a caller's shard boundaries.
+    pub bounds: Vec<usize>,
+}
+
+/// The d + 1 boundaries of [`chunk`]'s floor split of n elements.
+pub(super) fn even_bounds(n: usize, d: usize) -> Vec<usize> {
+    (0..d).map(|k| chunk(n, d, k).start).chain([n]).collect()
 }
 
 impl Ring<'_> {
+    fn chunk(&self, k: usize) -> std::ops::Range<usize> {
+        self.bounds[k]..self.bounds[k + 1]
+    }
+
     pub fn error(&self, rank: usize, what: &str, msg: String) -> Error {
         worker_error(self.stamp, rank, what, msg)
     }
@@ -190,7 +202,7 @@ impl Ring<'_> {
             jitter();
             let mut data = back_rx.try_recv().unwrap_or_default();
             data.clear();
-            data.extend_from_slice(&buf[chunk(n, d, rd.send)]);
+            data.extend_from_slice(&buf[self.chunk(rd.send)]);
             let msg = Msg {
                 round: rd.round,
                 chunk: rd.send,
@@ -213,7 +225,7 @@ impl Ring<'_> {
                 }
             };
             let wall = got.sent.elapsed().as_secs_f64();
-            let range = chunk(n, d, rd.recv);
+            let range = self.chunk(rd.recv);
             if got.round != rd.round || got.chunk != rd.recv || got.data.len() != range.len() {
                 let msg = format!(
                     "expected chunk {} ({} elements) of round {}, got chunk {} ({}) of round {}",

@@ -19,6 +19,7 @@ use std::time::Instant;
 use crate::collective::{Algo, Ledger, Opts};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
+use crate::memory::Usage;
 use crate::model::gpu_model::GpuModel;
 use crate::optim::{global_norm_sq, Optimizer};
 use crate::parallel::accumulate::{Accumulation, TreeAccumulator};
@@ -85,6 +86,8 @@ pub struct DpStepReport {
     pub bytes_per_rank: Vec<u64>,
     pub buckets: Vec<BucketTiming>,
     pub step_wall: f64,
+    /// Per device: bytes by category now, and each category's peak during the step.
+    pub memory: Vec<Usage>,
 }
 
 /// d replicas trained together.
@@ -194,6 +197,9 @@ impl DataParallel {
             )));
         }
         let t0 = Instant::now();
+        for r in &self.replicas {
+            r.gpu.reset_memory_peaks();
+        }
         let nb = self.buckets.len();
         let gpus: Vec<Gpu> = self.replicas.iter().map(|r| r.gpu.clone()).collect();
         let views: Vec<Vec<View>> = self
@@ -349,6 +355,7 @@ impl DataParallel {
             bytes_per_rank: step_ledger.sent_by_rank(d),
             buckets: timing,
             step_wall: t0.elapsed().as_secs_f64(),
+            memory: self.replicas.iter().map(|r| r.gpu.memory()).collect(),
         })
     }
 

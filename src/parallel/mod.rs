@@ -4,7 +4,10 @@
 
 pub mod accumulate;
 pub mod bucket;
+pub mod chain;
 pub mod data;
 pub mod hybrid;
 pub mod replica;
+pub mod shard;
 pub mod tensor;
+pub mod zero;

@@ -1,0 +1,122 @@
+//! The memory ledger: allocations by category, releases when the last view drops, transfer
+//! staging, peaks and their reset, and the per-device peaks in a data-parallel step report.
+mod common;
+
+use triaxis::cpu::AdamW;
+use triaxis::gpu;
+use triaxis::memory::Category;
+use triaxis::model::{GptConfig, Micro};
+use triaxis::parallel::data::{DataParallel, DpOptions};
+use triaxis::params::Buffers;
+use triaxis::train::TrainConfig;
+
+#[test]
+fn allocations_are_counted_until_the_last_view_drops() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let base = g.memory();
+    let a = g.buffer_in(Category::Gradients, "a", 1000);
+    let slice = a.slice(64, 10);
+    let act = g.buffer("scratch", 7); // untagged: activations
+    let now = g.memory();
+    assert_eq!(now.current.gradients - base.current.gradients, 4000);
+    assert_eq!(now.current.activations - base.current.activations, 28);
+    assert_eq!(a.buf.category(), Some(Category::Gradients));
+    drop(a);
+    assert_eq!(
+        g.memory().current.gradients,
+        now.current.gradients,
+        "a slice still holds the buffer"
+    );
+    drop(slice);
+    drop(act);
+    let after = g.memory();
+    assert_eq!(after.current.gradients, base.current.gradients);
+    assert_eq!(after.current.activations, base.current.activations);
+    assert!(after.peak.gradients >= base.current.gradients + 4000);
+    // a new peak window starts at the current bytes
+    g.reset_memory_peaks();
+    assert_eq!(g.memory().peak, g.memory().current);
+}
+
+#[test]
+fn transfers_count_as_staging_while_they_run() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let v = common::buf(&g, &[1.0; 256]);
+    g.reset_memory_peaks();
+    let before = g.memory();
+    let back: Vec<f32> = g.download(&v).unwrap();
+    g.upload(&v, &back).unwrap();
+    let after = g.memory();
+    assert_eq!(after.current.staging, before.current.staging);
+    assert_eq!(after.peak.staging - before.current.staging, 1024);
+}
+
+#[test]
+fn flat_buffers_are_parameters_gradients_and_optimizer_state() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let c = GptConfig {
+        vocab: 13,
+        ctx: 8,
+        channels: 16,
+        heads: 2,
+        layers: 1,
+    };
+    let layout = c.layout(&c.blocks());
+    let base = g.memory().current;
+    let b = Buffers::new(&g, &layout);
+    let now = g.memory().current;
+    let n = 4 * layout.total as u64;
+    assert_eq!(now.parameters - base.parameters, n);
+    assert_eq!(now.gradients - base.gradients, n);
+    assert_eq!(now.optimizer_state - base.optimizer_state, 2 * n);
+    assert_eq!(b.bytes(), 4 * n);
+    drop(b);
+    assert_eq!(g.memory().current.model_state(), base.model_state());
+}
+
+#[test]
+fn data_parallel_steps_report_peaks_per_device() {
+    let Some(gpus) = gpu::test_gpus(2) else {
+        return;
+    };
+    let model = GptConfig {
+        vocab: 13,
+        ctx: 8,
+        channels: 16,
+        heads: 2,
+        layers: 2,
+    };
+    let cfg = TrainConfig {
+        model,
+        micro: Micro { b: 1, t: 8 },
+        grad_accum: 1,
+        steps: 1,
+        adam: AdamW::default(),
+        warmup: 1,
+        min_lr_frac: 0.1,
+        seed: 1,
+    };
+    let mut dp = DataParallel::new(&gpus, cfg, DpOptions::default()).unwrap();
+    let batch: Vec<(Vec<u32>, Vec<u32>)> = (0..2)
+        .map(|i| {
+            (
+                (0..8).map(|t| (t + i) % 13).collect(),
+                (1..9).map(|t| (t + i) % 13).collect(),
+            )
+        })
+        .collect();
+    let r = dp.step(&batch, 0).unwrap();
+    let n = model.layout(&model.blocks()).total as u64;
+    assert_eq!(r.memory.len(), 2);
+    for u in &r.memory {
+        println!("{u:?}");
+        assert_eq!(
+            u.current.model_state(),
+            16 * n,
+            "P + G + K = 16 bytes per element"
+        );
+        assert!(u.peak.activations > 0 && u.peak.staging > 0);
+        assert!(u.peak_total >= u.current.total());
+    }
+    print!("{}", triaxis::memory::table(&r.memory));
+}
