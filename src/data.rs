@@ -259,6 +259,19 @@ impl Batcher {
         }
     }
 
+    /// The data cursor: the generator state after the batches drawn so far.
+    pub fn state(&self) -> u64 {
+        self.rng.state()
+    }
+
+    /// A batcher at a cursor from [`Batcher::state`]: it draws exactly the batches the saved
+    /// one would have drawn next.
+    pub fn from_state(state: u64) -> Self {
+        Batcher {
+            rng: Rng::from_state(state),
+        }
+    }
+
     /// Like [`Batcher::next`], but each window starts at one of `starts` (any offset if empty).
     pub fn next_from(
         &mut self,

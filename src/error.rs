@@ -29,6 +29,10 @@ pub enum Error {
         step: usize,
         msg: String,
     },
+    /// A checkpoint that cannot be written, read or used; `msg` says what is wrong and what
+    /// to do about it.
+    #[error("checkpoint {path}: {msg}")]
+    Checkpoint { path: String, msg: String },
     #[error("i/o error on {path}: {source}")]
     Io {
         path: String,

@@ -11,6 +11,7 @@
 //!            explicit forward/backward pair; a stage owns any contiguous range of blocks
 //! data       built-in addition corpus and byte-level text files; seeded batches; dataset version
 //! train      one-device training loop: microbatch accumulation, clipping, AdamW
+//! checkpoint params + Adam moments + step + data cursor in one safetensors file, written atomically
 //! record     the run record: config, adapter, shader hashes, dataset version, losses, checksum
 //! ```
 //!
@@ -18,6 +19,7 @@
 //! accumulation over microbatches costs nothing extra. The CPU twin of the whole model
 //! (`model::cpu`) replays the same arithmetic on the host for tests.
 
+pub mod checkpoint;
 pub mod collective;
 pub mod cost;
 pub mod cpu;

@@ -8,6 +8,15 @@ impl Rng {
     pub fn new(seed: u64) -> Self {
         Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
     }
+    /// The whole generator state: `Rng::from_state(r.state())` continues `r`'s stream exactly
+    /// (a checkpoint saves it as the data cursor).
+    pub fn state(&self) -> u64 {
+        self.0
+    }
+    /// A generator at a state taken from [`Rng::state`] (not a seed: see [`Rng::new`]).
+    pub fn from_state(state: u64) -> Self {
+        Rng(state)
+    }
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;

@@ -1,0 +1,528 @@
+//! Checkpoints: the whole training state of one model — parameters, AdamW moments, the step
+//! count and the data cursor — in one [safetensors](https://github.com/huggingface/safetensors)
+//! file, so any safetensors reader can open the weights.
+//!
+//! ```text
+//! | u64 n | header: n bytes of JSON, space-padded to 8 | tensor bytes (f32, little-endian) |
+//! header: "__metadata__": { format, model, train, step, data_cursor, layout,
+//!                           dataset_version, sha256 }      (all strings)
+//!         "param/<name>", "adam_m/<name>", "adam_v/<name>": { dtype F32, full shape, offsets }
+//! data:   every param/… tensor in layout order, then every adam_m/…, then every adam_v/…
+//! ```
+//!
+//! The flat layout is `model.layout(&model.blocks())`; its alignment padding is zero and not
+//! stored. `sha256` hashes, in the data order above, each tensor's name and bytes (each
+//! length-prefixed), and is verified on load. The header is written in a fixed key order, so
+//! the same state always gives the same file, byte for byte.
+//!
+//! [`Checkpoint::save`] is atomic: it writes `<name>.tmp-<pid>` in the target's directory,
+//! flushes and syncs it, then renames it over the target; on any failure the temporary file is
+//! removed and a checkpoint already at the target is left untouched. [`Checkpoint::load`]
+//! answers every damaged or foreign file with [`Error::Checkpoint`] naming the file and the
+//! problem.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use safetensors::{Dtype, SafeTensorError, SafeTensors};
+use sha2::{Digest, Sha256};
+
+use crate::data::hex;
+use crate::error::{Error, Result};
+use crate::model::GptConfig;
+use crate::params::Layout;
+
+/// The `format` metadata value of this version of the file format.
+pub const FORMAT: &str = "triaxis-checkpoint-v1";
+
+/// Name prefixes of the three stored copies of the layout, in data order.
+pub const KINDS: [&str; 3] = ["param", "adam_m", "adam_v"];
+
+/// The safetensors reader's limit on the header length.
+const MAX_HEADER: u64 = 100_000_000;
+
+/// The training state of one model, as saved between steps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checkpoint {
+    pub model: GptConfig,
+    /// The `TrainConfig` as JSON (for the record and mismatch messages).
+    pub train: serde_json::Value,
+    /// Optimizer steps completed: training resumes at this step index.
+    pub step: usize,
+    /// The one-device flat layout `model.layout(&model.blocks())` (padding zero).
+    pub params: Vec<f32>,
+    /// AdamW first and second moments, same layout.
+    pub m: Vec<f32>,
+    pub v: Vec<f32>,
+    /// `Batcher::state()` after the last consumed batch.
+    pub data_cursor: u64,
+    /// The parallel layout it was written under, e.g. "dp=2 tp=1 pp=2 zero=0 schedule=1f1b m=4 v=1".
+    pub layout: String,
+    pub dataset_version: String,
+}
+
+fn fail(path: &Path, msg: impl Into<String>) -> Error {
+    Error::Checkpoint {
+        path: path.display().to_string(),
+        msg: msg.into(),
+    }
+}
+
+/// `x` as little-endian bytes (borrowed on little-endian hosts).
+fn le_bytes(x: &[f32]) -> Cow<'_, [u8]> {
+    if cfg!(target_endian = "little") {
+        Cow::Borrowed(bytemuck::cast_slice(x))
+    } else {
+        Cow::Owned(x.iter().flat_map(|v| v.to_le_bytes()).collect())
+    }
+}
+
+/// Adds one stored tensor (name and bytes, each length-prefixed) to the checksum.
+fn hash_tensor(h: &mut Sha256, name: &str, bytes: &[u8]) {
+    h.update((name.len() as u64).to_le_bytes());
+    h.update(name.as_bytes());
+    h.update((bytes.len() as u64).to_le_bytes());
+    h.update(bytes);
+}
+
+impl Checkpoint {
+    /// The three flat buffers in data order ([`KINDS`]).
+    fn flats(&self) -> [&[f32]; 3] {
+        [&self.params, &self.m, &self.v]
+    }
+
+    /// Writes the checkpoint to `path` atomically (see the module doc), creating the parent
+    /// directory if missing.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        self.model
+            .validate()
+            .map_err(|e| fail(path, format!("cannot save an invalid model: {e}")))?;
+        let layout = self.model.layout(&self.model.blocks());
+        for (kind, flat) in KINDS.iter().zip(self.flats()) {
+            if flat.len() != layout.total {
+                return Err(fail(
+                    path,
+                    format!(
+                        "cannot save: {kind} holds {} values but the model's one-device layout needs {}: pass the flat buffers of {:?}",
+                        flat.len(),
+                        layout.total,
+                        self.model
+                    ),
+                ));
+            }
+        }
+        // (stored name, shape, bytes) in data order, and the checksum over them
+        let mut tensors = Vec::with_capacity(3 * layout.tensors.len());
+        let mut h = Sha256::new();
+        for (kind, flat) in KINDS.iter().zip(self.flats()) {
+            for t in &layout.tensors {
+                let name = format!("{kind}/{}", t.name);
+                let bytes = le_bytes(&flat[t.offset..t.offset + t.len]);
+                hash_tensor(&mut h, &name, &bytes);
+                tensors.push((name, &t.shape, bytes));
+            }
+        }
+        let model = serde_json::to_string(&self.model)
+            .map_err(|e| fail(path, format!("cannot encode the model: {e}")))?;
+        let meta: BTreeMap<&str, String> = [
+            ("format", FORMAT.to_string()),
+            ("model", model),
+            ("train", self.train.to_string()),
+            ("step", self.step.to_string()),
+            ("data_cursor", self.data_cursor.to_string()),
+            ("layout", self.layout.clone()),
+            ("dataset_version", self.dataset_version.clone()),
+            ("sha256", format!("sha256:{}", hex(&h.finalize()))),
+        ]
+        .into_iter()
+        .collect();
+        // the header: a map with sorted keys (BTreeMap), so the bytes are always the same
+        let mut header = BTreeMap::new();
+        header.insert("__metadata__".to_string(), serde_json::json!(meta));
+        let mut offset = 0usize;
+        for (name, shape, bytes) in &tensors {
+            let end = offset + bytes.len();
+            header.insert(
+                name.clone(),
+                serde_json::json!({ "dtype": "F32", "shape": shape, "data_offsets": [offset, end] }),
+            );
+            offset = end;
+        }
+        let mut head = serde_json::to_vec(&header)
+            .map_err(|e| fail(path, format!("cannot encode the header: {e}")))?;
+        head.resize(head.len().next_multiple_of(8), b' ');
+        write_atomic(path, |w| {
+            w.write_all(&(head.len() as u64).to_le_bytes())?;
+            w.write_all(&head)?;
+            tensors.iter().try_for_each(|(_, _, b)| w.write_all(b))
+        })
+    }
+
+    /// Reads and verifies the checkpoint at `path` (see the module doc for what is checked).
+    pub fn load(path: &Path) -> Result<Checkpoint> {
+        let bytes = std::fs::read(path).map_err(|e| {
+            let hint = match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    "the file does not exist: check the path, or start a new run without resuming"
+                }
+                _ => "the file cannot be read: check its permissions and that it is a file",
+            };
+            fail(path, format!("{hint} ({e})"))
+        })?;
+        decode(path, &bytes)
+    }
+
+    /// [`Checkpoint::load`], then [`Checkpoint::check_model`] against `model`, naming the file.
+    pub fn load_for(path: &Path, model: &GptConfig) -> Result<Checkpoint> {
+        let ck = Checkpoint::load(path)?;
+        ck.model_mismatch(model)
+            .map_or(Ok(ck), |msg| Err(fail(path, msg)))
+    }
+
+    /// Checks the checkpoint fits `model` (same GptConfig), naming every differing field.
+    pub fn check_model(&self, model: &GptConfig) -> Result<()> {
+        match self.model_mismatch(model) {
+            None => Ok(()),
+            Some(msg) => Err(Error::Checkpoint {
+                path: format!("at step {}", self.step),
+                msg,
+            }),
+        }
+    }
+
+    fn model_mismatch(&self, model: &GptConfig) -> Option<String> {
+        let (a, b) = (&self.model, model);
+        let fields = [
+            ("vocab", a.vocab, b.vocab),
+            ("ctx", a.ctx, b.ctx),
+            ("channels", a.channels, b.channels),
+            ("heads", a.heads, b.heads),
+            ("layers", a.layers, b.layers),
+        ];
+        let diffs: Vec<String> = fields
+            .iter()
+            .filter(|(_, x, y)| x != y)
+            .map(|(name, x, y)| format!("{name}: checkpoint {x}, this run {y}"))
+            .collect();
+        (!diffs.is_empty()).then(|| {
+            format!(
+                "was written for a different model ({}): resume with the checkpoint's model settings, or start a new run without resuming",
+                diffs.join("; ")
+            )
+        })
+    }
+
+    /// Checks the checkpoint was written for the dataset `version`: the data cursor means
+    /// nothing in other data.
+    pub fn check_dataset(&self, version: &str) -> Result<()> {
+        if self.dataset_version == version {
+            return Ok(());
+        }
+        Err(Error::Checkpoint {
+            path: format!("at step {}", self.step),
+            msg: format!(
+                "was written for dataset {} but this run's data is {version}: resume with the same data, or start a new run",
+                self.dataset_version
+            ),
+        })
+    }
+
+    /// The top-level fields of the training configuration that differ from `train`, as
+    /// "key: checkpoint X, this run Y" (for a resume message; an empty list when equal).
+    pub fn train_differences(&self, train: &serde_json::Value) -> Vec<String> {
+        let null = serde_json::Value::Null;
+        match (self.train.as_object(), train.as_object()) {
+            (Some(a), Some(b)) => {
+                let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+                keys.into_iter()
+                    .filter_map(|k| {
+                        let (x, y) = (a.get(k).unwrap_or(&null), b.get(k).unwrap_or(&null));
+                        (x != y).then(|| format!("{k}: checkpoint {x}, this run {y}"))
+                    })
+                    .collect()
+            }
+            _ if self.train == *train => Vec::new(),
+            _ => vec![format!(
+                "train: checkpoint {}, this run {train}",
+                self.train
+            )],
+        }
+    }
+}
+
+/// Writes through `body` into `<name>.tmp-<pid>` beside `path`, syncs, renames over `path`.
+fn write_atomic(
+    path: &Path,
+    body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>,
+) -> Result<()> {
+    let name = path.file_name().ok_or_else(|| {
+        fail(
+            path,
+            "the path names no file: give one such as runs/model.safetensors",
+        )
+    })?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(dir).map_err(|e| {
+        fail(
+            path,
+            format!(
+                "cannot create the directory {} ({e}): choose a writable location",
+                dir.display()
+            ),
+        )
+    })?;
+    let mut tmp_name = name.to_os_string();
+    tmp_name.push(format!(".tmp-{}", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(|e| {
+            fail(
+                path,
+                format!(
+                    "cannot create the temporary file {} ({e}): choose a writable location; nothing was changed",
+                    tmp.display()
+                ),
+            )
+        })?;
+    let written = (|| {
+        let mut w = BufWriter::new(&file);
+        body(&mut w)?;
+        w.flush()?;
+        drop(w);
+        file.sync_all()
+    })();
+    drop(file);
+    let result = written
+        .map_err(|e| {
+            fail(
+                path,
+                format!(
+                    "writing failed ({e}): free disk space or choose another location; an existing checkpoint is untouched"
+                ),
+            )
+        })
+        .and_then(|()| {
+            std::fs::rename(&tmp, path).map_err(|e| {
+                fail(
+                    path,
+                    format!(
+                        "cannot replace the target ({e}): the path must name a file, not a directory; an existing checkpoint is untouched"
+                    ),
+                )
+            })
+        });
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    } else if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all(); // make the rename durable where the platform allows
+    }
+    result
+}
+
+/// The length of tensor data a header describes (the largest end offset), if it parses.
+fn described_data_len(header: &[u8]) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_slice(header).ok()?;
+    v.as_object()?
+        .iter()
+        .filter(|(k, _)| k.as_str() != "__metadata__")
+        .filter_map(|(_, t)| t.get("data_offsets")?.get(1)?.as_u64())
+        .max()
+}
+
+/// Parses and verifies a whole checkpoint file.
+fn decode(path: &Path, bytes: &[u8]) -> Result<Checkpoint> {
+    let f = |msg: String| fail(path, msg);
+    const EARLIER: &str = "use an earlier checkpoint";
+    if bytes.is_empty() {
+        return Err(f(format!(
+            "the file is empty (0 bytes): an interrupted copy or a full disk? {EARLIER}"
+        )));
+    }
+    let Some(n) = bytes.get(..8) else {
+        return Err(f(format!(
+            "the file is truncated: {} bytes, shorter than the 8-byte safetensors header length; {EARLIER}",
+            bytes.len()
+        )));
+    };
+    let n = u64::from_le_bytes([n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7]]);
+    if n > MAX_HEADER {
+        return Err(f(format!(
+            "not a safetensors file: its first 8 bytes give a header of {n} bytes; is this a checkpoint written by triaxis?"
+        )));
+    }
+    let have = bytes.len() as u64 - 8;
+    if n > have {
+        return Err(f(format!(
+            "the file is truncated: its header needs {n} bytes but only {have} follow the length; {EARLIER}"
+        )));
+    }
+    let st = SafeTensors::deserialize(bytes).map_err(|e| match e {
+        SafeTensorError::MetadataIncompleteBuffer => {
+            let want = described_data_len(&bytes[8..8 + n as usize])
+                .map_or("a different number of".into(), |d| d.to_string());
+            f(format!(
+                "the file is truncated or extended: its header describes {want} bytes of tensor data but {} follow it; {EARLIER}",
+                have - n
+            ))
+        }
+        SafeTensorError::InvalidHeader(_)
+        | SafeTensorError::InvalidHeaderDeserialization(_)
+        | SafeTensorError::HeaderTooSmall
+        | SafeTensorError::InvalidHeaderLength => f(format!(
+            "the header does not parse as safetensors ({e:?}): the file is damaged or not a checkpoint; {EARLIER}"
+        )),
+        e => f(format!(
+            "not a valid safetensors file ({e:?}): the file is damaged or not a checkpoint; {EARLIER}"
+        )),
+    })?;
+    let (_, header) = SafeTensors::read_metadata(bytes)
+        .map_err(|e| f(format!("the header cannot be read ({e:?})")))?;
+    let meta = header.metadata().clone().unwrap_or_default();
+    let get = |key: &str| {
+        meta.get(key).map(String::as_str).ok_or_else(|| {
+            f(format!(
+                "the metadata key `{key}` is missing: the file was not written by triaxis or is damaged; {EARLIER}"
+            ))
+        })
+    };
+    let format = meta.get("format").map(String::as_str);
+    if format != Some(FORMAT) {
+        return Err(f(format!(
+            "format is {}, expected {FORMAT:?}: a plain safetensors file, or one from another program or version",
+            format.map_or("missing".into(), |s| format!("{s:?}"))
+        )));
+    }
+    let model: GptConfig = serde_json::from_str(get("model")?).map_err(|e| {
+        f(format!(
+            "the metadata `model` is not a GPT configuration ({e}); {EARLIER}"
+        ))
+    })?;
+    model
+        .validate()
+        .map_err(|e| f(format!("the metadata `model` is unusable: {e}")))?;
+    // the layout below is as large as the model: bound it by the file first (no overflow, no
+    // huge allocation from a damaged header)
+    let fits = [
+        model.vocab.checked_mul(model.channels),
+        model.ctx.checked_mul(model.channels),
+        model.channels.checked_mul(model.channels),
+    ]
+    .iter()
+    .all(|x| x.is_some_and(|x| x <= bytes.len()))
+        && model.layers <= st.len() / 3;
+    if !fits {
+        return Err(f(format!(
+            "the metadata model {model:?} is far larger than the file's {} bytes: the header is damaged; {EARLIER}",
+            bytes.len()
+        )));
+    }
+    let number = |key: &str| -> Result<u64> {
+        let s = get(key)?;
+        s.parse::<u64>().map_err(|_| {
+            f(format!(
+                "the metadata `{key}` = {s:?} is not a non-negative integer: the file is damaged; {EARLIER}"
+            ))
+        })
+    };
+    let step = usize::try_from(number("step")?)
+        .map_err(|_| f("the metadata `step` does not fit this platform's usize".into()))?;
+    let data_cursor = number("data_cursor")?;
+    let train: serde_json::Value = serde_json::from_str(get("train")?)
+        .map_err(|e| f(format!("the metadata `train` is not JSON ({e}); {EARLIER}")))?;
+    let (layout_name, dataset_version) = (get("layout")?.to_string(), get("dataset_version")?);
+    let stored_sha = get("sha256")?;
+
+    let layout: Layout = model.layout(&model.blocks());
+    let expected: std::collections::HashSet<String> = KINDS
+        .iter()
+        .flat_map(|k| {
+            layout
+                .tensors
+                .iter()
+                .map(move |t| format!("{k}/{}", t.name))
+        })
+        .collect();
+    let mut extra: Vec<&str> = st
+        .names()
+        .into_iter()
+        .filter(|n| !expected.contains(*n))
+        .collect();
+    if !extra.is_empty() {
+        extra.sort_unstable();
+        extra.truncate(5);
+        return Err(f(format!(
+            "unexpected tensors for the model {model:?}: {}: the file is not a triaxis checkpoint of this format",
+            extra.join(", ")
+        )));
+    }
+    // every tensor present, F32 and of the layout's shape before anything is allocated: the
+    // safetensors reader checked the shapes against the file's length, so this bounds memory
+    let mut views = Vec::with_capacity(3 * layout.tensors.len());
+    for kind in KINDS {
+        for t in &layout.tensors {
+            let name = format!("{kind}/{}", t.name);
+            let view = st.tensor(&name).map_err(|_| {
+                f(format!(
+                    "the tensor `{name}` is missing: the file is incomplete or damaged; {EARLIER}"
+                ))
+            })?;
+            if view.dtype() != Dtype::F32 {
+                return Err(f(format!(
+                    "the tensor `{name}` is {:?}, expected F32: not a triaxis checkpoint",
+                    view.dtype()
+                )));
+            }
+            if view.shape() != t.shape.as_slice() {
+                return Err(f(format!(
+                    "the tensor `{name}` has shape {:?} but the model {model:?} in the metadata needs {:?}: the file is inconsistent; {EARLIER}",
+                    view.shape(),
+                    t.shape
+                )));
+            }
+            views.push((name, t, view));
+        }
+    }
+    let mut h = Sha256::new();
+    let mut flats = [
+        vec![0.0f32; layout.total],
+        vec![0.0f32; layout.total],
+        vec![0.0f32; layout.total],
+    ];
+    let per_kind = layout.tensors.len();
+    for (i, (name, t, view)) in views.iter().enumerate() {
+        let data = view.data();
+        hash_tensor(&mut h, name, data);
+        let dst = &mut flats[i / per_kind][t.offset..t.offset + t.len];
+        for (d, b) in dst.iter_mut().zip(data.chunks_exact(4)) {
+            *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+    }
+    let sha = format!("sha256:{}", hex(&h.finalize()));
+    if sha != stored_sha {
+        return Err(f(format!(
+            "checksum mismatch: the metadata says {stored_sha} but the tensor bytes hash to {sha}: the file is corrupted; {EARLIER}"
+        )));
+    }
+    let [params, m, v] = flats;
+    Ok(Checkpoint {
+        model,
+        train,
+        step,
+        params,
+        m,
+        v,
+        data_cursor,
+        layout: layout_name,
+        dataset_version: dataset_version.to_string(),
+    })
+}
