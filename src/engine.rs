@@ -10,6 +10,9 @@
 //!   checks loss and gradients are finite ─▶ all-reduce per (stage, tp rank) ─▶ AdamW
 //! ```
 //!
+//! With a ZeRO stage (dp > 1, tp = pp = 1) the steps run on a [`Zero`] group instead: the same
+//! batches, the same state in the one-device layout, sharded as the stage says.
+//!
 //! One device is the degenerate layout (dp = tp = pp = 1): one pipeline stage, one rank, the
 //! same bits as [`crate::train::Trainer`].
 
@@ -18,7 +21,9 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::mesh::{Coords, Mesh};
 use crate::model::Block;
+use crate::parallel::data::DpOptions;
 use crate::parallel::hybrid::DpPipeline;
+use crate::parallel::zero::Zero;
 use crate::pipeline::executor::{Fault, Options};
 use crate::pipeline::partition::Balance;
 use crate::pipeline::simulate::Link;
@@ -85,12 +90,18 @@ pub struct StepCosts {
     pub wall: f64,
 }
 
+/// What runs the steps: replicas of tensor-parallel pipelines, or a ZeRO group.
+enum Inner {
+    Pipe(DpPipeline),
+    Zero(Box<Zero>),
+}
+
 /// A model trained under one layout.
 pub struct Engine {
     pub mesh: Mesh,
     pub cfg: TrainConfig,
     pub opts: EngineOptions,
-    inner: DpPipeline,
+    inner: Inner,
     schedule: Schedule,
     placement: Vec<Placement>,
 }
@@ -109,13 +120,6 @@ impl Engine {
                 cfg.grad_accum, mesh.microbatches
             )));
         }
-        if mesh.zero > 0 {
-            return Err(Error::Config(format!(
-                "ZeRO stage {} is not available in the layout engine yet; use --zero 0 (the \
-                 data-parallel example runs ZeRO on its own)",
-                mesh.zero
-            )));
-        }
         let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
         let popts = Options {
             tp: mesh.tp,
@@ -125,20 +129,33 @@ impl Engine {
             recv_timeout: opts.recv_timeout,
             ..Options::default()
         };
-        let mut inner = DpPipeline::new(
-            gpus,
-            mesh.dp,
-            cfg.clone(),
-            schedule.clone(),
-            &Balance::Params,
-            popts,
-        )?;
-        inner.link = opts.link.clone();
+        let inner = if mesh.zero > 0 {
+            let dpo = DpOptions {
+                link: opts.link.clone(),
+                ..DpOptions::default()
+            };
+            Inner::Zero(Box::new(Zero::new(gpus, cfg.clone(), dpo, mesh.zero)?))
+        } else {
+            let mut p = DpPipeline::new(
+                gpus,
+                mesh.dp,
+                cfg.clone(),
+                schedule.clone(),
+                &Balance::Params,
+                popts,
+            )?;
+            p.link = opts.link.clone();
+            Inner::Pipe(p)
+        };
+        let stages = match &inner {
+            Inner::Pipe(p) => p.pipes[0].stages.clone(),
+            Inner::Zero(_) => vec![cfg.model.blocks()],
+        };
         let placement = (0..mesh.devices())
             .map(|d| {
                 let c = mesh.coords(d);
                 let blocks: Vec<String> = (0..mesh.chunks)
-                    .flat_map(|k| inner.pipes[0].stages[schedule.stage(c.stage, k)].clone())
+                    .flat_map(|k| stages[schedule.stage(c.stage, k)].clone())
                     .map(|b| match b {
                         Block::Embedding => "emb".to_string(),
                         Block::Layer(l) => format!("h{l}"),
@@ -176,9 +193,26 @@ impl Engine {
     /// One optimizer step, index `s` (sets the learning rate and Adam's bias correction).
     pub fn step(&mut self, batches: &[(Vec<u32>, Vec<u32>)], s: usize) -> Result<StepCosts> {
         let t0 = std::time::Instant::now();
-        let stats = self.inner.step(batches, s)?;
+        let inner = match &mut self.inner {
+            Inner::Zero(z) => {
+                let r = z.step(batches, s)?;
+                return Ok(StepCosts {
+                    stats: r.stats,
+                    bubble: None,
+                    bubble_theory: None,
+                    device_step: 0.0,
+                    dp_bytes: r.bytes_per_rank.iter().copied().max().unwrap_or(0),
+                    dp_comm: r.comm_link,
+                    tp_bytes: 0,
+                    tp_comm: 0.0,
+                    wall: t0.elapsed().as_secs_f64(),
+                });
+            }
+            Inner::Pipe(p) => p,
+        };
+        let stats = inner.step(batches, s)?;
         let wall = t0.elapsed().as_secs_f64();
-        let rep = &self.inner.reports[0];
+        let rep = &inner.reports[0];
         let tokens = self.cfg.tokens_per_step();
         let (bubble, bubble_theory, device_step) = if self.mesh.pp > 1 {
             let sum = summarize(&self.schedule, rep, &self.opts.link, tokens)?;
@@ -186,9 +220,9 @@ impl Engine {
         } else {
             (None, None, rep.events.iter().map(|e| e.compute).sum())
         };
-        let dp = self.inner.ledger.for_step(s);
+        let dp = inner.ledger.for_step(s);
         let (mut tp_bytes, mut tp_comm) = (0u64, 0.0f64);
-        for c in self.inner.pipes[0].tp_comm() {
+        for c in inner.pipes[0].tp_comm() {
             let l: Ledger = c.ledger.for_step(s);
             tp_bytes = tp_bytes.max(l.sent_by_rank(self.mesh.tp).into_iter().max().unwrap_or(0));
             tp_comm += l.link_clock();
@@ -206,22 +240,28 @@ impl Engine {
         })
     }
 
-    /// Parameters and AdamW moments in the one-device layout (replica 0's; all replicas hold
-    /// the same bits).
+    /// Parameters and AdamW moments in the one-device layout (replica 0's, or assembled from
+    /// the ZeRO shards; all replicas hold the same bits).
     pub fn state(&self) -> Result<ModelState> {
-        self.inner.pipes[0].state()
+        match &self.inner {
+            Inner::Pipe(p) => p.pipes[0].state(),
+            Inner::Zero(z) => z.state(),
+        }
     }
 
-    /// Loads a state (from any layout) into every replica, stage and tensor rank.
+    /// Loads a state (from any layout) into every replica, stage, tensor rank or shard.
     pub fn set_state(&self, st: &ModelState) -> Result<()> {
-        for p in &self.inner.pipes {
-            p.set_state(st)?;
+        match &self.inner {
+            Inner::Pipe(p) => p.pipes.iter().try_for_each(|x| x.set_state(st)),
+            Inner::Zero(z) => z.set_state(st),
         }
-        Ok(())
     }
 
     /// SHA-256 of the parameters in the one-device layout.
     pub fn checksum(&self) -> Result<String> {
-        self.inner.pipes[0].checksum()
+        match &self.inner {
+            Inner::Pipe(p) => p.pipes[0].checksum(),
+            Inner::Zero(z) => z.checksum(),
+        }
     }
 }

@@ -39,6 +39,7 @@ pub mod plot;
 pub mod progress;
 pub mod record;
 pub mod rng;
+pub mod session;
 pub mod train;
 
 pub use error::{Error, Result};

@@ -195,6 +195,17 @@ impl Mesh {
                 self.zero, self.dp
             ));
         }
+        if self.zero > 0 && (self.tp > 1 || self.pp > 1) {
+            return bad(format!(
+                "ZeRO stage {} runs over a plain data-parallel group here; sharding inside \
+                 tensor-parallel or pipeline stages (tp = {}, pp = {}) is not implemented; use \
+                 --tp 1 --pp 1 --dp {} with --zero, or --zero 0",
+                self.zero,
+                self.tp,
+                self.pp,
+                self.devices()
+            ));
+        }
         Ok(())
     }
 

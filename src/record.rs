@@ -89,6 +89,19 @@ pub struct RunRecord {
     /// Per device: bytes held at the end and the peak of each memory-ledger category
     /// (parameters, gradients, optimizer state, activations, comm staging) over the run.
     pub memory: Vec<Usage>,
+    /// The parallel layout, device placement and per-axis costs (bubble, communication).
+    pub parallel: Option<serde_json::Value>,
+    /// Where and why the run stopped early (absent when it finished).
+    pub stopped: Option<StopRecord>,
+}
+
+/// An early stop: the step that failed, the error (naming device, stage, action and step for
+/// worker failures) and the step of the last checkpoint, which is left intact.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StopRecord {
+    pub step: usize,
+    pub error: String,
+    pub last_checkpoint: Option<usize>,
 }
 
 impl RunRecord {

@@ -402,15 +402,23 @@ fn every_layout_trains_like_one_device_and_states_move_between_layouts() {
         reference,
         "1 device: bit-identical"
     );
-    for (dp, tp, pp) in [(2, 1, 1), (1, 1, 2), (2, 1, 2), (1, 2, 2), (2, 2, 1)] {
+    for (dp, tp, pp, zero) in [
+        (2, 1, 1, 0),
+        (1, 1, 2, 0),
+        (2, 1, 2, 0),
+        (1, 2, 2, 0),
+        (2, 2, 1, 0),
+        (2, 1, 1, 1),
+        (4, 1, 1, 2),
+        (2, 1, 1, 3),
+    ] {
         let n = dp * tp * pp;
-        let mut e = Engine::new(
-            &gpus[..n],
-            cfg(m / dp),
-            mesh(dp, tp, pp, m / dp),
-            EngineOptions::default(),
-        )
-        .unwrap_or_else(|e| panic!("dp={dp} tp={tp} pp={pp}: {e}"));
+        let layout = Mesh {
+            zero,
+            ..mesh(dp, tp, pp, m / dp)
+        };
+        let mut e = Engine::new(&gpus[..n], cfg(m / dp), layout, EngineOptions::default())
+            .unwrap_or_else(|e| panic!("dp={dp} tp={tp} pp={pp}: {e}"));
         assert_eq!(e.placement().len(), n);
         let mut last = None;
         for (s, b) in data.iter().enumerate() {
@@ -419,7 +427,7 @@ fn every_layout_trains_like_one_device_and_states_move_between_layouts() {
         let c = last.unwrap();
         let err = rel(&e.state().unwrap().params);
         println!(
-            "dp={dp} tp={tp} pp={pp}: ‖Δ‖/‖p‖ = {err:.2e}; bubble {:?} (theory {:?}), dp bytes {}, tp bytes {}",
+            "dp={dp} tp={tp} pp={pp} zero={zero}: ‖Δ‖/‖p‖ = {err:.2e}; bubble {:?} (theory {:?}), dp bytes {}, tp bytes {}",
             c.bubble, c.bubble_theory, c.dp_bytes, c.tp_bytes
         );
         assert!(err < 1e-5, "dp={dp} tp={tp} pp={pp}: {err:.2e}");
