@@ -10,8 +10,10 @@
 //!   checks loss and gradients are finite ─▶ all-reduce per (stage, tp rank) ─▶ AdamW
 //! ```
 //!
-//! With a ZeRO stage (dp > 1, tp = pp = 1) the steps run on a [`Zero`] group instead: the same
-//! batches, the same state in the one-device layout, sharded as the stage says.
+//! With a ZeRO stage and tp = pp = 1 the steps run on a [`Zero`] group instead (stages 1–3):
+//! the same batches, the same state in the one-device layout, sharded as the stage says. With
+//! tensor or pipeline stages, ZeRO-1 shards each stage's data-parallel group
+//! ([`crate::parallel::zero1`]).
 //!
 //! One device is the degenerate layout (dp = tp = pp = 1): one pipeline stage, one rank, the
 //! same bits as [`crate::train::Trainer`].
@@ -129,20 +131,22 @@ impl Engine {
             recv_timeout: opts.recv_timeout,
             ..Options::default()
         };
-        let inner = if mesh.zero > 0 {
+        let inner = if mesh.zero > 0 && mesh.tp == 1 && mesh.pp == 1 {
             let dpo = DpOptions {
                 link: opts.link.clone(),
                 ..DpOptions::default()
             };
             Inner::Zero(Box::new(Zero::new(gpus, cfg.clone(), dpo, mesh.zero)?))
         } else {
-            let mut p = DpPipeline::new(
+            // ZeRO-1 with tensor or pipeline stages: each stage's data-parallel group shards
+            let mut p = DpPipeline::with_zero(
                 gpus,
                 mesh.dp,
                 cfg.clone(),
                 schedule.clone(),
                 &Balance::Params,
                 popts,
+                mesh.zero,
             )?;
             p.link = opts.link.clone();
             Inner::Pipe(p)
@@ -244,7 +248,7 @@ impl Engine {
     /// the ZeRO shards; all replicas hold the same bits).
     pub fn state(&self) -> Result<ModelState> {
         match &self.inner {
-            Inner::Pipe(p) => p.pipes[0].state(),
+            Inner::Pipe(p) => p.state(),
             Inner::Zero(z) => z.state(),
         }
     }
@@ -252,7 +256,7 @@ impl Engine {
     /// Loads a state (from any layout) into every replica, stage, tensor rank or shard.
     pub fn set_state(&self, st: &ModelState) -> Result<()> {
         match &self.inner {
-            Inner::Pipe(p) => p.pipes.iter().try_for_each(|x| x.set_state(st)),
+            Inner::Pipe(p) => p.set_state(st),
             Inner::Zero(z) => z.set_state(st),
         }
     }

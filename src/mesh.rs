@@ -195,11 +195,12 @@ impl Mesh {
                 self.zero, self.dp
             ));
         }
-        if self.zero > 0 && (self.tp > 1 || self.pp > 1) {
+        if self.zero > 1 && (self.tp > 1 || self.pp > 1) {
             return bad(format!(
-                "ZeRO stage {} runs over a plain data-parallel group here; sharding inside \
-                 tensor-parallel or pipeline stages (tp = {}, pp = {}) is not implemented; use \
-                 --tp 1 --pp 1 --dp {} with --zero, or --zero 0",
+                "ZeRO stage {} with tensor-parallel or pipeline stages (tp = {}, pp = {}) is not \
+                 offered (as in DeepSpeed: a pipeline accumulates every microbatch's gradients \
+                 before reducing, so sharding them saves nothing); use --zero 1 with tp/pp, or \
+                 --tp 1 --pp 1 --dp {} for stages 2 and 3",
                 self.zero,
                 self.tp,
                 self.pp,

@@ -130,6 +130,18 @@ impl Buffers {
         }
     }
 
+    /// Parameters and gradients only: the AdamW moments live elsewhere (ZeRO-1 shards them
+    /// over a data-parallel group); `m` and `v` are one-element placeholders.
+    pub fn without_moments(gpu: &Gpu, layout: &Layout) -> Buffers {
+        Buffers {
+            layout: layout.clone(),
+            params: gpu.buffer_in(Category::Parameters, "params", layout.total),
+            grads: gpu.buffer_in(Category::Gradients, "grads", layout.total),
+            m: gpu.buffer_in(Category::OptimizerState, "adam.m (sharded elsewhere)", 1),
+            v: gpu.buffer_in(Category::OptimizerState, "adam.v (sharded elsewhere)", 1),
+        }
+    }
+
     /// The parameter view of `name`.
     pub fn p(&self, name: &str) -> Result<View> {
         let t = self.layout.get(name)?;

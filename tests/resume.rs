@@ -90,6 +90,7 @@ fn stop_and_resume_through_a_file_gives_the_same_bits() {
         ("one device", mesh(1, 1, 0, 2)),
         ("dp × pp = 2 × 2", mesh(2, 2, 0, 2)),
         ("ZeRO-3 over dp = 2", mesh(2, 1, 3, 2)),
+        ("ZeRO-1 inside dp × pp = 2 × 2", mesh(2, 2, 1, 2)),
     ] {
         let mut straight = Session::new(engine(&gpus, layout), &c, 1);
         straight.run_until(2 * k, |_, _| {}).unwrap();

@@ -17,12 +17,13 @@
 use crate::collective::{self, Algo, Ledger, Opts};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::optim::global_norm_sq;
+use crate::optim::{global_norm_sq, global_norm_sq_parts};
+use crate::parallel::zero1::ShardedGroup;
 use crate::pipeline::executor::{Options, Pipeline, StepReport};
 use crate::pipeline::partition::Balance;
 use crate::pipeline::simulate::Link;
 use crate::pipeline::Schedule;
-use crate::train::{StepStats, TrainConfig};
+use crate::train::{ModelState, StepStats, TrainConfig};
 
 pub struct DpPipeline {
     pub pipes: Vec<Pipeline>,
@@ -31,6 +32,9 @@ pub struct DpPipeline {
     pub ledger: Ledger,
     /// Each replica's report of the last step (events for the timeline and bubble).
     pub reports: Vec<StepReport>,
+    /// ZeRO-1: one sharded optimizer per (stage, tensor rank) data-parallel group; empty
+    /// without sharding.
+    pub zero1: Vec<ShardedGroup>,
     canonical: Vec<String>,
 }
 
@@ -46,6 +50,27 @@ impl DpPipeline {
         balance: &Balance,
         opts: Options,
     ) -> Result<DpPipeline> {
+        DpPipeline::with_zero(gpus, dp, cfg, schedule, balance, opts, 0)
+    }
+
+    /// Like [`DpPipeline::new`] with ZeRO stage `zero` over each (stage, tensor rank)'s
+    /// data-parallel group: 0 (none) or 1 (sharded optimizer state, [`ShardedGroup`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_zero(
+        gpus: &[Gpu],
+        dp: usize,
+        cfg: TrainConfig,
+        schedule: Schedule,
+        balance: &Balance,
+        opts: Options,
+        zero: usize,
+    ) -> Result<DpPipeline> {
+        if zero > 1 {
+            return Err(Error::Config(format!(
+                "ZeRO stage {zero} is not offered with pipeline or tensor-parallel stages (as in \
+                 DeepSpeed): use --zero 1 there, or --tp 1 --pp 1 for stages 2 and 3"
+            )));
+        }
         let (p, t) = (schedule.p, opts.tp);
         if dp == 0 || gpus.len() != dp * p * t {
             return Err(Error::Config(format!(
@@ -64,11 +89,20 @@ impl DpPipeline {
                     balance,
                     Options {
                         device_base: opts.device_base + r * per,
+                        external_optimizer: zero == 1,
                         ..opts.clone()
                     },
                 )
             })
             .collect::<Result<Vec<_>>>()?;
+        let mut zero1 = Vec::new();
+        if zero == 1 {
+            let models: Vec<Vec<_>> = pipes.iter().map(|p| p.stage_models()).collect();
+            for (i, &(stage, k, _)) in models[0].iter().enumerate() {
+                let group: Vec<_> = models.iter().map(|m| m[i].2).collect();
+                zero1.push(ShardedGroup::new(&group, stage, k)?);
+            }
+        }
         Ok(DpPipeline {
             canonical: cfg.model.canonical_names(),
             pipes,
@@ -76,7 +110,50 @@ impl DpPipeline {
             link: Link::nvlink(),
             ledger: Ledger::new(),
             reports: Vec::new(),
+            zero1,
         })
+    }
+
+    /// Parameters and AdamW moments in the one-device layout (replica 0's parameters; the
+    /// moments from their shards under ZeRO-1).
+    pub fn state(&self) -> Result<ModelState> {
+        if self.zero1.is_empty() {
+            return self.pipes[0].state();
+        }
+        let group = |stage: usize, k: usize| {
+            self.zero1
+                .iter()
+                .find(|g| g.stage == stage && g.tp_rank == k)
+                .ok_or_else(|| Error::Config(format!("no ZeRO-1 group for stage {stage}")))
+        };
+        let p0 = &self.pipes[0];
+        Ok(ModelState {
+            params: p0.gather_params()?,
+            m: p0.gather_with(|st, k, _| group(st, k)?.moments(false))?,
+            v: p0.gather_with(|st, k, _| group(st, k)?.moments(true))?,
+        })
+    }
+
+    /// Loads a state given in the one-device layout into every replica (and shard).
+    pub fn set_state(&self, st: &ModelState) -> Result<()> {
+        if self.zero1.is_empty() {
+            return self.pipes.iter().try_for_each(|p| p.set_state(st));
+        }
+        for p in &self.pipes {
+            p.scatter_with(&st.params, |_, _, m, local| {
+                m.gpu.upload(&m.buffers.params, &local)
+            })?;
+        }
+        for (second, src) in [(false, &st.m), (true, &st.v)] {
+            self.pipes[0].scatter_with(src, |stage, k, _, local| {
+                self.zero1
+                    .iter()
+                    .find(|g| g.stage == stage && g.tp_rank == k)
+                    .ok_or_else(|| Error::Config(format!("no ZeRO-1 group for stage {stage}")))?
+                    .set_moments(second, &local)
+            })?;
+        }
+        Ok(())
     }
 
     /// One step over `dp × m` microbatches: replica r takes the r-th contiguous share.
@@ -120,6 +197,9 @@ impl DpPipeline {
             self.reports.push(rep);
         }
         self.ledger.step = s;
+        if !self.zero1.is_empty() {
+            return self.step_zero1(loss, s);
+        }
         let stages: Vec<Vec<_>> = self.pipes.iter().map(|p| p.stage_grads()).collect();
         for st in 0..stages[0].len() {
             let gpus: Vec<Gpu> = stages.iter().map(|r| r[st].0.clone()).collect();
@@ -137,6 +217,41 @@ impl DpPipeline {
         let h = self.pipes[0].cfg.adam_at(s);
         for p in &self.pipes {
             p.apply(&h, norm_sq)?;
+        }
+        Ok(StepStats {
+            loss,
+            grad_norm: norm_sq.sqrt(),
+            lr: h.lr,
+        })
+    }
+
+    /// ZeRO-1: reduce-scatter each group's gradients, check and combine the norm from the
+    /// owned chunks, AdamW on each chunk, all-gather the parameters.
+    fn step_zero1(&mut self, loss: f32, s: usize) -> Result<StepStats> {
+        let mut parts = Vec::new();
+        for g in &self.zero1 {
+            g.reduce_scatter(&mut self.ledger, &self.link)?;
+            let p = g.parts_sq()?;
+            if let Some(bad) = p.iter().find(|x| !x.sq.is_finite()) {
+                return Err(Error::Worker {
+                    device: 0,
+                    stage: g.stage,
+                    action: "gradient check".into(),
+                    step: s,
+                    msg: format!(
+                        "the gradient of {} is not finite (Σg² = {}); stopping before the \
+                         optimizer step",
+                        bad.tensor, bad.sq
+                    ),
+                });
+            }
+            parts.extend(p);
+        }
+        let norm_sq = global_norm_sq_parts(&parts, &self.canonical);
+        let h = self.pipes[0].cfg.adam_at(s);
+        for g in &self.zero1 {
+            g.step(&h, norm_sq)?;
+            g.all_gather(&mut self.ledger, &self.link)?;
         }
         Ok(StepStats {
             loss,

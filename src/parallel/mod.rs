@@ -11,3 +11,4 @@ pub mod replica;
 pub mod shard;
 pub mod tensor;
 pub mod zero;
+pub mod zero1;

@@ -32,6 +32,7 @@ use super::schedule::{Action, Flow, Kind, Schedule};
 use super::validate::validate;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
+use crate::kernels::Op;
 use crate::model::{gpu_model::GpuModel, Block, GptConfig, Micro, TpRank};
 use crate::optim::{global_norm_sq, Optimizer};
 use crate::parallel::tensor::{self as tp, Pass, TpComm};
@@ -53,6 +54,10 @@ pub struct Options {
     pub tp: usize,
     /// Link model of the tensor-parallel all-reduces (inside a group).
     pub tp_link: Link,
+    /// The AdamW moments live elsewhere (sharded over a data-parallel group by
+    /// [`crate::parallel::hybrid::DpPipeline`] for ZeRO-1): allocate none here and build no
+    /// optimizer; [`Pipeline::apply`] and [`Pipeline::tensor_sq`] do nothing.
+    pub external_optimizer: bool,
     /// Global index of this pipeline's first GPU: errors name devices by `device_base + d·tp`
     /// (a data-parallel replica r of a dp × tp × pp layout sets r·pp·tp).
     pub device_base: usize,
@@ -68,6 +73,7 @@ impl Default for Options {
             tp: 1,
             tp_link: Link::nvlink(),
             device_base: 0,
+            external_optimizer: false,
         }
     }
 }
@@ -150,8 +156,10 @@ struct Chunk {
     blocks: Vec<Block>,
     /// Activation slot → one model per tensor-parallel rank (all ranks share the slot index).
     slots: Vec<Vec<GpuModel>>,
-    /// One optimizer per tensor-parallel rank.
+    /// One optimizer per tensor-parallel rank (none with an external optimizer).
     optims: Vec<Optimizer>,
+    /// Per tensor-parallel rank: sets its gradients to zero.
+    zero_ops: Vec<Op>,
     /// slot index holding each microbatch's activations.
     held: HashMap<usize, usize>,
     peak: usize,
@@ -221,8 +229,14 @@ impl Pipeline {
                 let local = cfg.model.layout_tp(blocks, t);
                 let mut rank_slots = Vec::with_capacity(t);
                 let mut optims = Vec::with_capacity(t);
+                let mut zero_ops = Vec::with_capacity(t);
                 for (r, gpu) in group.iter().enumerate() {
-                    let buffers = Buffers::new(gpu, &local);
+                    let buffers = if opts.external_optimizer {
+                        Buffers::without_moments(gpu, &local)
+                    } else {
+                        Buffers::new(gpu, &local)
+                    };
+                    zero_ops.push(crate::kernels::elementwise::fill(gpu, &buffers.grads, 0.0)?);
                     gpu.upload(&buffers.params, &shards[r])?;
                     let models = (0..held.max(1))
                         .map(|_| {
@@ -239,7 +253,9 @@ impl Pipeline {
                         })
                         .collect::<Result<Vec<_>>>()?;
                     rank_slots.push(models);
-                    optims.push(Optimizer::new(gpu, &buffers)?);
+                    if !opts.external_optimizer {
+                        optims.push(Optimizer::new(gpu, &buffers)?);
+                    }
                 }
                 // transpose rank → slot into slot → rank
                 let n_slots = rank_slots[0].len();
@@ -254,6 +270,7 @@ impl Pipeline {
                     blocks: blocks.clone(),
                     slots: per_slot,
                     optims,
+                    zero_ops,
                     held: HashMap::new(),
                     peak: 0,
                 });
@@ -345,6 +362,9 @@ impl Pipeline {
         let mut parts = Vec::new();
         for d in &self.devices {
             for c in &d.chunks {
+                if c.optims.is_empty() {
+                    continue;
+                }
                 let ranks = c
                     .optims
                     .iter()
@@ -407,8 +427,8 @@ impl Pipeline {
         for d in &mut self.devices {
             d.comm.ledger.step = s;
             for c in &d.chunks {
-                for o in &c.optims {
-                    o.zero_grads()?;
+                for (g, op) in d.gpus.iter().zip(&c.zero_ops) {
+                    g.run(std::slice::from_ref(op))?;
                 }
             }
         }
@@ -524,39 +544,33 @@ impl Pipeline {
     /// tensor-parallel rank (resharding through the flat views: any layout can resume any
     /// other's state).
     pub fn set_state(&self, st: &ModelState) -> Result<()> {
-        let full = self.cfg.model.layout(&self.cfg.model.blocks());
-        st.check(full.total)?;
-        let t = self.opts.tp;
-        for d in &self.devices {
-            for c in &d.chunks {
-                let layout = self.cfg.model.layout(&c.blocks);
-                for (which, src) in [(0, &st.params), (1, &st.m), (2, &st.v)] {
-                    let mut part = vec![0.0f32; layout.total];
-                    for x in &layout.tensors {
-                        part[x.offset..x.offset + x.len].copy_from_slice(full.slice(src, &x.name)?);
-                    }
-                    let shards = tp::shard(&self.cfg.model, &c.blocks, &part, t)?;
-                    for (m, shard) in c.slots[0].iter().zip(&shards) {
-                        let b = &m.buffers;
-                        let view = [&b.params, &b.m, &b.v][which];
-                        m.gpu.upload(view, shard)?;
-                    }
-                }
-            }
-        }
-        Ok(())
+        self.scatter(&st.params, |m, local| {
+            m.gpu.upload(&m.buffers.params, &local)
+        })?;
+        self.scatter(&st.m, |m, local| m.gpu.upload(&m.buffers.m, &local))?;
+        self.scatter(&st.v, |m, local| m.gpu.upload(&m.buffers.v, &local))
     }
 
     /// One per-parameter buffer (`pick` of each rank's [`Buffers`]) gathered into the
     /// one-device layout.
     fn gather(&self, pick: impl Fn(&Buffers) -> &View) -> Result<Vec<f32>> {
+        self.gather_with(|_, _, m| m.gpu.download(pick(&m.buffers)))
+    }
+
+    /// The one-device buffer assembled from `local(stage, tp rank, its model)`: each rank's
+    /// buffer in its local layout (`cfg.layout_tp(stage blocks, tp)`).
+    pub fn gather_with(
+        &self,
+        local: impl Fn(usize, usize, &GpuModel) -> Result<Vec<f32>>,
+    ) -> Result<Vec<f32>> {
         let full = self.cfg.model.layout(&self.cfg.model.blocks());
         let mut flat = vec![0.0f32; full.total];
         for d in &self.devices {
             for c in &d.chunks {
                 let ranks = c.slots[0]
                     .iter()
-                    .map(|m| m.gpu.download(pick(&m.buffers)))
+                    .enumerate()
+                    .map(|(r, m)| local(c.stage, r, m))
                     .collect::<Result<Vec<Vec<f32>>>>()?;
                 let part = tp::gather(&self.cfg.model, &c.blocks, &ranks)?;
                 let layout = self.cfg.model.layout(&c.blocks);
@@ -567,6 +581,60 @@ impl Pipeline {
             }
         }
         Ok(flat)
+    }
+
+    /// The inverse of [`Pipeline::gather_with`]: `src` in the one-device layout cut into every
+    /// (stage, tensor rank)'s local buffer, handed to `put(its model, local buffer)`.
+    pub fn scatter_with(
+        &self,
+        src: &[f32],
+        mut put: impl FnMut(usize, usize, &GpuModel, Vec<f32>) -> Result<()>,
+    ) -> Result<()> {
+        let full = self.cfg.model.layout(&self.cfg.model.blocks());
+        if src.len() != full.total {
+            return Err(Error::Config(format!(
+                "a model state buffer has {} elements but the model layout needs {}",
+                src.len(),
+                full.total
+            )));
+        }
+        for d in &self.devices {
+            for c in &d.chunks {
+                let layout = self.cfg.model.layout(&c.blocks);
+                let mut part = vec![0.0f32; layout.total];
+                for x in &layout.tensors {
+                    part[x.offset..x.offset + x.len].copy_from_slice(full.slice(src, &x.name)?);
+                }
+                let shards = tp::shard(&self.cfg.model, &c.blocks, &part, self.opts.tp)?;
+                for (r, (m, shard)) in c.slots[0].iter().zip(shards).enumerate() {
+                    put(c.stage, r, m, shard)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn scatter(
+        &self,
+        src: &[f32],
+        mut put: impl FnMut(&GpuModel, Vec<f32>) -> Result<()>,
+    ) -> Result<()> {
+        self.scatter_with(src, |_, _, m, local| put(m, local))
+    }
+
+    /// Each (stage, tensor-parallel rank)'s model (rank 0 slot), in stage then rank order —
+    /// the order of [`Pipeline::stage_grads`].
+    pub fn stage_models(&self) -> Vec<(usize, usize, &GpuModel)> {
+        let mut out = Vec::new();
+        for d in &self.devices {
+            for c in &d.chunks {
+                for (r, m) in c.slots[0].iter().enumerate() {
+                    out.push((c.stage, r, m));
+                }
+            }
+        }
+        out.sort_by_key(|x| (x.0, x.1));
+        out
     }
 
     /// SHA-256 of the gathered parameters: equal to one device's checksum iff bit-identical.
