@@ -142,7 +142,7 @@ struct Cli {
     #[arg(long, default_value = "nvlink")]
     link: String,
     /// --validate: measured steps per layout after one warm-up (medians are reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     steps: usize,
     /// --validate: wgpu backend (vulkan, gl, …); default from WGPU_BACKEND.
     #[arg(long)]
@@ -585,11 +585,8 @@ fn print_rows(rows: &[Row], conv: &Conventions, model: &GptConfig, steps: usize)
         "  (*: replica 0's device-clock schedule while the dp replicas ran at once on the shared cores; meas times one replica alone)"
     );
     println!(
-        "\n  {:<38} {:<28} {:<21} {}",
-        "bytes per device per step, MB",
-        "DP all-reduce",
-        "TP all-reduces",
-        "model state (16 B/param)"
+        "\n  {:<38} {:<28} {:<21} model state (16 B/param)",
+        "bytes per device per step, MB", "DP all-reduce", "TP all-reduces"
     );
     println!(
         "  {:<38} {:>6} {:>6} {:>6} {:>5}   {:>6} {:>6} {:>5}   {:>6} {:>6} {:>5}",

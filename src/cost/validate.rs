@@ -11,6 +11,7 @@
 //!               dp bytes      Σ over its stages' gradient buffers of the ring all-reduce volume
 //!               tp bytes      4 · m · layers · 2(t−1)/t · b·T·C·4  (2 + 2 all-reduces per layer)
 //! measure     the layout trained on the engine, one device at a time: device-clock medians
+//!             ([`measure`](measure::measure), its own file)
 //! compare     prediction beside measurement (ratio measured / predicted); exact ledgers or not
 //! ```
 //!
@@ -30,17 +31,14 @@ use super::pipeline::Schedule as CostSchedule;
 use super::plan::{Candidate, Plan};
 use super::positive;
 use crate::collective::{ring_all_reduce_bytes, ring_all_reduce_rank_bytes};
-use crate::cpu::AdamW;
-use crate::data::{Batcher, Corpus};
-use crate::engine::{Engine, EngineOptions};
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
 use crate::mesh::Mesh;
-use crate::model::Micro;
 use crate::model::{Block, GptConfig};
 use crate::pipeline::partition::{stage_blocks, Balance};
 use crate::pipeline::{Link as PipeLink, Schedule, ScheduleKind};
-use crate::train::TrainConfig;
+
+pub mod measure;
+pub use measure::{measure, median, train_config, Measured};
 
 /// Bytes of model state per parameter in f32 Adam: params, grads, m, v (P=4, G=4, K=8).
 pub const STATE_BYTES_PER_PARAM: u64 = 16;
@@ -201,7 +199,9 @@ impl DeviceShare {
     }
 }
 
-/// What the engine must show for a mesh, derived from its partition and the ring formula.
+/// What the engine must show for a mesh, derived from its partition and the ring formula. The
+/// state bytes are those of the buffers the executor allocates per chunk (params, grads, m, v of
+/// `layout_tp(chunk blocks, tp)`); [`compare`] checks the engine placed the same blocks.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Expected {
     /// Replica 0's devices in mesh order (every replica is the same).
@@ -339,7 +339,7 @@ impl Pair {
         }
     }
 
-    /// measured / predicted (NaN when nothing was predicted and nothing measured).
+    /// measured / predicted (1 when both are 0).
     pub fn ratio(&self) -> f64 {
         if self.predicted == 0.0 && self.measured == 0.0 {
             1.0
@@ -347,169 +347,6 @@ impl Pair {
             self.measured / self.predicted
         }
     }
-}
-
-/// The median of `xs` (the upper one for an even count); NaN when empty.
-pub fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-/// What the engine measured for one layout: medians over the measured steps.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Measured {
-    /// Device clock: one replica's schedule (kernels, tp all-reduces, sends) plus the
-    /// data-parallel all-reduce on the link model (the engine runs it after the backward).
-    pub step: f64,
-    /// One replica's schedule on the device clock, the replica running alone (see [`measure`]).
-    pub device_step: f64,
-    /// Replica 0's schedule while all dp replicas ran at once (= `device_step` when dp = 1).
-    pub device_step_concurrent: f64,
-    pub dp_comm: f64,
-    /// Idle share of the busiest pipeline device (replica alone); `None` when pp = 1.
-    pub bubble: Option<f64>,
-    /// `StepCosts::dp_bytes` and `tp_bytes` (the same every step).
-    pub dp_bytes: u64,
-    pub tp_bytes: u64,
-    /// The engine's placement, blocks per device in mesh order.
-    pub blocks: Vec<String>,
-    /// Wall seconds of all runs, warm-up steps included.
-    pub wall: f64,
-}
-
-/// The training configuration the validation runs: `model`, microbatches of `micro_b`
-/// sequences of the full context, `m` accumulated.
-pub fn train_config(model: &GptConfig, micro_b: usize, m: usize, steps: usize) -> TrainConfig {
-    TrainConfig {
-        model: *model,
-        micro: Micro {
-            b: micro_b,
-            t: model.ctx,
-        },
-        grad_accum: m,
-        steps: steps + 1,
-        adam: AdamW::default(),
-        warmup: 1,
-        min_lr_frac: 1.0,
-        seed: 1,
-    }
-}
-
-/// Trains `mesh` on the first `mesh.devices()` of `gpus` for one warm-up step and `steps`
-/// measured steps of `corpus` batches, each replica one device at a time (`serial`), its
-/// communication costed on `link`; medians of the measured steps.
-///
-/// The engine runs its dp replicas at once, and virtual devices share this machine's cores, so
-/// replica 0's kernels are slowed by the others and its device clock is inflated about dp-fold
-/// on a CPU adapter. Every replica runs the same schedule on the same shapes, so for dp > 1 the
-/// step is timed on one replica alone (the same mesh with dp = 1, its own engine), and the
-/// engine's dp run gives the bytes, the data-parallel comm and its concurrent figure.
-pub fn measure(
-    gpus: &[Gpu],
-    model: &GptConfig,
-    mesh: &Mesh,
-    micro_b: usize,
-    link: &PipeLink,
-    steps: usize,
-    corpus: &Corpus,
-) -> Result<Measured> {
-    let t0 = std::time::Instant::now();
-    let (full, blocks) = run(gpus, model, mesh, micro_b, link, steps, corpus)?;
-    let alone = if mesh.dp > 1 {
-        let one = Mesh { dp: 1, ..*mesh };
-        run(gpus, model, &one, micro_b, link, steps, corpus)?.0
-    } else {
-        full.clone()
-    };
-    let (dp_bytes, tp_bytes) = full.bytes;
-    Ok(Measured {
-        step: alone.device_step + full.dp_comm,
-        device_step: alone.device_step,
-        device_step_concurrent: full.device_step,
-        dp_comm: full.dp_comm,
-        bubble: alone.bubble,
-        dp_bytes,
-        tp_bytes,
-        blocks,
-        wall: t0.elapsed().as_secs_f64(),
-    })
-}
-
-/// Medians of one engine run.
-#[derive(Clone, Debug)]
-struct Run {
-    device_step: f64,
-    dp_comm: f64,
-    bubble: Option<f64>,
-    bytes: (u64, u64),
-}
-
-fn run(
-    gpus: &[Gpu],
-    model: &GptConfig,
-    mesh: &Mesh,
-    micro_b: usize,
-    link: &PipeLink,
-    steps: usize,
-    corpus: &Corpus,
-) -> Result<(Run, Vec<String>)> {
-    if steps == 0 || gpus.len() < mesh.devices() {
-        return Err(Error::Config(format!(
-            "measuring {} needs ≥ 1 step and {} devices, got {steps} steps and {} devices",
-            mesh.describe(),
-            mesh.devices(),
-            gpus.len()
-        )));
-    }
-    let cfg = train_config(model, micro_b, mesh.microbatches, steps);
-    let micro = cfg.micro;
-    let opts = EngineOptions {
-        link: link.clone(),
-        tp_link: link.clone(),
-        serial: true,
-        ..EngineOptions::default()
-    };
-    let mut engine = Engine::new(&gpus[..mesh.devices()], cfg, *mesh, opts)?;
-    let mut batcher = Batcher::new(1);
-    let (mut dev, mut dp, mut bubble) = (vec![], vec![], vec![]);
-    let mut bytes: Option<(u64, u64)> = None;
-    for s in 0..=steps {
-        let batches = (0..engine.batches_per_step())
-            .map(|_| corpus.train_batch(&mut batcher, micro))
-            .collect::<Result<Vec<_>>>()?;
-        let c = engine.step(&batches, s)?;
-        if s == 0 {
-            continue;
-        }
-        dev.push(c.device_step);
-        dp.push(c.dp_comm.max(0.0));
-        bubble.extend(c.bubble);
-        match bytes {
-            Some(b) if b != (c.dp_bytes, c.tp_bytes) => {
-                return Err(Error::Config(format!(
-                    "{}: step {s} sent {:?} bytes (dp, tp), step 1 sent {b:?}",
-                    mesh.describe(),
-                    (c.dp_bytes, c.tp_bytes)
-                )))
-            }
-            _ => bytes = Some((c.dp_bytes, c.tp_bytes)),
-        }
-    }
-    let r = Run {
-        device_step: median(&dev),
-        dp_comm: median(&dp),
-        bubble: (!bubble.is_empty()).then(|| median(&bubble)),
-        bytes: bytes.unwrap_or_default(),
-    };
-    Ok((
-        r,
-        engine
-            .placement()
-            .iter()
-            .map(|p| p.blocks.clone())
-            .collect(),
-    ))
 }
 
 /// One planned layout, predicted beside measured (see the module doc for each figure).
@@ -583,74 +420,5 @@ pub fn compare(
         state_bytes: Pair::new(c.memory.states, exp.state_bytes as f64),
         exact: mismatch.is_empty(),
         mismatch,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cost::ZeroStage;
-
-    fn gpt() -> GptConfig {
-        GptConfig {
-            vocab: 16,
-            ctx: 32,
-            channels: 128,
-            heads: 4,
-            layers: 4,
-        }
-    }
-
-    #[test]
-    fn pure_data_parallel_buffers_match_the_ring_formula() {
-        let mesh = Mesh {
-            dp: 4,
-            microbatches: 2,
-            ..Mesh::default()
-        };
-        let e = expect(&gpt(), &mesh, 2, 32).unwrap();
-        assert_eq!(e.devices.len(), 1);
-        assert_eq!(e.devices[0].params, gpt().param_count());
-        assert_eq!(e.dp_bytes_device, e.dp_bytes_ledger);
-        assert_eq!(e.dp_bytes_device as f64, ring_formula_dp_bytes(&e, 4));
-        assert_eq!(e.tp_bytes, 0);
-    }
-
-    #[test]
-    fn tensor_parallel_bytes_match_the_cost_model() {
-        let mesh = Mesh {
-            tp: 2,
-            pp: 2,
-            microbatches: 4,
-            ..Mesh::default()
-        };
-        let e = expect(&gpt(), &mesh, 2, 32).unwrap();
-        assert_eq!(e.devices.len(), 4);
-        let layout = Layout {
-            dp: 1,
-            tp: 2,
-            pp: 2,
-            zero: ZeroStage::Stage0,
-            schedule: CostSchedule::OneFOneB,
-            microbatches: 4,
-        };
-        let shape = shape_of(&gpt()).unwrap();
-        let p = predicted_tp_bytes(&shape, &Precision::f32_adam(), &layout, 2);
-        assert_eq!(e.tp_bytes as f64, p);
-        assert_eq!(mesh_of(&layout).unwrap(), mesh);
-        let zero = Layout {
-            zero: ZeroStage::Stage1,
-            ..layout
-        };
-        assert!(mesh_of(&zero).is_err());
-    }
-
-    #[test]
-    fn calibration_inverts_the_compute_term() {
-        let shape = shape_of(&gpt()).unwrap();
-        let rate = calibrate(&shape, 512, 0.25).unwrap();
-        assert!((step_flops(&shape, 512) / rate - 0.25).abs() < 1e-15);
-        assert!(calibrate(&shape, 512, 0.0).is_err());
-        assert!(calibrate(&shape, 0, 1.0).is_err());
     }
 }
