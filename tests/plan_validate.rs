@@ -1,7 +1,9 @@
-//! The planner checked on the trainer (`examples/plan.rs --validate`) for a tiny GPT on four
-//! virtual devices: the calibrated rate is positive and finite, every layout run is a valid
-//! plan and a valid engine mesh, the engine's DP and TP ledgers equal the ring volumes of its
-//! own buffers, and they equal the cost model's prediction wherever the conventions match.
+//! The planner checked on the trainer (`examples/plan.rs --validate`). Without a device: the
+//! expected bytes of the engine's partition against the ring formula and the cost model, ZeRO
+//! refused, the calibration inverting the compute term. On four virtual devices, a tiny GPT:
+//! the calibrated rate is positive and finite, every layout run is a valid plan and a valid
+//! engine mesh, the engine's DP and TP ledgers equal the ring volumes of its own buffers
+//! (interleaved chunks included), and the cost model's prediction wherever conventions match.
 
 use triaxis::cost::validate::{
     calibrate, cluster, compare, expect, measure, mesh_of, predicted_tp_bytes,
