@@ -12,6 +12,7 @@
 //! layout     dp × tp × pp + ZeRO stage + schedule + microbatches, checked against model and cluster
 //! step       step time = pipeline work / (1 − bubble) + exposed data-parallel traffic
 //! plan       enumerate layouts, filter by memory, rank by step time, apply the decision guide
+//! validate   a plan run on the trainer: calibrated rate, layouts on the engine, exact bytes
 //! ```
 //!
 //! Units: bytes, seconds, FLOP/s, bytes/s, all as `f64`. "GB" is 10⁹ bytes, as in DESIGN.md
@@ -40,6 +41,7 @@ pub mod model;
 pub mod pipeline;
 pub mod plan;
 pub mod step;
+pub mod validate;
 
 pub use cluster::Cluster;
 pub use comm::{Convention, Link, Overlap};

@@ -1,0 +1,424 @@
+//! The planner checked against the trainer: a planned [`Layout`] mapped onto the layout
+//! engine's [`Mesh`], the device's compute rate calibrated in the cost model's own FLOP count,
+//! and the exact figures the engine's buffers and ledgers must show for that layout.
+//!
+//! ```text
+//! calibrate   rate = 6·N·tokens / measured seconds of one device's step   (N: the cost model's
+//!             count, so that C = 6·N·tokens/(devices·rate) reproduces the measured step)
+//! mesh_of     Layout {dp, tp, pp, zero, schedule, m} ─▶ Mesh (ZeRO > 0: not in the engine yet)
+//! expect      the engine's stages (its own partition of embedding, L layers, head) ─▶ per device:
+//!               state bytes   16 · padded local parameters        (params + grads + Adam m, v)
+//!               dp bytes      Σ over its stages' gradient buffers of the ring all-reduce volume
+//!               tp bytes      4 · m · layers · 2(t−1)/t · b·T·C·4  (2 + 2 all-reduces per layer)
+//! measure     the layout trained on the engine, one device at a time: device-clock medians
+//!             ([`measure`](measure::measure), its own file)
+//! compare     prediction beside measurement (ratio measured / predicted); exact ledgers or not
+//! ```
+//!
+//! Conventions that differ, quantified by [`Conventions`] rather than hidden: the cost model
+//! counts `12·L·d² + (V + ctx)·d` parameters (no biases or layernorms, head tied to the token
+//! embedding, everything outside the blocks on stage 0 and split over tp); the trainer's head is
+//! untied (V·d more on the last stage), each layer has 13·d bias and layernorm parameters, the
+//! embedding, head and layernorms are replicated on every tensor-parallel rank, every tensor is
+//! padded to 64 elements, and the pipeline balances L + 2 blocks (embedding, layers, head) by
+//! parameter count instead of giving each stage L/pp layers.
+
+use super::cluster::Cluster;
+use super::comm::{ring_allreduce_bytes, tp_block_traffic, Link};
+use super::layout::Layout;
+use super::model::{ModelShape, Precision};
+use super::pipeline::Schedule as CostSchedule;
+use super::plan::{Candidate, Plan};
+use super::positive;
+use crate::collective::{ring_all_reduce_bytes, ring_all_reduce_rank_bytes};
+use crate::error::{Error, Result};
+use crate::mesh::Mesh;
+use crate::model::{Block, GptConfig};
+use crate::pipeline::partition::{stage_blocks, Balance};
+use crate::pipeline::{Link as PipeLink, Schedule, ScheduleKind};
+
+pub mod measure;
+pub use measure::{measure, median, train_config, Measured};
+
+/// Bytes of model state per parameter in f32 Adam: params, grads, m, v (P=4, G=4, K=8).
+pub const STATE_BYTES_PER_PARAM: u64 = 16;
+
+/// The cost model's view of the trainer's GPT: `12·L·d² + V·d + ctx·d` parameters, the
+/// sequence length being the context.
+pub fn shape_of(model: &GptConfig) -> Result<ModelShape> {
+    model.validate()?;
+    ModelShape::gpt(
+        model.layers,
+        model.channels,
+        model.heads,
+        model.ctx,
+        model.vocab,
+    )
+}
+
+/// Training FLOPs of one step by the cost model's rule: `6·N·tokens`.
+pub fn step_flops(shape: &ModelShape, tokens: usize) -> f64 {
+    6.0 * shape.params * tokens as f64
+}
+
+/// The device's rate in FLOP/s from one device's measured step of `tokens` tokens:
+/// `6·N·tokens / seconds`. Errors unless the result is positive and finite.
+pub fn calibrate(shape: &ModelShape, tokens: usize, seconds: f64) -> Result<f64> {
+    positive(
+        "the measured calibration step (s)",
+        seconds,
+        "run at least one step",
+    )?;
+    let rate = step_flops(shape, tokens) / seconds;
+    positive(
+        "the calibrated rate (FLOP/s)",
+        rate,
+        "use a model and batch with tokens",
+    )?;
+    Ok(rate)
+}
+
+/// The cost model's link for a trainer link preset (same bandwidth and latency).
+pub fn cost_link(link: &PipeLink) -> Link {
+    Link {
+        bandwidth: link.bandwidth_bytes_per_s,
+        latency: link.latency_s,
+    }
+}
+
+/// One node of `devices` devices of `mem_gb` GB joined by `link`, each computing at `flops`.
+pub fn cluster(devices: usize, link: &PipeLink, mem_gb: f64, flops: f64) -> Result<Cluster> {
+    let l = cost_link(link);
+    let c = Cluster {
+        nodes: 1,
+        devices_per_node: devices,
+        mem_per_device: mem_gb * super::GB,
+        intra: l,
+        inter: l,
+        flops,
+    };
+    c.validate()?;
+    Ok(c)
+}
+
+/// The engine's schedule kind for a cost-model schedule: `(kind, chunks per device)`.
+pub fn schedule_kind(s: CostSchedule) -> (ScheduleKind, usize) {
+    match s {
+        CostSchedule::GPipe => (ScheduleKind::GPipe, 1),
+        CostSchedule::OneFOneB => (ScheduleKind::OneFOneB, 1),
+        CostSchedule::Interleaved { v } => (ScheduleKind::Interleaved, v),
+        CostSchedule::ZbH1 => (ScheduleKind::ZeroBubbleH1, 1),
+    }
+}
+
+/// The engine's mesh for a planned layout. ZeRO stages > 0 are refused: the engine does not
+/// run them yet.
+pub fn mesh_of(layout: &Layout) -> Result<Mesh> {
+    if layout.zero.index() > 0 {
+        return Err(Error::Config(format!(
+            "{layout}: ZeRO stage {} is not available in the layout engine yet",
+            layout.zero
+        )));
+    }
+    let (schedule, chunks) = if layout.pp > 1 {
+        schedule_kind(layout.schedule)
+    } else {
+        (ScheduleKind::OneFOneB, 1)
+    };
+    Ok(Mesh {
+        dp: layout.dp,
+        tp: layout.tp,
+        pp: layout.pp,
+        zero: 0,
+        schedule,
+        microbatches: layout.microbatches,
+        chunks,
+    })
+}
+
+/// Parameter counts under both conventions.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Conventions {
+    /// The cost model's N: `12·L·d² + (V + ctx)·d`.
+    pub cost_params: f64,
+    /// The trainer's parameters (one device, unpadded).
+    pub trainer_params: usize,
+    /// Biases and layernorm gains of the layers and the final layernorm: `13·d·L + 2·d`.
+    pub norms_biases: usize,
+    /// The untied head: `V·d`.
+    pub untied_head: usize,
+}
+
+impl Conventions {
+    pub fn of(model: &GptConfig) -> Result<Self> {
+        let shape = shape_of(model)?;
+        let (c, v) = (model.channels, model.vocab);
+        Ok(Conventions {
+            cost_params: shape.params,
+            trainer_params: model.param_count(),
+            norms_biases: 13 * c * model.layers + 2 * c,
+            untied_head: v * c,
+        })
+    }
+}
+
+/// One device of a replica as the engine places it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceShare {
+    /// Pipeline device (schedule device) and tensor-parallel rank.
+    pub stage: usize,
+    pub tp_rank: usize,
+    /// The blocks of each of its chunks (model stages), in chunk order.
+    pub chunks: Vec<Vec<Block>>,
+    /// Local parameters, without and with the 64-element padding of each tensor.
+    pub params: usize,
+    pub padded: usize,
+    /// Transformer layers it holds.
+    pub layers: usize,
+}
+
+impl DeviceShare {
+    /// Bytes of its params + grads + m + v buffers: 16 · padded parameters.
+    pub fn state_bytes(&self) -> u64 {
+        STATE_BYTES_PER_PARAM * self.padded as u64
+    }
+
+    /// "emb h0 h1", its blocks as [`crate::engine::Placement::blocks`] names them.
+    pub fn blocks(&self) -> String {
+        let names: Vec<String> = self
+            .chunks
+            .iter()
+            .flatten()
+            .map(|b| match b {
+                Block::Embedding => "emb".to_string(),
+                Block::Layer(l) => format!("h{l}"),
+                Block::Head => "head".to_string(),
+            })
+            .collect();
+        names.join(" ")
+    }
+}
+
+/// What the engine must show for a mesh, derived from its partition and the ring formula. The
+/// state bytes are those of the buffers the executor allocates per chunk (params, grads, m, v of
+/// `layout_tp(chunk blocks, tp)`); [`compare`] checks the engine placed the same blocks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expected {
+    /// Replica 0's devices in mesh order (every replica is the same).
+    pub devices: Vec<DeviceShare>,
+    /// The largest per-device state bytes.
+    pub state_bytes: u64,
+    /// Ring all-reduce bytes the busiest device sends for the data-parallel gradient average.
+    pub dp_bytes_device: u64,
+    /// `StepCosts::dp_bytes`: the engine's ledger counts a rank per replica and sums it over the
+    /// replica's pp·tp devices (one all-reduce per stage and tensor rank); max over replicas.
+    pub dp_bytes_ledger: u64,
+    /// `StepCosts::tp_bytes`: ring all-reduce bytes of the busiest tensor-parallel rank.
+    pub tp_bytes: u64,
+}
+
+/// The engine's placement of `model` under `mesh` (microbatches of `micro_b` sequences of
+/// `seq` tokens) and the bytes it must record. Uses the engine's own partition (blocks
+/// balanced by parameter count) and schedule-stage map.
+pub fn expect(model: &GptConfig, mesh: &Mesh, micro_b: usize, seq: usize) -> Result<Expected> {
+    mesh.validate(model, micro_b, seq, mesh.devices())?;
+    let sched = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
+    let stages = stage_blocks(model, sched.stages(), &Balance::Params)?;
+    let (t, d) = (mesh.tp, mesh.dp);
+    let mut devices = Vec::new();
+    for stage in 0..mesh.pp {
+        for tp_rank in 0..t {
+            let chunks: Vec<Vec<Block>> = (0..mesh.chunks)
+                .map(|k| stages[sched.stage(stage, k)].clone())
+                .collect();
+            let layouts: Vec<_> = chunks.iter().map(|c| model.layout_tp(c, t)).collect();
+            devices.push(DeviceShare {
+                stage,
+                tp_rank,
+                params: layouts.iter().map(|l| l.count()).sum(),
+                padded: layouts.iter().map(|l| l.total).sum(),
+                layers: chunks
+                    .iter()
+                    .flatten()
+                    .filter(|b| matches!(b, Block::Layer(_)))
+                    .count(),
+                chunks,
+            });
+        }
+    }
+    // one ring all-reduce per (model stage, tp rank) over the d replicas; replica r is rank r
+    let sent = |dev: &DeviceShare, r: usize| -> u64 {
+        dev.chunks
+            .iter()
+            .map(|c| ring_all_reduce_rank_bytes(model.layout_tp(c, t).total, d, r))
+            .sum()
+    };
+    let dp_bytes_device = (0..d)
+        .flat_map(|r| devices.iter().map(move |dev| (dev, r)))
+        .map(|(dev, r)| sent(dev, r))
+        .max()
+        .unwrap_or(0);
+    let dp_bytes_ledger = (0..d)
+        .map(|r| devices.iter().map(|dev| sent(dev, r)).sum::<u64>())
+        .max()
+        .unwrap_or(0);
+    // 2 forward + 2 backward all-reduces of the [b·T, C] activation per layer per microbatch
+    let message = micro_b * seq * model.channels;
+    let tp_bytes = devices
+        .iter()
+        .map(|dev| (4 * mesh.microbatches * dev.layers) as u64 * ring_all_reduce_bytes(message, t))
+        .max()
+        .unwrap_or(0);
+    Ok(Expected {
+        state_bytes: devices
+            .iter()
+            .map(DeviceShare::state_bytes)
+            .max()
+            .unwrap_or(0),
+        devices,
+        dp_bytes_device,
+        dp_bytes_ledger,
+        tp_bytes,
+    })
+}
+
+/// The cost model's tensor-parallel bytes per device per step: `m · L/pp` blocks of
+/// [`tp_block_traffic`] (ring volumes).
+pub fn predicted_tp_bytes(shape: &ModelShape, prec: &Precision, layout: &Layout, b: usize) -> f64 {
+    let per_block = tp_block_traffic(
+        b,
+        shape.seq_len,
+        shape.hidden,
+        prec.act,
+        layout.tp,
+        Link::gbps(1.0),
+    );
+    layout.microbatches as f64 * (shape.layers / layout.pp) as f64 * per_block.bytes
+}
+
+/// The ring formula `2(d−1)/d·S` on the engine's own gradient buffer of the busiest device
+/// (S = 4 · padded parameters, summed over its model stages): the cost model's data-parallel
+/// convention with the trainer's parameter count. Equals [`Expected::dp_bytes_device`] when d
+/// divides every buffer (chunks of a ring differ by one element otherwise).
+pub fn ring_formula_dp_bytes(exp: &Expected, dp: usize) -> f64 {
+    exp.devices
+        .iter()
+        .map(|dev| ring_allreduce_bytes(4.0 * dev.padded as f64, dp))
+        .fold(0.0, f64::max)
+}
+
+/// The layouts to run: the first `k` of the plan's ranking (recommended first) that the engine
+/// can run, and the ZeRO layouts skipped on the way (ranked no lower than the last one run).
+pub fn select(plan: &Plan, k: usize) -> (Vec<Candidate>, Vec<Candidate>) {
+    let (mut run, mut skipped) = (Vec::new(), Vec::new());
+    for c in &plan.ranked {
+        if run.len() == k {
+            break;
+        }
+        if mesh_of(&c.layout).is_ok() {
+            run.push(*c);
+        } else {
+            skipped.push(*c);
+        }
+    }
+    (run, skipped)
+}
+
+/// One side-by-side figure: predicted, measured, and their ratio.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pair {
+    pub predicted: f64,
+    pub measured: f64,
+}
+
+impl Pair {
+    pub fn new(predicted: f64, measured: f64) -> Self {
+        Pair {
+            predicted,
+            measured,
+        }
+    }
+
+    /// measured / predicted (1 when both are 0).
+    pub fn ratio(&self) -> f64 {
+        if self.predicted == 0.0 && self.measured == 0.0 {
+            1.0
+        } else {
+            self.measured / self.predicted
+        }
+    }
+}
+
+/// One planned layout, predicted beside measured (see the module doc for each figure).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub candidate: Candidate,
+    pub mesh: Mesh,
+    /// Device-clock step time, seconds.
+    pub step: Pair,
+    /// Its measured data-parallel all-reduce on the link model, seconds.
+    pub dp_comm: f64,
+    /// Replica 0's schedule while all replicas ran at once (see [`Measured`]).
+    pub concurrent: f64,
+    /// Bubble fraction; measured `None` when pp = 1.
+    pub bubble: (f64, Option<f64>),
+    /// Data-parallel bytes per device per step: the cost model's vs the engine's busiest device.
+    pub dp_bytes: Pair,
+    /// The ring formula on the engine's own parameter count (the conventions matched).
+    pub dp_ring_formula: f64,
+    /// Tensor-parallel bytes of the busiest rank per step.
+    pub tp_bytes: Pair,
+    /// Model-state bytes per device (params, grads, Adam m and v; P,G,K = 4,4,8).
+    pub state_bytes: Pair,
+    /// The engine's ledgers and placement equal what its buffers and partition imply.
+    pub exact: bool,
+    /// What differed, if not exact.
+    pub mismatch: Vec<String>,
+}
+
+/// Puts a candidate's prediction beside the engine's measurement.
+pub fn compare(
+    c: &Candidate,
+    shape: &ModelShape,
+    prec: &Precision,
+    mesh: &Mesh,
+    exp: &Expected,
+    got: &Measured,
+) -> Row {
+    let mut mismatch = Vec::new();
+    if got.dp_bytes != exp.dp_bytes_ledger {
+        mismatch.push(format!(
+            "dp ledger {} B, buffers imply {} B",
+            got.dp_bytes, exp.dp_bytes_ledger
+        ));
+    }
+    if got.tp_bytes != exp.tp_bytes {
+        mismatch.push(format!(
+            "tp ledger {} B, ring formula {} B",
+            got.tp_bytes, exp.tp_bytes
+        ));
+    }
+    let want: Vec<String> = (0..mesh.dp)
+        .flat_map(|_| exp.devices.iter().map(DeviceShare::blocks))
+        .collect();
+    if got.blocks != want {
+        mismatch.push(format!("placement {:?}, partition {:?}", got.blocks, want));
+    }
+    Row {
+        candidate: *c,
+        mesh: *mesh,
+        step: Pair::new(c.step.step, got.step),
+        dp_comm: got.dp_comm,
+        concurrent: got.device_step_concurrent,
+        bubble: (c.step.bubble, got.bubble),
+        dp_bytes: Pair::new(c.step.dp_bytes, exp.dp_bytes_device as f64),
+        dp_ring_formula: ring_formula_dp_bytes(exp, mesh.dp),
+        tp_bytes: Pair::new(
+            predicted_tp_bytes(shape, prec, &c.layout, c.step.micro_batch),
+            got.tp_bytes as f64,
+        ),
+        state_bytes: Pair::new(c.memory.states, exp.state_bytes as f64),
+        exact: mismatch.is_empty(),
+        mismatch,
+    }
+}

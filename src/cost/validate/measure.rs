@@ -1,0 +1,182 @@
+//! One planned layout trained on the layout engine, timed on the device clock: one warm-up
+//! step, then medians of the measured steps, each replica one device at a time.
+//!
+//! ```text
+//! measure(mesh)   engine(mesh): bytes (dp, tp ledgers), placement, dp comm on the link model
+//!                 dp > 1: engine(mesh with dp = 1): one replica alone, its clean device step
+//! step            = replica's device step (kernels + tp all-reduces + pipeline sends)
+//!                   + data-parallel all-reduce (the engine runs it after the backward pass)
+//! ```
+
+use crate::cpu::AdamW;
+use crate::data::{Batcher, Corpus};
+use crate::engine::{Engine, EngineOptions};
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::mesh::Mesh;
+use crate::model::{GptConfig, Micro};
+use crate::pipeline::Link as PipeLink;
+use crate::train::TrainConfig;
+
+/// What the engine measured for one layout: medians over the measured steps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    /// Device clock: one replica's schedule (kernels, tp all-reduces, sends) plus the
+    /// data-parallel all-reduce on the link model (the engine runs it after the backward).
+    pub step: f64,
+    /// One replica's schedule on the device clock, the replica running alone (see [`measure`]).
+    pub device_step: f64,
+    /// Replica 0's schedule while all dp replicas ran at once (= `device_step` when dp = 1).
+    pub device_step_concurrent: f64,
+    pub dp_comm: f64,
+    /// Idle share of the busiest pipeline device (replica alone); `None` when pp = 1.
+    pub bubble: Option<f64>,
+    /// `StepCosts::dp_bytes` and `tp_bytes` (the same every step).
+    pub dp_bytes: u64,
+    pub tp_bytes: u64,
+    /// The engine's placement, blocks per device in mesh order.
+    pub blocks: Vec<String>,
+    /// Wall seconds of all runs, warm-up steps included.
+    pub wall: f64,
+}
+
+/// The training configuration the validation runs: `model`, microbatches of `micro_b`
+/// sequences of the full context, `m` accumulated.
+pub fn train_config(model: &GptConfig, micro_b: usize, m: usize, steps: usize) -> TrainConfig {
+    TrainConfig {
+        model: *model,
+        micro: Micro {
+            b: micro_b,
+            t: model.ctx,
+        },
+        grad_accum: m,
+        steps: steps + 1,
+        adam: AdamW::default(),
+        warmup: 1,
+        min_lr_frac: 1.0,
+        seed: 1,
+    }
+}
+
+/// Trains `mesh` on the first `mesh.devices()` of `gpus` for one warm-up step and `steps`
+/// measured steps of `corpus` batches, each replica one device at a time (`serial`), its
+/// communication costed on `link`; medians of the measured steps.
+///
+/// The engine runs its dp replicas at once, and virtual devices share this machine's cores, so
+/// replica 0's kernels are slowed by the others and its device clock is inflated about dp-fold
+/// on a CPU adapter. Every replica runs the same schedule on the same shapes, so for dp > 1 the
+/// step is timed on one replica alone (the same mesh with dp = 1, its own engine), and the
+/// engine's dp run gives the bytes, the data-parallel comm and its concurrent figure.
+pub fn measure(
+    gpus: &[Gpu],
+    model: &GptConfig,
+    mesh: &Mesh,
+    micro_b: usize,
+    link: &PipeLink,
+    steps: usize,
+    corpus: &Corpus,
+) -> Result<Measured> {
+    let t0 = std::time::Instant::now();
+    let (full, blocks) = run(gpus, model, mesh, micro_b, link, steps, corpus)?;
+    let alone = if mesh.dp > 1 {
+        let one = Mesh { dp: 1, ..*mesh };
+        run(gpus, model, &one, micro_b, link, steps, corpus)?.0
+    } else {
+        full.clone()
+    };
+    let (dp_bytes, tp_bytes) = full.bytes;
+    Ok(Measured {
+        step: alone.device_step + full.dp_comm,
+        device_step: alone.device_step,
+        device_step_concurrent: full.device_step,
+        dp_comm: full.dp_comm,
+        bubble: alone.bubble,
+        dp_bytes,
+        tp_bytes,
+        blocks,
+        wall: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// Medians of one engine run.
+#[derive(Clone, Debug)]
+struct Run {
+    device_step: f64,
+    dp_comm: f64,
+    bubble: Option<f64>,
+    bytes: (u64, u64),
+}
+
+fn run(
+    gpus: &[Gpu],
+    model: &GptConfig,
+    mesh: &Mesh,
+    micro_b: usize,
+    link: &PipeLink,
+    steps: usize,
+    corpus: &Corpus,
+) -> Result<(Run, Vec<String>)> {
+    if steps == 0 || gpus.len() < mesh.devices() {
+        return Err(Error::Config(format!(
+            "measuring {} needs ≥ 1 step and {} devices, got {steps} steps and {} devices",
+            mesh.describe(),
+            mesh.devices(),
+            gpus.len()
+        )));
+    }
+    let cfg = train_config(model, micro_b, mesh.microbatches, steps);
+    let micro = cfg.micro;
+    let opts = EngineOptions {
+        link: link.clone(),
+        tp_link: link.clone(),
+        serial: true,
+        ..EngineOptions::default()
+    };
+    let mut engine = Engine::new(&gpus[..mesh.devices()], cfg, *mesh, opts)?;
+    let mut batcher = Batcher::new(1);
+    let (mut dev, mut dp, mut bubble) = (vec![], vec![], vec![]);
+    let mut bytes: Option<(u64, u64)> = None;
+    for s in 0..=steps {
+        let batches = (0..engine.batches_per_step())
+            .map(|_| corpus.train_batch(&mut batcher, micro))
+            .collect::<Result<Vec<_>>>()?;
+        let c = engine.step(&batches, s)?;
+        if s == 0 {
+            continue;
+        }
+        dev.push(c.device_step);
+        dp.push(c.dp_comm.max(0.0));
+        bubble.extend(c.bubble);
+        match bytes {
+            Some(b) if b != (c.dp_bytes, c.tp_bytes) => {
+                return Err(Error::Config(format!(
+                    "{}: step {s} sent {:?} bytes (dp, tp), step 1 sent {b:?}",
+                    mesh.describe(),
+                    (c.dp_bytes, c.tp_bytes)
+                )))
+            }
+            _ => bytes = Some((c.dp_bytes, c.tp_bytes)),
+        }
+    }
+    let r = Run {
+        device_step: median(&dev),
+        dp_comm: median(&dp),
+        bubble: (!bubble.is_empty()).then(|| median(&bubble)),
+        bytes: bytes.unwrap_or_default(),
+    };
+    Ok((
+        r,
+        engine
+            .placement()
+            .iter()
+            .map(|p| p.blocks.clone())
+            .collect(),
+    ))
+}
+
+/// The median of `xs` (the upper one for an even count); NaN when empty.
+pub fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
