@@ -167,28 +167,39 @@ impl DpPipeline {
                 batches.len()
             )));
         }
-        let runs: Vec<Result<StepReport>> = std::thread::scope(|scope| {
-            let hs: Vec<_> = self
-                .pipes
+        // each replica checks its own loss and gradients before they are mixed
+        let run = |pipe: &mut Pipeline, share: &[(Vec<u32>, Vec<u32>)]| -> Result<StepReport> {
+            let rep = pipe.run_schedule(share, s)?;
+            pipe.check_finite(rep.stats.loss, &pipe.tensor_sq()?, s)?;
+            Ok(rep)
+        };
+        // serial: one replica after another too, so every device's kernel times are its own
+        let runs: Vec<Result<StepReport>> = if self.pipes[0].opts.serial {
+            self.pipes
                 .iter_mut()
                 .enumerate()
-                .map(|(r, pipe)| {
-                    let share = &batches[r * m..(r + 1) * m];
-                    // each replica checks its own loss and gradients before they are mixed
-                    scope.spawn(move || {
-                        let rep = pipe.run_schedule(share, s)?;
-                        pipe.check_finite(rep.stats.loss, &pipe.tensor_sq()?, s)?;
-                        Ok(rep)
-                    })
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::Device("pipeline replica panicked".into())))
-                })
+                .map(|(r, pipe)| run(pipe, &batches[r * m..(r + 1) * m]))
                 .collect()
-        });
+        } else {
+            std::thread::scope(|scope| {
+                let hs: Vec<_> = self
+                    .pipes
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(r, pipe)| {
+                        let share = &batches[r * m..(r + 1) * m];
+                        scope.spawn(move || run(pipe, share))
+                    })
+                    .collect();
+                hs.into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(Error::Device("pipeline replica panicked".into()))
+                        })
+                    })
+                    .collect()
+            })
+        };
         let mut loss = 0.0;
         self.reports.clear();
         for r in runs {
