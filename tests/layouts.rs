@@ -521,7 +521,8 @@ fn every_injected_fault_ends_the_step_with_a_named_error() {
             "worker panicked: injected panic",
         ),
         (FaultKind::DeviceLost, 1, 0, 1, "1F0", "device lost"),
-        (FaultKind::Nan, 1, 2, 1, "gradient check", "not finite"),
+        (FaultKind::Nan, 1, 1, 1, "gradient check", "not finite"),
+        (FaultKind::Nan, 1, 0, 1, "loss", "the loss is NaN"),
     ] {
         let opts = EngineOptions {
             fault: Some(Fault {

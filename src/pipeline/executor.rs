@@ -98,8 +98,9 @@ pub enum FaultKind {
     Panic,
     /// The device reports itself lost.
     DeviceLost,
-    /// The action completes, then a NaN lands in the stage's gradients (caught by the
-    /// finiteness check before the optimizer step).
+    /// The action completes, then a NaN lands in the loss (a forward of the last stage) or in
+    /// the stage's gradients (any other action); the finiteness check before the optimizer
+    /// step catches it.
     Nan,
 }
 
@@ -768,10 +769,15 @@ impl Worker<'_> {
                 Err((primary, e)) => return Err(fail(primary, e.to_string())),
             }
             if fault == Some(FaultKind::Nan) {
-                let m = &dev.chunks[a.chunk].slots[0][0];
-                m.gpu
-                    .upload(&m.buffers.grads.slice(0, 1), &[f32::NAN])
-                    .map_err(|e| fail(true, e.to_string()))?;
+                if a.kind == Kind::F && stage + 1 == self.schedule.stages() {
+                    // a forward of the last stage: the loss it computed
+                    loss = f64::NAN;
+                } else {
+                    let m = &dev.chunks[a.chunk].slots[0][0];
+                    m.gpu
+                        .upload(&m.buffers.grads.slice(0, 1), &[f32::NAN])
+                        .map_err(|e| fail(true, e.to_string()))?;
+                }
             }
         }
         Ok((events, loss))
