@@ -3,10 +3,11 @@
 //! device's result; a model state moves between layouts; every injected fault ends the step
 //! within seconds with device, stage, action and step named, and no thread left running.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use triaxis::cpu::AdamW;
-use triaxis::data::{AdditionSpec, Batcher, Corpus};
 use triaxis::engine::{Engine, EngineOptions};
 use triaxis::gpu;
 use triaxis::mesh::Mesh;
@@ -53,22 +54,7 @@ fn mesh(dp: usize, tp: usize, pp: usize, m: usize) -> Mesh {
 }
 
 fn batches(n: usize, steps: usize) -> Vec<Vec<(Vec<u32>, Vec<u32>)>> {
-    let c = Corpus::addition(AdditionSpec {
-        digits: 2,
-        train_problems: 300,
-        val_problems: 20,
-        seed: 4,
-        reverse: true,
-    })
-    .unwrap();
-    let mut b = Batcher::new(6);
-    (0..steps)
-        .map(|_| {
-            (0..n)
-                .map(|_| c.train_batch(&mut b, cfg(1).micro).unwrap())
-                .collect()
-        })
-        .collect()
+    common::addition_batches(4, 6, n, steps, cfg(1).micro)
 }
 
 /// (what, layout, model, microbatch size, sequence length, devices, expected message parts)
@@ -377,15 +363,7 @@ fn every_layout_trains_like_one_device_and_states_move_between_layouts() {
         one.step(b, s).unwrap();
     }
     let reference = one.model.params().unwrap();
-    let rel = |p: &[f32]| {
-        let d: f64 = p
-            .iter()
-            .zip(&reference)
-            .map(|(a, b)| ((a - b) as f64).powi(2))
-            .sum();
-        let n: f64 = reference.iter().map(|b| (*b as f64).powi(2)).sum();
-        (d / n).sqrt()
-    };
+    let rel = |p: &[f32]| common::l2_rel(p, &reference);
     // one device through the engine: the same bits as the trainer
     let mut single = Engine::new(
         &gpus[..1],

@@ -3,6 +3,8 @@
 //! or foreign checkpoint is refused and left as it was; a failing run leaves its last good
 //! checkpoint intact; a long run's memory stays flat.
 
+mod common;
+
 use std::path::PathBuf;
 
 use triaxis::checkpoint::Checkpoint;
@@ -150,13 +152,7 @@ fn a_checkpoint_resumes_under_another_layout() {
             next.engine.state().unwrap().params,
             straight.engine.state().unwrap().params,
         );
-        let num: f64 = a
-            .iter()
-            .zip(&b)
-            .map(|(x, y)| ((x - y) as f64).powi(2))
-            .sum();
-        let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-        let err = (num / den).sqrt();
+        let err = common::l2_rel(&a, &b);
         println!("saved at dp = 2, resumed at {name}: ‖Δ‖/‖p‖ = {err:.2e} vs never stopping");
         assert!(err < 1e-5, "{name}: {err:.2e}");
     }

@@ -5,9 +5,10 @@
 //! pipeline and data parallelism (dp × tp × pp = 2 × 2 × 2); a degree that does not divide the
 //! heads is refused with the constraint named.
 
+mod common;
+
 use triaxis::collective::{ring_all_reduce_rank_bytes, Kind};
 use triaxis::cpu::AdamW;
-use triaxis::data::{AdditionSpec, Batcher, Corpus};
 use triaxis::gpu;
 use triaxis::model::{GptConfig, Micro};
 use triaxis::parallel::hybrid::DpPipeline;
@@ -47,22 +48,7 @@ fn cfg(accum: usize) -> TrainConfig {
 }
 
 fn batches(n: usize, steps: usize, micro: Micro) -> Vec<Vec<(Vec<u32>, Vec<u32>)>> {
-    let c = Corpus::addition(AdditionSpec {
-        digits: 2,
-        train_problems: 300,
-        val_problems: 20,
-        seed: 4,
-        reverse: true,
-    })
-    .unwrap();
-    let mut b = Batcher::new(6);
-    (0..steps)
-        .map(|_| {
-            (0..n)
-                .map(|_| c.train_batch(&mut b, micro).unwrap())
-                .collect()
-        })
-        .collect()
+    common::addition_batches(4, 6, n, steps, micro)
 }
 
 /// Normwise relative error ‖a − b‖₂ / ‖b‖₂ of the whole parameter vector, the tolerance
@@ -76,9 +62,7 @@ fn batches(n: usize, steps: usize, micro: Micro) -> Vec<Vec<(Vec<u32>, Vec<u32>)
 fn rel_err(label: &str, a: &[f32], b: &[f32]) -> f32 {
     let cfg = model();
     let layout = cfg.layout(&cfg.blocks());
-    let l2 =
-        |x: &mut dyn Iterator<Item = f32>| x.map(|v| (v as f64) * (v as f64)).sum::<f64>().sqrt();
-    let err = l2(&mut a.iter().zip(b).map(|(x, y)| x - y)) / l2(&mut b.iter().copied());
+    let err = common::l2_rel(a, b);
     let scale = b.iter().fold(0.0f32, |m, x| m.max(x.abs()));
     let max = a
         .iter()
@@ -90,8 +74,7 @@ fn rel_err(label: &str, a: &[f32], b: &[f32]) -> f32 {
         .iter()
         .map(|x| {
             let r = x.offset..x.offset + x.len;
-            let e = l2(&mut a[r.clone()].iter().zip(&b[r.clone()]).map(|(x, y)| x - y))
-                / l2(&mut b[r].iter().copied()).max(1e-30);
+            let e = common::l2_rel(&a[r.clone()], &b[r]);
             (e, x.name.clone())
         })
         .fold((0.0, String::new()), |m, x| if x.0 > m.0 { x } else { m });

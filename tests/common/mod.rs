@@ -73,3 +73,37 @@ pub fn all_schedules() -> Vec<Schedule> {
     }
     out
 }
+
+/// Microbatches of 2-digit addition for training tests: `steps` lists of `n` microbatches
+/// of shape `micro`, drawn from a small corpus (`corpus_seed`) by a batcher (`batch_seed`).
+pub fn addition_batches(
+    corpus_seed: u64,
+    batch_seed: u64,
+    n: usize,
+    steps: usize,
+    micro: triaxis::model::Micro,
+) -> Vec<Vec<(Vec<u32>, Vec<u32>)>> {
+    let c = triaxis::data::Corpus::addition(triaxis::data::AdditionSpec {
+        digits: 2,
+        train_problems: 300,
+        val_problems: 20,
+        seed: corpus_seed,
+        reverse: true,
+    })
+    .unwrap();
+    let mut b = triaxis::data::Batcher::new(batch_seed);
+    (0..steps)
+        .map(|_| {
+            (0..n)
+                .map(|_| c.train_batch(&mut b, micro).unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// Normwise relative error ‖a − b‖₂ / ‖b‖₂ (f64 sums).
+pub fn l2_rel(a: &[f32], b: &[f32]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (num / den).sqrt()
+}
