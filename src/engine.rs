@@ -21,6 +21,7 @@
 use crate::collective::Ledger;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::memory::Usage;
 use crate::mesh::{Coords, Mesh};
 use crate::model::Block;
 use crate::parallel::data::DpOptions;
@@ -90,6 +91,8 @@ pub struct StepCosts {
     pub tp_comm: f64,
     /// Wall seconds of the step.
     pub wall: f64,
+    /// Per device: bytes held now and the peak of each memory-ledger category so far.
+    pub memory: Vec<Usage>,
 }
 
 /// What runs the steps: replicas of tensor-parallel pipelines, or a ZeRO group.
@@ -106,6 +109,7 @@ pub struct Engine {
     inner: Inner,
     schedule: Schedule,
     placement: Vec<Placement>,
+    gpus: Vec<Gpu>,
 }
 
 impl Engine {
@@ -181,6 +185,7 @@ impl Engine {
             inner,
             schedule,
             placement,
+            gpus: gpus.to_vec(),
         })
     }
 
@@ -210,6 +215,7 @@ impl Engine {
                     tp_bytes: 0,
                     tp_comm: 0.0,
                     wall: t0.elapsed().as_secs_f64(),
+                    memory: r.memory,
                 });
             }
             Inner::Pipe(p) => p,
@@ -241,6 +247,7 @@ impl Engine {
             tp_bytes,
             tp_comm,
             wall,
+            memory: self.gpus.iter().map(|g| g.memory()).collect(),
         })
     }
 
