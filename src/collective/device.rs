@@ -313,7 +313,7 @@ fn ring_io(
         bounds: bounds.clone(),
     };
     let mut bufs = vec![Vec::new(); d];
-    let entries = ring.run(&mut bufs, &stage_in, &stage_out)?;
+    let entries = ring.run_staged(&mut bufs, &stage_in, &stage_out)?;
     ledger.record(entries);
     Ok(())
 }
