@@ -7,7 +7,8 @@
 //!   thread. memcpy GB/s = S / t_memcpy (median).
 //! - `memcpy2`: two threads each copying S bytes between their own pair of buffers at once;
 //!   `P_eff` = aggregate GB/s over memcpy GB/s: how many cores' worth of memory bandwidth the
-//!   host really has at that size (about 1 once S leaves the caches on a 2-vCPU VM).
+//!   host really has at that size (about 1 once S leaves the caches on a 2-vCPU VM; at 1 MiB
+//!   the two thread spawns dominate).
 //! - `ring`: [`triaxis::collective::host::ring_all_reduce`] (sum, default [`Opts`]) over d
 //!   host buffers of n elements: the zero-copy ring, pipelined per slice on min(cores, d)
 //!   workers (the calling thread and scoped threads spawned per call, their spawn and join
