@@ -3,7 +3,8 @@
 //! for it to land, so the collective is complete on every device when the call returns.
 //!
 //! ```text
-//!   ring:   rank r thread:  download view r ─▶ 2(d−1) ring rounds ─▶ upload view r
+//!   ring:   all ranks download (a thread each) ─▶ zero-copy ring (min(cores, d) workers)
+//!           ─▶ all ranks upload (a thread each)
 //!   naive:  all ranks download (parallel) ─▶ host sum in rank order ─▶ all upload (parallel)
 //! ```
 //!
@@ -313,7 +314,7 @@ fn ring_io(
         bounds: bounds.clone(),
     };
     let mut bufs = vec![Vec::new(); d];
-    let entries = ring.run(&mut bufs, &stage_in, &stage_out)?;
+    let entries = ring.run_staged(&mut bufs, &stage_in, &stage_out)?;
     ledger.record(entries);
     Ok(())
 }

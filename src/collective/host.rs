@@ -221,7 +221,7 @@ fn ring(
         d,
         bounds: even_bounds(n, d),
     };
-    let entries = ring.run(bufs, &|_, _| Ok(Vec::new()), &|_, _| Ok(Vec::new()))?;
+    let entries = ring.run(bufs)?;
     ledger.record(entries);
     Ok(())
 }

@@ -1,20 +1,47 @@
-//! The ring itself: one OS thread per rank, each passing one chunk per round to its right-hand
-//! neighbour over a bounded channel and reducing the chunk it receives into its own buffer.
+//! The ring itself, zero-copy: every hop of the ring schedule reads the chunk straight out of
+//! the left neighbour's buffer and adds it into (reduce-scatter) or copies it over (all-gather)
+//! the receiver's own copy. Nothing travels in a message, so no sent chunk is ever copied.
+//!
+//! Which chunk rank r receives in which round is a pure function of (rank, round) ([`rounds`]).
+//! Chunk k is touched only by the hops that carry chunk k, one per round, so the ring is d
+//! independent chains over disjoint elements; chunk k's chain, d = 4:
 //!
 //! ```text
-//!   rank 0 ──▶ rank 1 ──▶ rank 2 ──▶ … ──▶ rank d−1
-//!     ▲                                      │        channel k carries rank k → rank (k+1) % d
-//!     └──────────────────────────────────────┘        (capacity 1, send then receive each round)
+//!   reduce-scatter                           all-gather
+//!   round 0   x(k+2)[c_k] += x(k+1)[c_k]     round 3   x(k+1)[c_k] = x(k)[c_k]
+//!   round 1   x(k+3)[c_k] += x(k+2)[c_k]     round 4   x(k+2)[c_k] = x(k+1)[c_k]
+//!   round 2   x(k)[c_k]   += x(k+3)[c_k]     round 5   x(k+3)[c_k] = x(k+2)[c_k]
 //! ```
 //!
-//! Which chunk travels in which round is a pure function of (rank, round) ([`rounds`]); a
-//! received chunk is checked against it, so arrival time can never change what is added where.
-//! A rank that fails drops its channels; its neighbours see the disconnect, stop, and drop
-//! theirs, so every thread ends; the caller reports the first rank that failed on its own.
+//! Running every chain in round order performs exactly the lock-step ring's additions, in its
+//! order, whatever runs in between: the bits are fixed by the schedule, never by timing. Chains
+//! need no order among themselves, nor do the elements of one chunk, so the ring runs pipelined,
+//! like NCCL's slices: each chunk is cut into slices of ~[`SLICE_BYTES`] over all d ranks, and
+//! one worker carries a slice through every round of its chain, [`BLOCK`] elements at a time
+//! (the handshake between rounds is program order on that worker), so the d pieces of a block
+//! stay in L1 from the first round to the last. Each rank's element is read from memory once
+//! and written back once, where a lock-step ring streams every round through memory.
+//!
+//! ```text
+//!   queue of (chunk, slice) items ──▶ worker 0 (calling thread) ─┐  each item: all rounds of
+//!   (each owns &mut [f32], its     ──▶ worker 1 (scoped thread)  ─┤  its chain in order, one
+//!    range of every rank's buffer) ──▶ … min(cores, d) workers    ─┘  L1-sized block at a time
+//! ```
+//!
+//! Ownership does the synchronisation: an item holds the `&mut` pieces of its range of every
+//! rank's buffer (cut once with `split_at_mut`) and moves whole through a mutex-guarded queue to
+//! the one worker that runs it: safe Rust, no lock per round, no copy. Small rings run on the
+//! calling thread alone; no thread outlives a call.
+//!
+//! Hooks: `Opts::jitter_us` sleeps before every hop of every item and forces at least two
+//! workers and small items, shuffling which worker runs what and when; `Opts::fault` fails rank
+//! `fault.rank` at the start of its round `fault.round` and stops every worker. No worker ever
+//! waits on another (a slice's rounds run on one thread), so nothing can hang and there is
+//! nothing for `Opts::recv_timeout` to time out.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Instant;
-
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
 use super::ledger::{chunk, Entry, Kind, Stamp};
 use super::Opts;
@@ -72,18 +99,38 @@ pub(super) fn rounds(r: usize, d: usize, phases: Phases) -> Vec<Round> {
     out
 }
 
-/// One chunk in flight.
-/// One sender and one receiver per rank.
-type Lanes<T> = (Vec<Sender<T>>, Vec<Receiver<T>>);
+/// Target size of one slice (an item of the queue) over all ranks, d pieces of
+/// `SLICE_BYTES / d`: long runs for the memory prefetchers, yet enough items to share out.
+const SLICE_BYTES: usize = 2 << 20;
+/// Elements per rank of the block a worker carries through all rounds at once: d · 512 B that
+/// stay in L1 (measured best of 64…1024 on a 2-core host at 16 and 64 MiB).
+const BLOCK: usize = 128;
+/// Fewest elements per rank piece of a slice (no slicing into crumbs at large d).
+const SLICE_MIN: usize = 2048;
+/// Slice piece length under `Opts::jitter_us` (many items, so workers interleave).
+const SLICE_JITTER: usize = 64;
+/// Below this many elements over all ranks (n·d, 16 MiB) one thread runs the ring: the data
+/// sits in the caches, and a thread spawn (tens of µs) costs more than a second core saves
+/// (measured at 1 MiB, d = 2: 0.067 ms on two workers, 0.044 ms on one).
+const PARALLEL_MIN: usize = 1 << 22;
 
-struct Msg {
+/// One hop of a chunk's chain: in `round`, rank `to` adds (or copies) rank `from`'s piece.
+#[derive(Clone, Copy, Debug)]
+struct Hop {
     round: usize,
-    chunk: usize,
-    data: Vec<f32>,
-    sent: Instant,
+    from: usize,
+    to: usize,
+    add: bool,
 }
 
-/// A worker's failure; `primary = false` when it only saw a peer disappear.
+/// A slice of chunk `chunk`: elements `start..start + len` of every rank, one piece per rank.
+struct Item<'b> {
+    chunk: usize,
+    start: usize,
+    pieces: Vec<&'b mut [f32]>,
+}
+
+/// A worker's failure; `primary = false` when it only saw another one fail.
 pub(super) struct Failure {
     pub primary: bool,
     pub error: Error,
@@ -111,6 +158,54 @@ pub(super) fn even_bounds(n: usize, d: usize) -> Vec<usize> {
     (0..d).map(|k| chunk(n, d, k).start).chain([n]).collect()
 }
 
+/// Cores this process may use (asked once: the answer reads cgroup files).
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// When each hop (chunk k, round t) ran, over all its slices: the first moment a slice's data
+/// was ready at the sender and the last moment a slice was taken by the receiver, in ns since
+/// `base`.
+struct Clock {
+    base: Instant,
+    rounds: usize,
+    first: Vec<AtomicU64>,
+    last: Vec<AtomicU64>,
+}
+
+impl Clock {
+    fn new(d: usize, rounds: usize) -> Self {
+        Clock {
+            base: Instant::now(),
+            rounds,
+            first: (0..d * rounds).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            last: (0..d * rounds).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+    fn now(&self) -> u64 {
+        self.base.elapsed().as_nanos() as u64
+    }
+    fn record(&self, k: usize, t: usize, ready: u64, taken: u64) {
+        let i = k * self.rounds + t;
+        self.first[i].fetch_min(ready, Ordering::Relaxed);
+        self.last[i].fetch_max(taken, Ordering::Relaxed);
+    }
+    /// Seconds hop (k, t) took from first data ready to last slice taken; 0 for empty chunks.
+    fn wall(&self, k: usize, t: usize) -> f64 {
+        let i = k * self.rounds + t;
+        let (a, b) = (
+            self.first[i].load(Ordering::Relaxed),
+            self.last[i].load(Ordering::Relaxed),
+        );
+        if a == u64::MAX {
+            0.0
+        } else {
+            b.saturating_sub(a) as f64 * 1e-9
+        }
+    }
+}
+
 impl Ring<'_> {
     fn chunk(&self, k: usize) -> std::ops::Range<usize> {
         self.bounds[k]..self.bounds[k + 1]
@@ -120,152 +215,277 @@ impl Ring<'_> {
         worker_error(self.stamp, rank, what, msg)
     }
 
-    /// Runs the ring over `bufs` (one per rank, `d ≥ 2`) and returns every entry, unsorted.
-    pub fn run(
+    fn rounds_total(&self) -> usize {
+        let steps = self.d - 1;
+        if self.phases == Phases::Both {
+            2 * steps
+        } else {
+            steps
+        }
+    }
+
+    /// Chain of every chunk: its hops in round order (one per round).
+    fn chains(&self) -> Vec<Vec<Hop>> {
+        let d = self.d;
+        let mut chains = vec![Vec::with_capacity(self.rounds_total()); d];
+        for r in 0..d {
+            for rd in rounds(r, d, self.phases) {
+                chains[rd.recv].push(Hop {
+                    round: rd.round,
+                    from: (r + d - 1) % d,
+                    to: r,
+                    add: rd.add,
+                });
+            }
+        }
+        chains.iter_mut().for_each(|c| c.sort_by_key(|h| h.round));
+        chains
+    }
+
+    /// Elements per rank piece of one slice.
+    fn slice_len(&self) -> usize {
+        if self.opts.jitter_us > 0 {
+            SLICE_JITTER
+        } else {
+            (SLICE_BYTES / 4 / self.d).max(SLICE_MIN)
+        }
+    }
+
+    /// Cuts every buffer into the ring's items: each non-empty chunk in slices of
+    /// [`Self::slice_len`], each item holding its range of every rank.
+    fn items<'b>(&self, bufs: &'b mut [Vec<f32>]) -> Vec<Item<'b>> {
+        let step = self.slice_len();
+        let mut items: Vec<Item<'b>> = Vec::new();
+        let mut lens = Vec::new();
+        for k in 0..self.d {
+            let c = self.chunk(k);
+            let mut start = c.start;
+            while start < c.end {
+                let len = step.min(c.end - start);
+                items.push(Item {
+                    chunk: k,
+                    start,
+                    pieces: Vec::with_capacity(self.d),
+                });
+                lens.push(len);
+                start += len;
+            }
+        }
+        // The items tile 0..n in order (chunks are contiguous, empty ones have no items).
+        for buf in bufs.iter_mut() {
+            let mut rest: &'b mut [f32] = buf.as_mut_slice();
+            for (item, &len) in items.iter_mut().zip(&lens) {
+                let (piece, tail) = std::mem::take(&mut rest).split_at_mut(len);
+                item.pieces.push(piece);
+                rest = tail;
+            }
+        }
+        items
+    }
+
+    /// Runs the ring over host buffers (one per rank, `d ≥ 2`, each of n elements) and returns
+    /// its hop entries, unsorted.
+    pub fn run(&self, bufs: &mut [Vec<f32>]) -> Result<Vec<Entry>> {
+        let (n, d) = (self.n, self.d);
+        if let Some((r, b)) = bufs.iter().enumerate().find(|(_, b)| b.len() != n) {
+            let msg = format!("buffer has {} elements, expected {n}", b.len());
+            return Err(self.error(r, "stage in", msg));
+        }
+        let chains = self.chains();
+        let clock = Clock::new(d, self.rounds_total());
+        let items = self.items(bufs);
+        let workers = if self.opts.jitter_us > 0 {
+            cores().max(2).min(d).min(items.len()).max(1)
+        } else if n * d < PARALLEL_MIN {
+            1
+        } else {
+            cores().min(d).min(items.len()).max(1)
+        };
+        let queue = Mutex::new(items.into_iter());
+        let abort = AtomicBool::new(false);
+        let work = || self.worker(&queue, &chains, &clock, &abort);
+        let results: Vec<std::result::Result<(), Failure>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (1..workers).map(|_| scope.spawn(work)).collect();
+            let mut out = vec![work()];
+            out.extend(handles.into_iter().enumerate().map(|(i, h)| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Failure {
+                        primary: true,
+                        error: self.error(0, "thread", format!("ring worker {} panicked", i + 1)),
+                    })
+                })
+            }));
+            out
+        });
+        first_failure(results)?;
+        // A fault in a round whose chunk is empty (n < d) meets no slice: it fails here.
+        if let Some(f) = self.opts.fault {
+            if f.rank < d && f.round < self.rounds_total() {
+                return Err(self.fault_error(f.rank, f.round));
+            }
+        }
+        let mut entries = Vec::with_capacity(d * self.rounds_total());
+        for r in 0..d {
+            let left = (r + d - 1) % d;
+            for rd in rounds(r, d, self.phases) {
+                let kind = Kind::Hop {
+                    to: r,
+                    round: rd.round,
+                };
+                let bytes = 4 * self.chunk(rd.recv).len() as u64;
+                let wall = clock.wall(rd.recv, rd.round);
+                entries.push(self.stamp.entry(left, kind, bytes, wall));
+            }
+        }
+        Ok(entries)
+    }
+
+    fn fault_error(&self, rank: usize, round: usize) -> Error {
+        self.error(rank, &format!("round {round}"), "injected fault".into())
+    }
+
+    /// A worker: takes items off the queue until it is empty or another worker failed.
+    fn worker(
+        &self,
+        queue: &Mutex<std::vec::IntoIter<Item>>,
+        chains: &[Vec<Hop>],
+        clock: &Clock,
+        abort: &AtomicBool,
+    ) -> std::result::Result<(), Failure> {
+        loop {
+            if abort.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            // A worker that panicked while holding the queue leaves it consistent (one `next`).
+            let next = queue.lock().unwrap_or_else(PoisonError::into_inner).next();
+            let Some(mut item) = next else {
+                return Ok(());
+            };
+            let chain = &chains[item.chunk];
+            if let Err(e) = self.carry(&mut item, chain, clock, abort) {
+                abort.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+    }
+
+    /// Runs one item's chain: every round of its chunk, in order, on this thread — block by
+    /// block of [`BLOCK`] elements, so the d pieces of a block stay in L1 through all rounds
+    /// while the item as a whole streams through memory in long runs.
+    fn carry(
+        &self,
+        item: &mut Item,
+        chain: &[Hop],
+        clock: &Clock,
+        abort: &AtomicBool,
+    ) -> std::result::Result<(), Failure> {
+        let d = self.d;
+        // last reduce-scatter round: chunk k's full sum lands on rank k
+        let rs_last = d.checked_sub(2);
+        let ready = clock.now();
+        let len = item.pieces.first().map_or(0, |p| p.len());
+        for lo in (0..len).step_by(BLOCK) {
+            let hi = (lo + BLOCK).min(len);
+            for hop in chain {
+                if lo == 0 {
+                    self.before_hop(hop, item.start, abort)?;
+                }
+                let (own, left) = pair(&mut item.pieces, hop.to, hop.from);
+                let (own, left) = (&mut own[lo..hi], &left[lo..hi]);
+                if hop.add {
+                    // The running sum comes from the left; this rank's value is added to it
+                    // last (x + acc and acc + x are the same bits: addition commutes).
+                    own.iter_mut().zip(left).for_each(|(x, acc)| *x += *acc);
+                    if Some(hop.round) == rs_last && self.opts.average {
+                        // The full sum of chunk `to` is here: divide once.
+                        let dd = d as f32;
+                        own.iter_mut().for_each(|x| *x /= dd);
+                    }
+                } else {
+                    own.copy_from_slice(left);
+                }
+            }
+        }
+        let taken = clock.now();
+        for hop in chain {
+            clock.record(item.chunk, hop.round, ready, taken);
+        }
+        Ok(())
+    }
+
+    /// The hooks, before `hop` of the item at `start`: the injected fault, then the jitter.
+    fn before_hop(
+        &self,
+        hop: &Hop,
+        start: usize,
+        abort: &AtomicBool,
+    ) -> std::result::Result<(), Failure> {
+        let opts = self.opts;
+        if opts
+            .fault
+            .is_some_and(|f| f.rank == hop.to && f.round == hop.round)
+        {
+            return Err(Failure {
+                primary: true,
+                error: self.fault_error(hop.to, hop.round),
+            });
+        }
+        if opts.jitter_us > 0 && !abort.load(Ordering::Relaxed) {
+            let seed = (opts.seed ^ (hop.to as u64).wrapping_mul(0x0100_0000_01B3))
+                .wrapping_add((hop.round as u64) << 32 ^ start as u64);
+            let us = Rng::new(seed).below(opts.jitter_us + 1);
+            std::thread::sleep(std::time::Duration::from_micros(us));
+        }
+        Ok(())
+    }
+
+    /// Stages every rank in on its own scoped thread (device: download), runs the ring, stages
+    /// every rank out likewise (device: upload); returns every entry, unsorted.
+    pub fn run_staged(
         &self,
         bufs: &mut [Vec<f32>],
         stage_in: &StageIn,
         stage_out: &StageOut,
     ) -> Result<Vec<Entry>> {
-        let (txs, mut rxs): (Vec<Sender<Msg>>, Vec<Receiver<Msg>>) =
-            (0..self.d).map(|_| bounded(1)).unzip();
-        rxs.rotate_right(1); // rxs[r] now receives from rank r−1
-                             // spent chunk buffers travel back (rank r+1 → r) to be refilled: no allocation per round
-        let (mut back_txs, back_rxs): Lanes<Vec<f32>> = (0..self.d).map(|_| bounded(2)).unzip();
-        back_txs.rotate_right(1); // back_txs[r] returns to rank r−1, whose chunks r receives
         let results: Vec<std::result::Result<Vec<Entry>, Failure>> = std::thread::scope(|scope| {
             let handles: Vec<_> = bufs
                 .iter_mut()
-                .zip(txs)
-                .zip(rxs)
-                .zip(back_txs.into_iter().zip(back_rxs))
                 .enumerate()
-                .map(|(r, (((buf, tx), rx), back))| {
-                    scope.spawn(move || self.worker(r, buf, (tx, rx), back, stage_in, stage_out))
-                })
+                .map(|(r, buf)| scope.spawn(move || stage_in(r, buf)))
                 .collect();
             handles
                 .into_iter()
                 .enumerate()
                 .map(|(r, h)| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Failure {
-                            primary: true,
-                            error: self.error(r, "thread", "worker thread panicked".into()),
-                        })
+                    let msg = match h.join() {
+                        Ok(Ok(e)) => return Ok(e),
+                        Ok(Err(e)) => e.to_string(),
+                        Err(_) => "worker thread panicked".to_string(),
+                    };
+                    Err(Failure {
+                        primary: true,
+                        error: self.error(r, "stage in", msg),
                     })
                 })
                 .collect()
         });
-        Ok(first_failure(results)?.into_iter().flatten().collect())
-    }
-
-    /// Rank `r`: `(tx, rx)` carry chunks to the right / from the left; `back` returns spent
-    /// buffers to the left neighbour and receives this rank's own spent ones from the right.
-    fn worker(
-        &self,
-        r: usize,
-        buf: &mut Vec<f32>,
-        (tx, rx): (Sender<Msg>, Receiver<Msg>),
-        (back_tx, back_rx): (Sender<Vec<f32>>, Receiver<Vec<f32>>),
-        stage_in: &StageIn,
-        stage_out: &StageOut,
-    ) -> std::result::Result<Vec<Entry>, Failure> {
-        let fail = |primary: bool, what: &str, msg: String| Failure {
-            primary,
-            error: self.error(r, what, msg),
-        };
-        let (n, d) = (self.n, self.d);
-        let mut entries = stage_in(r, buf).map_err(|e| fail(true, "stage in", e.to_string()))?;
-        if buf.len() != n {
-            let msg = format!("buffer has {} elements, expected {n}", buf.len());
-            return Err(fail(true, "stage in", msg));
-        }
-        let mut rng = Rng::new(self.opts.seed ^ (r as u64).wrapping_mul(0x0100_0000_01B3));
-        let mut jitter = || {
-            if self.opts.jitter_us > 0 {
-                let us = rng.below(self.opts.jitter_us + 1);
-                std::thread::sleep(std::time::Duration::from_micros(us));
-            }
-        };
-        let left = (r + d - 1) % d;
-        let rs_last = d - 2; // last reduce-scatter round
-        for rd in rounds(r, d, self.phases) {
-            let what = format!("round {}", rd.round);
-            if self
-                .opts
-                .fault
-                .is_some_and(|f| f.rank == r && f.round == rd.round)
-            {
-                return Err(fail(true, &what, "injected fault".into()));
-            }
-            jitter();
-            let mut data = back_rx.try_recv().unwrap_or_default();
-            data.clear();
-            data.extend_from_slice(&buf[self.chunk(rd.send)]);
-            let msg = Msg {
-                round: rd.round,
-                chunk: rd.send,
-                data,
-                sent: Instant::now(),
-            };
-            tx.send(msg).map_err(|_| {
-                let msg = format!("rank {} left the ring", (r + 1) % d);
-                fail(false, &what, msg)
-            })?;
-            jitter();
-            let got = match rx.recv_timeout(self.opts.recv_timeout) {
-                Ok(m) => m,
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(fail(false, &what, format!("rank {left} left the ring")));
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    let msg = format!("no chunk from rank {left} in {:?}", self.opts.recv_timeout);
-                    return Err(fail(true, &what, msg));
-                }
-            };
-            let wall = got.sent.elapsed().as_secs_f64();
-            let range = self.chunk(rd.recv);
-            if got.round != rd.round || got.chunk != rd.recv || got.data.len() != range.len() {
-                let msg = format!(
-                    "expected chunk {} ({} elements) of round {}, got chunk {} ({}) of round {}",
-                    rd.recv,
-                    range.len(),
-                    rd.round,
-                    got.chunk,
-                    got.data.len(),
-                    got.round
-                );
-                return Err(fail(true, &what, msg));
-            }
-            let own = &mut buf[range];
-            if rd.add {
-                // The running sum arrives from the left; this rank's value is added to it last
-                // (x + acc and acc + x are the same bits: addition commutes).
-                for (x, acc) in own.iter_mut().zip(&got.data) {
-                    *x += *acc;
-                }
-                if rd.round == rs_last && self.opts.average {
-                    // The full sum of chunk r is here: divide once.
-                    let dd = d as f32;
-                    own.iter_mut().for_each(|x| *x /= dd);
-                }
-            } else {
-                own.copy_from_slice(&got.data);
-            }
-            let kind = Kind::Hop {
-                to: r,
-                round: rd.round,
-            };
-            let bytes = 4 * got.data.len() as u64;
-            entries.push(self.stamp.entry(left, kind, bytes, wall));
-            // best effort: a full or closed return channel just drops the buffer
-            let _ = back_tx.try_send(got.data);
-        }
-        drop(tx);
-        let out = stage_out(r, buf).map_err(|e| fail(true, "stage out", e.to_string()))?;
-        entries.extend(out);
+        let mut entries: Vec<Entry> = first_failure(results)?.into_iter().flatten().collect();
+        entries.extend(self.run(bufs)?);
+        let bufs: &[Vec<f32>] = bufs;
+        let outs = per_rank(self.d, self.stamp, "stage out", |r| stage_out(r, &bufs[r]))?;
+        entries.extend(outs.into_iter().flatten());
         Ok(entries)
+    }
+}
+
+/// Mutable `pieces[a]` and shared `pieces[b]`, a ≠ b.
+fn pair<'p>(pieces: &'p mut [&mut [f32]], a: usize, b: usize) -> (&'p mut [f32], &'p [f32]) {
+    if a < b {
+        let (lo, hi) = pieces.split_at_mut(b);
+        (&mut *lo[a], &*hi[0])
+    } else {
+        let (lo, hi) = pieces.split_at_mut(a);
+        (&mut *hi[0], &*lo[b])
     }
 }
 
