@@ -8,11 +8,12 @@
 //!   `&[Gpu]` + `&[View]`: one thread per rank downloads, the host algorithm runs, uploads.
 //!
 //! The ring: n elements split into d chunks `c_k = [k·n/d, (k+1)·n/d)` ([`chunk`]; floor
-//! boundaries, so lengths differ by at most one and some are empty when n < d). One OS thread
-//! per rank; each round rank r sends one chunk to rank (r+1) % d over a bounded channel and adds
-//! (reduce-scatter) or copies (all-gather) the chunk it receives from rank r−1. Which chunk moves
-//! when is fixed by (rank, round), so every chunk is summed in the same order on every run:
-//! results are bit-identical whatever the thread timing. Chunks sent, d = 4 (`cK` = chunk K):
+//! boundaries, so lengths differ by at most one and some are empty when n < d; ZeRO passes its
+//! own 64-aligned bounds). Each round rank r's chunk travels to rank (r+1) % d, which adds it
+//! (reduce-scatter) or copies it (all-gather) into its own copy. Which chunk moves when is fixed
+//! by (rank, round), so every chunk is summed in the same order on every run: results are
+//! bit-identical whatever the thread timing. The hops are zero-copy and pipelined per slice on
+//! min(cores, d) workers (see `ring.rs`). Chunks sent, d = 4 (`cK` = chunk K):
 //!
 //! ```text
 //!                    rank 0   rank 1   rank 2   rank 3
@@ -92,13 +93,16 @@ impl Algo {
 pub struct Opts {
     /// Divide the sum by d (once, on the full sum): the mean instead of the sum.
     pub average: bool,
-    /// Test hook: before every ring send and receive, each rank's thread sleeps a random
-    /// 0..=`jitter_us` µs (seeded by `seed` and the rank), shuffling arrival order.
+    /// Test hook: before every hop the ring's worker sleeps a random 0..=`jitter_us` µs
+    /// (seeded by `seed`), with at least two workers and small slices, shuffling which worker
+    /// runs what and when.
     pub jitter_us: u64,
     pub seed: u64,
     /// Test hook: `fault.rank` fails at the start of ring round `fault.round`.
     pub fault: Option<Fault>,
-    /// Longest a ring rank waits for its left neighbour's chunk before failing.
+    /// Longest a rank may wait on a peer before failing. The zero-copy ring never waits on
+    /// another worker (a slice's rounds run on one thread), so no collective waits today; the
+    /// field stays for algorithms that exchange messages.
     pub recv_timeout: Duration,
 }
 
