@@ -242,6 +242,12 @@ fn run(a: Args) -> anyhow::Result<()> {
             let s = Session::resume(engine, &corpus, path)
                 .with_context(|| format!("resuming from {}", path.display()))?;
             println!("resumed   {} at step {}", path.display(), s.step);
+            if let Some((layout, diffs)) = &s.resumed_from {
+                println!("          written under {layout}");
+                for d in diffs {
+                    println!("          note: {d}");
+                }
+            }
             s
         }
         None => Session::new(engine, &corpus, a.seed),

@@ -10,6 +10,8 @@
 //!   checks loss and gradients are finite ─▶ all-reduce per (stage, tp rank) ─▶ AdamW
 //! ```
 //!
+//! Plain data parallelism (dp > 1, tp = pp = 1, no ZeRO) runs on [`DataParallel`]: gradient
+//! buckets are all-reduced on a communication thread while backward continues.
 //! With a ZeRO stage and tp = pp = 1 the steps run on a [`Zero`] group instead (stages 1–3):
 //! the same batches, the same state in the one-device layout, sharded as the stage says. With
 //! tensor or pipeline stages, ZeRO-1 shards each stage's data-parallel group
@@ -24,7 +26,7 @@ use crate::gpu::Gpu;
 use crate::memory::Usage;
 use crate::mesh::{Coords, Mesh};
 use crate::model::Block;
-use crate::parallel::data::DpOptions;
+use crate::parallel::data::{DataParallel, DpOptions};
 use crate::parallel::hybrid::DpPipeline;
 use crate::parallel::zero::Zero;
 use crate::pipeline::executor::{Fault, Options};
@@ -95,9 +97,11 @@ pub struct StepCosts {
     pub memory: Vec<Usage>,
 }
 
-/// What runs the steps: replicas of tensor-parallel pipelines, or a ZeRO group.
+/// What runs the steps: replicas of tensor-parallel pipelines, plain data-parallel replicas
+/// (gradient buckets all-reduced while backward runs), or a ZeRO group.
 enum Inner {
     Pipe(DpPipeline),
+    Data(Box<DataParallel>),
     Zero(Box<Zero>),
 }
 
@@ -135,12 +139,17 @@ impl Engine {
             recv_timeout: opts.recv_timeout,
             ..Options::default()
         };
-        let inner = if mesh.zero > 0 && mesh.tp == 1 && mesh.pp == 1 {
-            let dpo = DpOptions {
-                link: opts.link.clone(),
-                ..DpOptions::default()
-            };
+        let flat = mesh.tp == 1 && mesh.pp == 1;
+        let dpo = DpOptions {
+            link: opts.link.clone(),
+            serial: opts.serial,
+            ..DpOptions::default()
+        };
+        let inner = if mesh.zero > 0 && flat {
             Inner::Zero(Box::new(Zero::new(gpus, cfg.clone(), dpo, mesh.zero)?))
+        } else if flat && mesh.dp > 1 && opts.fault.is_none() {
+            // (the pipeline executor carries the fault hooks, so a faulted run stays there)
+            Inner::Data(Box::new(DataParallel::new(gpus, cfg.clone(), dpo)?))
         } else {
             // ZeRO-1 with tensor or pipeline stages: each stage's data-parallel group shards
             let mut p = DpPipeline::with_zero(
@@ -157,7 +166,7 @@ impl Engine {
         };
         let stages = match &inner {
             Inner::Pipe(p) => p.pipes[0].stages.clone(),
-            Inner::Zero(_) => vec![cfg.model.blocks()],
+            Inner::Zero(_) | Inner::Data(_) => vec![cfg.model.blocks()],
         };
         let placement = (0..mesh.devices())
             .map(|d| {
@@ -218,6 +227,21 @@ impl Engine {
                     memory: r.memory,
                 });
             }
+            Inner::Data(dp) => {
+                let r = dp.step(batches, s)?;
+                return Ok(StepCosts {
+                    stats: r.stats,
+                    bubble: None,
+                    bubble_theory: None,
+                    device_step: r.compute_device + r.exposed_device,
+                    dp_bytes: r.bytes_per_rank.iter().copied().max().unwrap_or(0),
+                    dp_comm: r.comm_device,
+                    tp_bytes: 0,
+                    tp_comm: 0.0,
+                    wall: t0.elapsed().as_secs_f64(),
+                    memory: r.memory,
+                });
+            }
             Inner::Pipe(p) => p,
         };
         let stats = inner.step(batches, s)?;
@@ -256,6 +280,7 @@ impl Engine {
     pub fn state(&self) -> Result<ModelState> {
         match &self.inner {
             Inner::Pipe(p) => p.state(),
+            Inner::Data(d) => d.state(),
             Inner::Zero(z) => z.state(),
         }
     }
@@ -264,6 +289,7 @@ impl Engine {
     pub fn set_state(&self, st: &ModelState) -> Result<()> {
         match &self.inner {
             Inner::Pipe(p) => p.set_state(st),
+            Inner::Data(d) => d.set_state(st),
             Inner::Zero(z) => z.set_state(st),
         }
     }
@@ -272,6 +298,7 @@ impl Engine {
     pub fn checksum(&self) -> Result<String> {
         match &self.inner {
             Inner::Pipe(p) => p.pipes[0].checksum(),
+            Inner::Data(d) => d.checksum(),
             Inner::Zero(z) => z.checksum(),
         }
     }

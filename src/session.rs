@@ -38,6 +38,9 @@ pub struct Session<'c> {
     pub policy: Option<CheckpointPolicy>,
     /// Step count of the last checkpoint written or resumed from.
     pub last_checkpoint: Option<usize>,
+    /// After a resume: the layout that wrote the checkpoint, and the training settings that
+    /// differ from this run's ("key: checkpoint X, this run Y").
+    pub resumed_from: Option<(String, Vec<String>)>,
 }
 
 impl<'c> Session<'c> {
@@ -50,6 +53,7 @@ impl<'c> Session<'c> {
             step: 0,
             policy: None,
             last_checkpoint: None,
+            resumed_from: None,
         }
     }
 
@@ -58,6 +62,9 @@ impl<'c> Session<'c> {
     pub fn resume(engine: Engine, corpus: &'c Corpus, path: &Path) -> Result<Session<'c>> {
         let ck = Checkpoint::load_for(path, &engine.cfg.model)?;
         ck.check_dataset(&corpus.version)?;
+        let train = serde_json::to_value(&engine.cfg)
+            .map_err(|e| Error::Config(format!("train configuration: {e}")))?;
+        let resumed_from = Some((ck.layout.clone(), ck.train_differences(&train)));
         engine.set_state(&ModelState {
             params: ck.params,
             m: ck.m,
@@ -70,6 +77,7 @@ impl<'c> Session<'c> {
             step: ck.step,
             policy: None,
             last_checkpoint: Some(ck.step),
+            resumed_from,
         })
     }
 

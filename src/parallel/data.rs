@@ -26,7 +26,7 @@ use crate::parallel::accumulate::{Accumulation, TreeAccumulator};
 use crate::parallel::bucket::{buckets, device_schedule, Bucket, BucketTiming};
 use crate::parallel::replica::{comm_loop, Replica, ReplicaRun};
 use crate::pipeline::simulate::Link;
-use crate::train::{checksum, StepStats, TrainConfig};
+use crate::train::{checksum, ModelState, StepStats, TrainConfig};
 
 /// Default bucket size (PyTorch DDP's 25 MB).
 pub const BUCKET_BYTES: usize = 25 << 20;
@@ -335,14 +335,17 @@ impl DataParallel {
         let comm_end_device = device_schedule(&mut timing, &link_cost, compute_device, overlap);
         let comm_end_wall = walls.iter().map(|w| w.1).fold(0.0, f64::max);
         // after the all-reduce every replica holds the same gradients: rank 0's norm is everyone's
-        let norm_sq = global_norm_sq(&self.replicas[0].optim.tensor_sq()?, &self.canonical);
+        let parts = self.replicas[0].optim.tensor_sq()?;
+        let mean_loss = (loss / (self.cfg.tokens_per_step() * d) as f64) as f32;
+        check_finite(mean_loss, &parts, s)?;
+        let norm_sq = global_norm_sq(&parts, &self.canonical);
         let h = self.cfg.adam_at(s);
         for r in &self.replicas {
             r.optim.step(&h, norm_sq)?;
         }
         Ok(DpStepReport {
             stats: StepStats {
-                loss: (loss / (self.cfg.tokens_per_step() * d) as f64) as f32,
+                loss: mean_loss,
                 grad_norm: norm_sq.sqrt(),
                 lr: h.lr,
             },
@@ -357,6 +360,29 @@ impl DataParallel {
             step_wall: t0.elapsed().as_secs_f64(),
             memory: self.replicas.iter().map(|r| r.gpu.memory()).collect(),
         })
+    }
+
+    /// Parameters and AdamW moments (replica 0's; every replica holds the same bits).
+    pub fn state(&self) -> Result<ModelState> {
+        let (g, b) = (&self.replicas[0].gpu, &self.replicas[0].model.buffers);
+        Ok(ModelState {
+            params: g.download(&b.params)?,
+            m: g.download(&b.m)?,
+            v: g.download(&b.v)?,
+        })
+    }
+
+    /// Loads parameters and AdamW moments (one-device layout, from any layout) into every
+    /// replica.
+    pub fn set_state(&self, st: &ModelState) -> Result<()> {
+        for r in &self.replicas {
+            let b = &r.model.buffers;
+            st.check(b.layout.total)?;
+            r.gpu.upload(&b.params, &st.params)?;
+            r.gpu.upload(&b.m, &st.m)?;
+            r.gpu.upload(&b.v, &st.v)?;
+        }
+        Ok(())
     }
 
     /// Replica `r`'s flat parameters.
@@ -384,6 +410,30 @@ impl DataParallel {
             }
         }
         Ok(true)
+    }
+}
+
+/// Stops the step before AdamW when the loss or a (reduced) gradient is not finite.
+fn check_finite(loss: f32, parts: &[(String, f32)], step: usize) -> Result<()> {
+    let bad = if !loss.is_finite() {
+        Some(("loss", format!("the loss is {loss}")))
+    } else {
+        parts.iter().find(|(_, v)| !v.is_finite()).map(|(n, v)| {
+            (
+                "gradient check",
+                format!("the all-reduced gradient of {n} is not finite (Σg² = {v})"),
+            )
+        })
+    };
+    match bad {
+        Some((action, what)) => Err(Error::Worker {
+            device: 0,
+            stage: 0,
+            action: action.into(),
+            step,
+            msg: format!("{what}; stopping before the optimizer step"),
+        }),
+        None => Ok(()),
     }
 }
 
