@@ -82,7 +82,8 @@ pub struct StepCosts {
     pub bubble: Option<f64>,
     /// Analytic bubble of the schedule.
     pub bubble_theory: Option<f64>,
-    /// Device-clock seconds of replica 0's schedule (kernels + tensor-parallel comm + sends).
+    /// Device-clock seconds of replica 0's step (kernels + tensor-parallel comm + sends; plain
+    /// DP: compute + exposed comm); 0 where not measured (ZeRO groups).
     pub device_step: f64,
     /// Data-parallel all-reduce: bytes the busiest rank sent, and link-model seconds.
     pub dp_bytes: u64,
@@ -214,33 +215,31 @@ impl Engine {
         let inner = match &mut self.inner {
             Inner::Zero(z) => {
                 let r = z.step(batches, s)?;
-                return Ok(StepCosts {
-                    stats: r.stats,
-                    bubble: None,
-                    bubble_theory: None,
-                    device_step: 0.0,
-                    dp_bytes: r.bytes_per_rank.iter().copied().max().unwrap_or(0),
-                    dp_comm: r.comm_link,
-                    tp_bytes: 0,
-                    tp_comm: 0.0,
-                    wall: t0.elapsed().as_secs_f64(),
-                    memory: r.memory,
-                });
+                let wall = t0.elapsed().as_secs_f64();
+                // (ZeRO's chain does not time its kernels: no device-clock step)
+                return Ok(flat_costs(
+                    r.stats,
+                    &r.bytes_per_rank,
+                    r.comm_link,
+                    0.0,
+                    wall,
+                    r.memory,
+                ));
             }
             Inner::Data(dp) => {
                 let r = dp.step(batches, s)?;
-                return Ok(StepCosts {
-                    stats: r.stats,
-                    bubble: None,
-                    bubble_theory: None,
-                    device_step: r.compute_device + r.exposed_device,
-                    dp_bytes: r.bytes_per_rank.iter().copied().max().unwrap_or(0),
-                    dp_comm: r.comm_device,
-                    tp_bytes: 0,
-                    tp_comm: 0.0,
-                    wall: t0.elapsed().as_secs_f64(),
-                    memory: r.memory,
-                });
+                let (wall, dev) = (
+                    t0.elapsed().as_secs_f64(),
+                    r.compute_device + r.exposed_device,
+                );
+                return Ok(flat_costs(
+                    r.stats,
+                    &r.bytes_per_rank,
+                    r.comm_device,
+                    dev,
+                    wall,
+                    r.memory,
+                ));
             }
             Inner::Pipe(p) => p,
         };
@@ -301,5 +300,28 @@ impl Engine {
             Inner::Data(d) => d.checksum(),
             Inner::Zero(z) => z.checksum(),
         }
+    }
+}
+
+/// The costs of a step without pipeline or tensor stages: only data-parallel traffic.
+fn flat_costs(
+    stats: StepStats,
+    bytes_per_rank: &[u64],
+    dp_comm: f64,
+    device_step: f64,
+    wall: f64,
+    memory: Vec<Usage>,
+) -> StepCosts {
+    StepCosts {
+        stats,
+        bubble: None,
+        bubble_theory: None,
+        device_step,
+        dp_bytes: bytes_per_rank.iter().copied().max().unwrap_or(0),
+        dp_comm,
+        tp_bytes: 0,
+        tp_comm: 0.0,
+        wall,
+        memory,
     }
 }
