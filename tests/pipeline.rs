@@ -264,6 +264,7 @@ fn device_clock_of_balanced_stages_equals_the_formula() {
             events,
             wall: 1.0,
             peak_held: vec![],
+            memory: vec![],
         };
         let sum = summarize(&s, &r, &Link::ideal(), 100).unwrap();
         println!(

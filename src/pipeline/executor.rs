@@ -38,6 +38,7 @@ use super::validate::validate;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::Op;
+use crate::memory::Usage;
 use crate::model::{gpu_model::GpuModel, Block, GptConfig, Micro, TpRank};
 use crate::optim::{global_norm_sq, Optimizer};
 use crate::parallel::tensor::{self as tp, TpComm};
@@ -154,6 +155,9 @@ pub struct StepReport {
     pub wall: f64,
     /// Most microbatches whose activations a stage held at once, per stage.
     pub peak_held: Vec<usize>,
+    /// Per GPU (schedule device order, tensor ranks within): bytes now and each memory-ledger
+    /// category's peak so far.
+    pub memory: Vec<Usage>,
 }
 
 /// One stage (model chunk) on a device: its blocks, activation slots and optimizer.
@@ -490,6 +494,11 @@ impl Pipeline {
             events,
             wall,
             peak_held,
+            memory: self
+                .devices
+                .iter()
+                .flat_map(|d| d.gpus.iter().map(|g| g.memory()))
+                .collect(),
         })
     }
 

@@ -50,6 +50,9 @@ pub struct Summary {
     /// Most microbatches' activations held at once, per stage.
     pub peak_held: Vec<usize>,
     pub link: String,
+    /// Per GPU: the memory ledger's current bytes and peaks (parameters, gradients, optimizer
+    /// state, activations, staging).
+    pub memory: Vec<crate::memory::Usage>,
 }
 
 /// The analytic bubble of `s` (the planner's formula).
@@ -138,6 +141,7 @@ pub fn summarize(s: &Schedule, r: &StepReport, link: &Link, tokens: usize) -> Re
         tokens_per_s_wall: tokens as f64 / wall_step,
         tokens_per_s_device: tokens as f64 / dev.makespan.max(1e-12),
         peak_held: r.peak_held.clone(),
+        memory: r.memory.clone(),
         link: link.name.clone(),
     })
 }
