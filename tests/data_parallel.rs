@@ -1,8 +1,9 @@
 //! Data parallelism: d replicas match one device, repeat bit for bit, move exactly the ring's
 //! bytes, and reject impossible batches.
+mod common;
+
 use triaxis::collective::{ring_all_reduce_bytes, ring_all_reduce_rank_bytes, Algo};
 use triaxis::cpu::AdamW;
-use triaxis::data::{AdditionSpec, Batcher, Corpus};
 use triaxis::gpu;
 use triaxis::model::{GptConfig, Micro};
 use triaxis::parallel::data::{DataParallel, DpOptions};
@@ -31,22 +32,7 @@ fn cfg(accum: usize) -> TrainConfig {
 }
 
 fn global_batches(n: usize, steps: usize, micro: Micro) -> Vec<Vec<(Vec<u32>, Vec<u32>)>> {
-    let c = Corpus::addition(AdditionSpec {
-        digits: 2,
-        train_problems: 300,
-        val_problems: 20,
-        seed: 4,
-        reverse: true,
-    })
-    .unwrap();
-    let mut b = Batcher::new(6);
-    (0..steps)
-        .map(|_| {
-            (0..n)
-                .map(|_| c.train_batch(&mut b, micro).unwrap())
-                .collect()
-        })
-        .collect()
+    common::addition_batches(4, 6, n, steps, micro)
 }
 
 fn max_rel(a: &[f32], b: &[f32]) -> f32 {

@@ -1,9 +1,10 @@
 //! ZeRO stages 1–3 reproduce stage 0 bit for bit (even and uneven shards), hold the model-state
 //! bytes the formula predicts, move the predicted bytes, free gathered parameters (stage 3),
 //! and reject impossible configurations.
+mod common;
+
 use triaxis::cost::memory::ZeroStage;
 use triaxis::cpu::AdamW;
-use triaxis::data::{AdditionSpec, Batcher, Corpus};
 use triaxis::gpu;
 use triaxis::model::{GptConfig, Micro};
 use triaxis::parallel::data::DpOptions;
@@ -39,22 +40,7 @@ fn tiny() -> GptConfig {
 }
 
 fn global_batches(n: usize, steps: usize, micro: Micro) -> Vec<Vec<(Vec<u32>, Vec<u32>)>> {
-    let c = Corpus::addition(AdditionSpec {
-        digits: 2,
-        train_problems: 300,
-        val_problems: 20,
-        seed: 4,
-        reverse: true,
-    })
-    .unwrap();
-    let mut b = Batcher::new(6);
-    (0..steps)
-        .map(|_| {
-            (0..n)
-                .map(|_| c.train_batch(&mut b, micro).unwrap())
-                .collect()
-        })
-        .collect()
+    common::addition_batches(4, 6, n, steps, micro)
 }
 
 #[test]
