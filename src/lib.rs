@@ -26,6 +26,7 @@ pub mod cpu;
 pub mod data;
 pub mod engine;
 pub mod error;
+pub mod flags;
 pub mod gpu;
 pub mod kernels;
 pub mod memory;

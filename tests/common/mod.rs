@@ -1,6 +1,8 @@
 //! Shared test helpers: random inputs, poisoned outputs, error reports.
 #![allow(dead_code)]
 
+pub mod example;
+
 use triaxis::gpu::{Gpu, View};
 use triaxis::pipeline::{gpipe, interleaved, one_f_one_b, zero_bubble_h1, Schedule};
 use triaxis::rng::Rng;

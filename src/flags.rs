@@ -1,0 +1,125 @@
+//! Checks of the values a user passes on a command line, shared by every example: each refuses
+//! a value before any device work with the flag and its constraint named, e.g.
+//! `--lr must be a finite number in (0, 1] (got NaN)`.
+//!
+//! Integer flags get a range (zero and absurdly large values refused), float flags a finite
+//! range, comma lists a range per element, and paths are checked for what the run will do
+//! with them: an input file must exist, be a file and not be empty; an output path must be
+//! creatable and writable (probed with a temporary file that is removed again).
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+fn bad(msg: String) -> Error {
+    Error::Config(msg)
+}
+
+/// `v` must be at least `min` (no upper bound beyond the type's).
+pub fn at_least(flag: &str, v: usize, min: usize) -> Result<()> {
+    if v < min {
+        return Err(bad(format!("{flag} must be at least {min} (got {v})")));
+    }
+    Ok(())
+}
+
+/// `v` must lie in `lo..=hi`; the message names both ends.
+pub fn in_range(flag: &str, v: usize, lo: usize, hi: usize) -> Result<()> {
+    if v < lo || v > hi {
+        return Err(bad(format!(
+            "{flag} must be between {lo} and {hi} (got {v})"
+        )));
+    }
+    Ok(())
+}
+
+/// Every element of a comma list must lie in `lo..=hi`, and the list must not be empty.
+pub fn list_in_range(flag: &str, vs: &[usize], lo: usize, hi: usize) -> Result<()> {
+    if vs.is_empty() {
+        return Err(bad(format!("{flag} must list at least one value")));
+    }
+    vs.iter().try_for_each(|&v| in_range(flag, v, lo, hi))
+}
+
+/// `v` must be finite and in `(0, max]`.
+pub fn positive(flag: &str, v: f64, max: f64) -> Result<()> {
+    if !v.is_finite() || v <= 0.0 || v > max {
+        return Err(bad(format!(
+            "{flag} must be a finite number in (0, {max}] (got {v})"
+        )));
+    }
+    Ok(())
+}
+
+/// `v` must be finite and in `[0, max]`.
+pub fn non_negative(flag: &str, v: f64, max: f64) -> Result<()> {
+    if !v.is_finite() || !(0.0..=max).contains(&v) {
+        return Err(bad(format!(
+            "{flag} must be a finite number in [0, {max}] (got {v})"
+        )));
+    }
+    Ok(())
+}
+
+/// An input file: it must exist, be a regular file (not a directory) and hold at least one byte.
+pub fn input_file(flag: &str, path: &Path) -> Result<()> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| bad(format!("{flag} {shown}: {e}")))?;
+    if meta.is_dir() {
+        return Err(bad(format!(
+            "{flag} {shown} is a directory, not a file"
+        )));
+    }
+    if meta.len() == 0 {
+        return Err(bad(format!("{flag} {shown} is empty (0 bytes)")));
+    }
+    Ok(())
+}
+
+/// An output file the run will write: its directory is created if missing and must accept a
+/// new file, and the path itself must not be a directory. Nothing is left behind but the
+/// directories.
+pub fn output_file(flag: &str, path: &Path) -> Result<()> {
+    let shown = path.display();
+    if path.is_dir() {
+        return Err(bad(format!(
+            "{flag} {shown} is a directory: give a file path inside it"
+        )));
+    }
+    let Some(name) = path.file_name() else {
+        return Err(bad(format!("{flag} {shown} names no file")));
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(dir).map_err(|e| {
+        bad(format!(
+            "{flag} {shown}: cannot create the directory {} ({e})",
+            dir.display()
+        ))
+    })?;
+    let mut probe_name = std::ffi::OsString::from(".");
+    probe_name.push(name);
+    probe_name.push(format!(".probe-{}", std::process::id()));
+    let probe = dir.join(probe_name);
+    std::fs::write(&probe, b"").map_err(|e| {
+        bad(format!(
+            "{flag} {shown}: the directory {} is not writable ({e})",
+            dir.display()
+        ))
+    })?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// Parses a comma list such as `1,2,4`, naming the flag and the bad element.
+pub fn list<T: std::str::FromStr>(flag: &str, s: &str) -> Result<Vec<T>> {
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<T>()
+                .map_err(|_| bad(format!("{flag}: {x:?} is not a valid value in {s:?}")))
+        })
+        .collect()
+}
