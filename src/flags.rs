@@ -66,9 +66,7 @@ pub fn input_file(flag: &str, path: &Path) -> Result<()> {
     let shown = path.display();
     let meta = std::fs::metadata(path).map_err(|e| bad(format!("{flag} {shown}: {e}")))?;
     if meta.is_dir() {
-        return Err(bad(format!(
-            "{flag} {shown} is a directory, not a file"
-        )));
+        return Err(bad(format!("{flag} {shown} is a directory, not a file")));
     }
     if meta.len() == 0 {
         return Err(bad(format!("{flag} {shown} is empty (0 bytes)")));

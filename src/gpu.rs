@@ -78,6 +78,7 @@ pub fn backends_from_env() -> Result<Option<wgpu::Backends>> {
 }
 
 fn instance(backends: Option<wgpu::Backends>) -> wgpu::Instance {
+    crate::runtime_dir::ensure();
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
     desc.backends = backends.unwrap_or(wgpu::Backends::all());
     wgpu::Instance::new(desc)

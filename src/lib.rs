@@ -28,6 +28,7 @@ pub mod engine;
 pub mod error;
 pub mod flags;
 pub mod gpu;
+pub mod interrupt;
 pub mod kernels;
 pub mod memory;
 pub mod mesh;
@@ -40,6 +41,7 @@ pub mod plot;
 pub mod progress;
 pub mod record;
 pub mod rng;
+pub mod runtime_dir;
 pub mod session;
 pub mod train;
 

@@ -76,7 +76,8 @@ pub struct DatasetRecord {
 pub struct RunRecord {
     pub triaxis_version: &'static str,
     pub config: serde_json::Value,
-    pub adapter: AdapterRecord,
+    /// The adapter of device 0 (absent when the run stopped before opening one).
+    pub adapter: Option<AdapterRecord>,
     pub shaders: Vec<(String, String)>,
     pub dataset: DatasetRecord,
     pub parameters: usize,
@@ -91,21 +92,61 @@ pub struct RunRecord {
     pub memory: Vec<Usage>,
     /// The parallel layout, device placement and per-axis costs (bubble, communication).
     pub parallel: Option<serde_json::Value>,
-    /// Where and why the run stopped early (absent when it finished).
+    /// How the run ended: finished, interrupted by a signal, a failed step, a non-finite
+    /// loss or gradient, or another error after the start (`None` only while it runs).
     pub stopped: Option<StopRecord>,
 }
 
-/// An early stop: the step that failed, the error (naming device, stage, action and step for
-/// worker failures) and the step of the last checkpoint, which is left intact.
+/// Why a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopReason {
+    /// Every step ran.
+    Finished,
+    /// SIGINT or SIGTERM: the current step finished (or was abandoned), then the run saved.
+    Interrupted,
+    /// A worker failed (error, panic, lost device, timeout), named in `error`.
+    Fault,
+    /// The loss or a gradient was NaN or infinite; the step stopped before its update.
+    NonFinite,
+    /// Anything else after the start: an unusable checkpoint to resume, a write that failed.
+    Error,
+}
+
+impl StopReason {
+    /// The reason a run that failed with `e` stopped.
+    pub fn of(e: &Error) -> StopReason {
+        match e {
+            Error::Worker { action, .. } if action == "loss" || action == "gradient check" => {
+                StopReason::NonFinite
+            }
+            Error::Worker { .. } | Error::Device(_) => StopReason::Fault,
+            _ => StopReason::Error,
+        }
+    }
+}
+
+/// How and where a run ended: the reason, the index of the first step not completed (the step
+/// count done), the error (naming device, stage, action and step for worker failures), the
+/// signal, and the last checkpoint — which is left intact.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct StopRecord {
+    pub reason: StopReason,
     pub step: usize,
-    pub error: String,
+    pub error: Option<String>,
+    /// "SIGINT" / "SIGTERM" for an interrupted run.
+    pub signal: Option<&'static str>,
+    /// An interrupted step that could not finish within the grace period and was dropped.
+    pub abandoned_step: bool,
+    /// Step count of the last checkpoint written (or resumed from).
     pub last_checkpoint: Option<usize>,
+    /// Its path.
+    pub checkpoint: Option<String>,
 }
 
 impl RunRecord {
-    /// Writes the record as pretty JSON, creating parent folders.
+    /// Writes the record as pretty JSON, creating parent folders; through a temporary file and
+    /// a rename, so a reader (or a kill) never sees half a record.
     pub fn write(&self, path: &std::path::Path) -> Result<()> {
         let io = |e: std::io::Error| Error::Io {
             path: path.display().to_string(),
@@ -116,7 +157,15 @@ impl RunRecord {
         }
         let json = serde_json::to_string_pretty(self)
             .map_err(|e| Error::Config(format!("record: {e}")))?;
-        std::fs::write(path, json).map_err(io)
+        let mut tmp = path.as_os_str().to_os_string();
+        tmp.push(format!(".tmp-{}", std::process::id()));
+        let tmp = std::path::PathBuf::from(tmp);
+        std::fs::write(&tmp, json)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                io(e)
+            })
     }
 }
 

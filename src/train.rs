@@ -210,8 +210,9 @@ impl Trainer {
         Ok(sum / batches.max(1) as f32)
     }
 
-    /// Greedy completion of up to B prompts at once, each for up to `max_new` tokens or until
-    /// `stop`. Row r holds prompt r left-aligned; causality makes padding after it harmless.
+    /// Greedy completion of any number of prompts, B at a time (B the microbatch size), each
+    /// for up to `max_new` tokens or until `stop`. Row r holds prompt r left-aligned; causality
+    /// makes padding after it harmless.
     pub fn generate(
         &mut self,
         prompts: &[Vec<u32>],
@@ -221,10 +222,15 @@ impl Trainer {
         let Micro { b, t } = self.cfg.micro;
         let v = self.cfg.model.vocab;
         if prompts.len() > b {
-            return Err(Error::Config(format!(
-                "{} prompts but the microbatch holds {b}",
-                prompts.len()
-            )));
+            // more prompts than rows: a microbatch of them at a time
+            let mut out = Vec::with_capacity(prompts.len());
+            for chunk in prompts.chunks(b) {
+                out.extend(self.generate(chunk, max_new, stop)?);
+            }
+            return Ok(out);
+        }
+        if let Some(i) = prompts.iter().position(|p| p.is_empty()) {
+            return Err(Error::Config(format!("prompt {i} is empty")));
         }
         let mut rows: Vec<Vec<u32>> = prompts.to_vec();
         let mut done = vec![false; rows.len()];

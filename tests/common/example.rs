@@ -33,7 +33,10 @@ pub fn example_bin(name: &str) -> Option<PathBuf> {
     if bin.is_file() {
         return Some(bin);
     }
-    let msg = format!("example {name} is not at {} after building it", bin.display());
+    let msg = format!(
+        "example {name} is not at {} after building it",
+        bin.display()
+    );
     if std::env::var_os("CI").is_some() {
         panic!("{msg}");
     }
@@ -50,7 +53,11 @@ pub fn example(name: &str, dir: &std::path::Path, args: &[&str]) -> Option<Comma
 
 /// Runs example `name` with `args` in `dir` to its end.
 pub fn run_example(name: &str, dir: &std::path::Path, args: &[&str]) -> Option<Output> {
-    Some(example(name, dir, args)?.output().expect("the example starts"))
+    Some(
+        example(name, dir, args)?
+            .output()
+            .expect("the example starts"),
+    )
 }
 
 /// A fresh empty directory under the system's temporary directory, for one test.
@@ -58,10 +65,102 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let d = std::env::temp_dir().join(format!(
-        "triaxis-test-{tag}-{}-{nanos}",
-        std::process::id()
-    ));
+    let d = std::env::temp_dir().join(format!("triaxis-test-{tag}-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&d).expect("a scratch directory");
     d
+}
+
+/// A running example whose output is read as it comes: stdout lines through a channel (so a
+/// test can act when a step is logged), stderr collected for the end.
+pub struct Running {
+    pub child: std::process::Child,
+    lines: crossbeam_channel::Receiver<String>,
+    stderr: std::thread::JoinHandle<String>,
+    pub stdout: Vec<String>,
+}
+
+impl Running {
+    /// Starts `cmd` with piped output.
+    pub fn start(mut cmd: Command) -> Running {
+        use std::io::{BufRead, Read};
+        use std::process::Stdio;
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the example starts");
+        let out = child.stdout.take().expect("piped stdout");
+        let mut err = child.stderr.take().expect("piped stderr");
+        let (tx, lines) = crossbeam_channel::unbounded();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        Running {
+            child,
+            lines,
+            stderr,
+            stdout: Vec::new(),
+        }
+    }
+
+    /// Waits (at most `limit`) until a progress line `step <n>: …` with n ≥ `step` appears;
+    /// false if the output ended or the time ran out first.
+    pub fn wait_for_step(&mut self, step: usize, limit: std::time::Duration) -> bool {
+        let end = std::time::Instant::now() + limit;
+        loop {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            let Ok(l) = self.lines.recv_timeout(left) else {
+                return false;
+            };
+            let n = l
+                .strip_prefix("step")
+                .and_then(|r| r.split(':').next())
+                .and_then(|n| n.trim().parse::<usize>().ok());
+            self.stdout.push(l);
+            if n.is_some_and(|n| n >= step) {
+                return true;
+            }
+        }
+    }
+
+    /// Sends `signal` (a name such as INT, TERM, KILL) to the child.
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{signal} {} failed", self.child.id());
+    }
+
+    /// Waits for the end (killing the child after `limit`): exit status, stdout, stderr.
+    pub fn finish(
+        mut self,
+        limit: std::time::Duration,
+    ) -> (std::process::ExitStatus, String, String) {
+        let end = std::time::Instant::now() + limit;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                break s;
+            }
+            if std::time::Instant::now() > end {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("the example ran past {limit:?} and was killed");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        self.stdout.extend(self.lines.iter());
+        let err = self.stderr.join().unwrap_or_default();
+        (status, self.stdout.join("\n"), err)
+    }
 }

@@ -1,0 +1,222 @@
+//! The train example's flags, and the checks every value passes before any work starts: each
+//! refusal names the flag and its constraint (see `triaxis::flags`).
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use triaxis::flags;
+
+/// Largest step count, sequence count or size a flag accepts: far beyond any run this program
+/// can make, small enough to catch a typo (and arithmetic overflow) before work starts.
+pub const MAX_STEPS: usize = 1_000_000_000;
+pub const MAX_SIZE: usize = 65_536;
+pub const MAX_DEGREE: usize = 1024;
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Train a GPT under any dp × tp × pp layout and write a run record")]
+pub struct Args {
+    /// Byte-level text file to train on (default: the built-in addition corpus).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Operand digits of the addition corpus (1–9).
+    #[arg(long, default_value_t = 2)]
+    pub digits: u32,
+    /// Write sums in plain order instead of least-significant digit first.
+    #[arg(long)]
+    pub plain_sums: bool,
+    /// Optimizer steps (1 to 1e9).
+    #[arg(long, default_value_t = 1500)]
+    pub steps: usize,
+    /// Sequences per microbatch.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Tokens per sequence (also the model context).
+    #[arg(long, default_value_t = 32)]
+    pub seq: usize,
+    /// Microbatches per data-parallel replica per step (gradient accumulation; the pipeline
+    /// schedule's m).
+    #[arg(long, visible_alias = "accum", default_value_t = 1)]
+    pub microbatches: usize,
+    /// Data-parallel replicas.
+    #[arg(long, default_value_t = 1)]
+    pub dp: usize,
+    /// Tensor-parallel ranks per stage (must divide the heads).
+    #[arg(long, default_value_t = 1)]
+    pub tp: usize,
+    /// Pipeline stages (devices per replica).
+    #[arg(long, default_value_t = 1)]
+    pub pp: usize,
+    /// ZeRO stage over the data-parallel group (0–3).
+    #[arg(long, default_value_t = 0)]
+    pub zero: usize,
+    /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1.
+    #[arg(long, default_value = "1f1b")]
+    pub schedule: String,
+    /// Model chunks per pipeline device (interleaved schedule).
+    #[arg(long, default_value_t = 1)]
+    pub chunks: usize,
+    /// Devices: "virtual" (dp·tp·pp virtual devices on one adapter), a number N (N virtual
+    /// devices, which must equal dp·tp·pp), or "all" (one device per adapter wgpu finds).
+    #[arg(long, default_value = "virtual")]
+    pub devices: String,
+    /// Link model of pipeline sends and data-parallel all-reduces (nvlink, pcie, ethernet).
+    #[arg(long, default_value = "nvlink")]
+    pub link: String,
+    /// Link model of the tensor-parallel all-reduces.
+    #[arg(long, default_value = "nvlink")]
+    pub tp_link: String,
+    /// Run one device at a time (clean device-clock times on virtual devices).
+    #[arg(long)]
+    pub serial: bool,
+    /// Also write a checkpoint every N steps (0: only at the end, or when interrupted).
+    #[arg(long, default_value_t = 0)]
+    pub checkpoint_every: usize,
+    /// Checkpoint file (safetensors), written at the end of every run unless --no-checkpoint.
+    #[arg(long, default_value = "runs/train.safetensors")]
+    pub checkpoint: PathBuf,
+    /// Write no checkpoint at all (not at the end, not when interrupted).
+    #[arg(long)]
+    pub no_checkpoint: bool,
+    /// Continue from a checkpoint (written under any layout).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// Test hook: inject a fault, `kind:device:action:step` with kind error, panic, lost or
+    /// nan (device: the pipeline device of each replica; action: its index in the schedule).
+    #[arg(long)]
+    pub fault: Option<String>,
+    /// Peak learning rate, in (0, 1].
+    #[arg(long, default_value_t = 5e-3)]
+    pub lr: f32,
+    #[arg(long, default_value_t = 64)]
+    pub channels: usize,
+    #[arg(long, default_value_t = 4)]
+    pub heads: usize,
+    #[arg(long, default_value_t = 4)]
+    pub layers: usize,
+    #[arg(long, default_value_t = 1337)]
+    pub seed: u64,
+    /// Backend: vulkan, gl, metal, dx12 (default: WGPU_BACKEND, else any).
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Adapter index as listed by `cargo run --example devices`.
+    #[arg(long)]
+    pub adapter: Option<usize>,
+    /// Use the CPU (software) adapter.
+    #[arg(long)]
+    pub software: bool,
+    /// Evaluate every N steps (0: only at the end).
+    #[arg(long, default_value_t = 250)]
+    pub eval_every: usize,
+    /// Validation batches per evaluation.
+    #[arg(long, default_value_t = 8)]
+    pub eval_batches: usize,
+    /// Print a progress line every N steps (0: never; the bar shows progress on a terminal).
+    #[arg(long, default_value_t = 100)]
+    pub log_every: usize,
+    /// After SIGINT / SIGTERM, seconds the current step may take to finish before it is
+    /// abandoned (the record is written, the last checkpoint kept).
+    #[arg(long, default_value_t = 5.0)]
+    pub stop_grace: f64,
+    /// Where to write the run record.
+    #[arg(long, default_value = "runs/train.json")]
+    pub record: PathBuf,
+}
+
+impl Args {
+    /// Whether this run writes checkpoints.
+    pub fn checkpoints(&self) -> bool {
+        !self.no_checkpoint
+    }
+
+    /// Every value on its own, and the paths: before any data is read or device opened.
+    pub fn validate(&self) -> triaxis::Result<()> {
+        if self.data.is_none() {
+            flags::in_range("--digits", self.digits as usize, 1, 9)?;
+        }
+        flags::in_range("--steps", self.steps, 1, MAX_STEPS)?;
+        flags::in_range("--batch", self.batch, 1, MAX_SIZE)?;
+        flags::in_range("--seq", self.seq, 1, MAX_SIZE)?;
+        flags::in_range("--microbatches", self.microbatches, 1, MAX_SIZE)?;
+        flags::in_range("--dp", self.dp, 1, MAX_DEGREE)?;
+        flags::in_range("--tp", self.tp, 1, MAX_DEGREE)?;
+        flags::in_range("--pp", self.pp, 1, MAX_DEGREE)?;
+        flags::in_range("--zero", self.zero, 0, 3)?;
+        flags::in_range("--chunks", self.chunks, 1, MAX_DEGREE)?;
+        flags::in_range("--checkpoint-every", self.checkpoint_every, 0, MAX_STEPS)?;
+        flags::positive("--lr", self.lr as f64, 1.0)?;
+        flags::in_range("--channels", self.channels, 1, MAX_SIZE)?;
+        flags::in_range("--heads", self.heads, 1, MAX_SIZE)?;
+        flags::in_range("--layers", self.layers, 1, 4096)?;
+        flags::in_range("--eval-every", self.eval_every, 0, MAX_STEPS)?;
+        flags::in_range("--eval-batches", self.eval_batches, 1, MAX_SIZE)?;
+        flags::in_range("--log-every", self.log_every, 0, MAX_STEPS)?;
+        flags::positive("--stop-grace", self.stop_grace, 3600.0)?;
+        if let Ok(n) = self.devices.parse::<usize>() {
+            flags::in_range("--devices", n, 1, MAX_DEGREE * MAX_DEGREE)?;
+        } else if self.devices != "virtual" && self.devices != "all" {
+            return Err(triaxis::Error::Config(format!(
+                "--devices must be virtual, all or a number, not {:?}",
+                self.devices
+            )));
+        }
+        if self.no_checkpoint && self.checkpoint_every > 0 {
+            return Err(triaxis::Error::Config(
+                "--no-checkpoint contradicts --checkpoint-every: pass one of them".into(),
+            ));
+        }
+        if let Some(p) = &self.data {
+            flags::input_file("--data", p)?;
+        }
+        if let Some(p) = &self.resume {
+            flags::input_file("--resume", p)?;
+        }
+        if self.checkpoints() {
+            flags::output_file("--checkpoint", &self.checkpoint)?;
+        }
+        flags::output_file("--record", &self.record)?;
+        if self.checkpoints() && same_file(&self.checkpoint, &self.record) {
+            return Err(triaxis::Error::Config(format!(
+                "--checkpoint and --record name the same file {}: give them different paths",
+                self.record.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// This run's command line with `--resume <checkpoint>` (replacing any earlier --resume):
+    /// what continues an interrupted run.
+    pub fn resume_command(&self) -> String {
+        let mut out = Vec::new();
+        let mut args = std::env::args();
+        out.push(args.next().unwrap_or_else(|| "train".into()));
+        let mut skip = false;
+        for a in args {
+            if std::mem::take(&mut skip) {
+                continue;
+            }
+            if a == "--resume" {
+                skip = true;
+                continue;
+            }
+            if a.starts_with("--resume=") {
+                continue;
+            }
+            out.push(a);
+        }
+        out.push("--resume".into());
+        out.push(self.checkpoint.display().to_string());
+        out.join(" ")
+    }
+}
+
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    let canon = |p: &std::path::Path| {
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
+        let dir = dir.map_or_else(
+            || std::path::Path::new(".").canonicalize(),
+            |d| d.canonicalize(),
+        );
+        dir.ok().zip(p.file_name().map(|n| n.to_os_string()))
+    };
+    a == b || canon(a).is_some_and(|x| Some(x) == canon(b))
+}

@@ -1,0 +1,458 @@
+//! Trains a GPT under any parallel layout and writes a run record.
+//!
+//! `cargo run --release --example train` — one device, built-in addition corpus.
+//! `cargo run --release --example train -- --data path/to/tinyshakespeare.txt` — byte-level text.
+//! `cargo run --release --example train -- --dp 2 --pp 2 --microbatches 4` — 4 virtual devices.
+//! `… --tp 2 --pp 2 --schedule zb-h1 --link pcie` — any valid dp × tp × pp layout.
+//! `… --checkpoint-every 100` then `… --resume runs/train.safetensors` (under any layout).
+//!
+//! Every flag and every impossible layout is refused before any work starts (exit status 2),
+//! naming the violated constraint. Once it has started, every ending writes the run record
+//! with `stopped: {reason, step, …}`:
+//!
+//! ```text
+//! finished     all steps; the final checkpoint (unless --no-checkpoint)          exit 0
+//! interrupted  SIGINT / SIGTERM: the step finishes, a checkpoint is written,
+//!              the command that resumes is printed                                exit 130 / 143
+//! fault        a worker failed (or --fault kind:device:action:step): device,
+//!              stage, action and step named; the last checkpoint stays intact     exit 1
+//! non-finite   a NaN or infinite loss or gradient, stopped before the update      exit 1
+//! error        anything else after the start (an unusable checkpoint, a failed write)  exit 1
+//! ```
+
+mod args;
+mod report;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use serde_json::json;
+use triaxis::cpu::AdamW;
+use triaxis::data::{AdditionSpec, Corpus};
+use triaxis::engine::{Engine, EngineOptions};
+use triaxis::gpu::{self, AdapterChoice, Gpu};
+use triaxis::interrupt::{Interrupt, Signal};
+use triaxis::mesh::Mesh;
+use triaxis::model::{GptConfig, Micro};
+use triaxis::pipeline::{Link, ScheduleKind};
+use triaxis::progress::{self, say};
+use triaxis::record::{
+    self, AdapterRecord, DatasetRecord, EvalRecord, RunRecord, StepRecord, StopReason,
+};
+use triaxis::session::{CheckpointPolicy, Session};
+use triaxis::train::{TrainConfig, Trainer};
+
+use args::Args;
+use report::Progress;
+
+fn main() {
+    let a = Args::parse();
+    if let Err(e) = a.validate() {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    }
+    let code = match run(&a) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+/// Everything a run needs, checked before it starts.
+struct Setup {
+    corpus: Corpus,
+    cfg: TrainConfig,
+    mesh: Mesh,
+    opts: EngineOptions,
+    choice: AdapterChoice,
+}
+
+fn setup(a: &Args) -> anyhow::Result<Setup> {
+    let corpus = match &a.data {
+        Some(p) => Corpus::text_file(p, 0.1)?,
+        None => Corpus::addition(AdditionSpec {
+            digits: a.digits,
+            reverse: !a.plain_sums,
+            ..Default::default()
+        })?,
+    };
+    corpus.check_context(a.seq)?;
+    let cfg = TrainConfig {
+        model: GptConfig {
+            vocab: corpus.vocab.size(),
+            ctx: a.seq,
+            channels: a.channels,
+            heads: a.heads,
+            layers: a.layers,
+        },
+        micro: Micro {
+            b: a.batch,
+            t: a.seq,
+        },
+        grad_accum: a.microbatches,
+        steps: a.steps,
+        adam: AdamW {
+            lr: a.lr,
+            ..Default::default()
+        },
+        warmup: (a.steps / 20).max(1),
+        min_lr_frac: 0.1,
+        seed: a.seed,
+    };
+    cfg.validate()?;
+    let mesh = Mesh {
+        dp: a.dp,
+        tp: a.tp,
+        pp: a.pp,
+        zero: a.zero,
+        schedule: a.schedule.parse::<ScheduleKind>()?,
+        microbatches: a.microbatches,
+        chunks: a.chunks,
+    };
+    let opts = EngineOptions {
+        link: Link::by_name(&a.link)?,
+        tp_link: Link::by_name(&a.tp_link)?,
+        serial: a.serial,
+        fault: a.fault.as_deref().map(report::parse_fault).transpose()?,
+        ..EngineOptions::default()
+    };
+    let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, a.software)?;
+    let available = match a.devices.as_str() {
+        "virtual" => mesh.devices(),
+        "all" => gpu::list_adapters(choice.backends).len(),
+        n => n.parse::<usize>()?,
+    };
+    mesh.validate(&cfg.model, cfg.micro.b, cfg.micro.t, available)?;
+    Ok(Setup {
+        corpus,
+        cfg,
+        mesh,
+        opts,
+        choice,
+    })
+}
+
+/// Checks the setup, then trains; returns the exit status.
+fn run(a: &Args) -> anyhow::Result<i32> {
+    let interrupt = Interrupt::install(Duration::from_secs_f64(a.stop_grace))?;
+    let s = setup(a)?;
+    // started: from here on every ending writes the record
+    let corpus = &s.corpus;
+    let unigram = record::unigram_loss(&corpus.train, corpus.vocab.size());
+    let progress = Arc::new(Mutex::new(Progress {
+        rec: RunRecord {
+            triaxis_version: env!("CARGO_PKG_VERSION"),
+            config: serde_json::to_value(&s.cfg)?,
+            adapter: None,
+            shaders: record::shader_hashes(),
+            dataset: DatasetRecord {
+                name: corpus.name.clone(),
+                version: corpus.version.clone(),
+                train_tokens: corpus.train.len(),
+                val_tokens: corpus.val.len(),
+                unigram_loss: unigram,
+            },
+            parameters: s.cfg.model.param_count(),
+            steps: Vec::new(),
+            evals: Vec::new(),
+            wall_time_s: 0.0,
+            tokens_per_s: 0.0,
+            sample: String::new(),
+            model_checksum: String::new(),
+            memory: Vec::new(),
+            parallel: Some(json!({ "layout": s.mesh, "link": a.link, "tp_link": a.tp_link })),
+            stopped: None,
+        },
+        costs: Vec::new(),
+        step: 0,
+        last_checkpoint: None,
+        checkpoint: a.checkpoints().then(|| a.checkpoint.display().to_string()),
+    }));
+    let record_path = a.record.clone();
+    let shared = progress.clone();
+    interrupt.on_abandon(move |sig| {
+        // the signal thread, a step stuck after the signal: record what was done and go
+        if let Ok(mut p) = shared.lock() {
+            p.ended(
+                StopReason::Interrupted,
+                Some("the step in progress was abandoned".into()),
+            );
+            if let Some(st) = p.rec.stopped.as_mut() {
+                st.signal = Some(sig.name());
+                st.abandoned_step = true;
+            }
+            match p.rec.write(&record_path) {
+                Ok(()) => eprintln!("run record written to {}", record_path.display()),
+                Err(e) => eprintln!("error: {e}"),
+            }
+        }
+    });
+    let (reason, error, signal) = match train(a, &s, &interrupt, &progress) {
+        Ok(Some(sig)) => (StopReason::Interrupted, None, Some(sig)),
+        Ok(None) => (StopReason::Finished, None, None),
+        Err(e) => {
+            let reason = e
+                .downcast_ref::<triaxis::Error>()
+                .map_or(StopReason::Error, StopReason::of);
+            (reason, Some(format!("{e:#}")), None)
+        }
+    };
+    interrupt.acknowledge();
+    let mut p = lock(&progress);
+    p.ended(reason, error.clone());
+    let st = p.rec.stopped.as_mut().expect("just set");
+    st.signal = signal.map(Signal::name);
+    let st = st.clone();
+    p.rec.write(&a.record)?;
+    match (reason, signal) {
+        (StopReason::Finished, _) => {
+            println!("run record written to {}", a.record.display());
+            Ok(0)
+        }
+        (StopReason::Interrupted, Some(sig)) => {
+            eprintln!("interrupted by {} at step {}", sig.name(), st.step);
+            match st.last_checkpoint {
+                Some(k) if k == st.step => eprintln!(
+                    "checkpoint {} (step {k}) written; resume with:\n  {}",
+                    a.checkpoint.display(),
+                    a.resume_command()
+                ),
+                _ => eprintln!("no checkpoint written (--no-checkpoint)"),
+            }
+            eprintln!("run record written to {}", a.record.display());
+            Ok(sig.exit_code())
+        }
+        _ => {
+            eprintln!("error: {}", error.unwrap_or_default());
+            eprintln!("stopped at step {}", st.step);
+            match st.last_checkpoint {
+                Some(k) => eprintln!(
+                    "the last good checkpoint ({}, step {k}) is intact",
+                    a.checkpoint.display()
+                ),
+                None => eprintln!("no checkpoint had been written"),
+            }
+            eprintln!("run record written to {}", a.record.display());
+            Ok(1)
+        }
+    }
+}
+
+fn lock(p: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The run after its start: devices, engine, the step loop, the final checkpoint, evaluation
+/// and sample. `Ok(Some(signal))`: stopped by a signal (after saving).
+fn train(
+    a: &Args,
+    s: &Setup,
+    interrupt: &Interrupt,
+    progress: &Mutex<Progress>,
+) -> anyhow::Result<Option<Signal>> {
+    let (corpus, cfg, mesh) = (&s.corpus, &s.cfg, s.mesh);
+    let (gpus, eval_gpu) = report::open_devices(&a.devices, &s.choice, mesh.devices())?;
+    lock(progress).rec.adapter = Some(AdapterRecord::of(&gpus[0]));
+    print_header(a, s, &gpus[0], lock(progress).rec.dataset.unigram_loss);
+    let engine =
+        Engine::new(&gpus, cfg.clone(), mesh, s.opts.clone()).context("placing the model")?;
+    if mesh.devices() > 1 {
+        for p in engine.placement() {
+            println!(
+                "  device {:>2}: replica {} stage {} tp rank {} — {} on {}",
+                p.device, p.coords.replica, p.coords.stage, p.coords.tp_rank, p.blocks, p.adapter
+            );
+        }
+    }
+    let placement = serde_json::to_value(engine.placement())?;
+    let mut session = match &a.resume {
+        Some(path) => {
+            let s = Session::resume(engine, corpus, path)
+                .with_context(|| format!("resuming from {}", path.display()))?;
+            println!("resumed   {} at step {}", path.display(), s.step);
+            if let Some((layout, diffs)) = &s.resumed_from {
+                println!("          written under {layout}");
+                for d in diffs {
+                    println!("          note: {d}");
+                }
+            }
+            s
+        }
+        None => Session::new(engine, corpus, a.seed),
+    };
+    {
+        let mut p = lock(progress);
+        (p.step, p.last_checkpoint) = (session.step, session.last_checkpoint);
+        if let Some(serde_json::Value::Object(par)) = &mut p.rec.parallel {
+            par.insert("placement".into(), placement);
+            par.insert(
+                "resumed_from_step".into(),
+                json!(a.resume.as_ref().map(|_| session.step)),
+            );
+            par.insert("checkpoint".into(), json!(a.checkpoint));
+        }
+    }
+    if a.checkpoint_every > 0 {
+        session = session.with_checkpoints(CheckpointPolicy {
+            path: a.checkpoint.clone(),
+            every: a.checkpoint_every,
+        });
+    }
+    // evaluation runs on its own device with the gathered parameters, whatever the layout
+    let mut evaluator = Trainer::new(&eval_gpu, cfg.clone()).context("building the evaluator")?;
+    let bar = progress::bar(a.steps.saturating_sub(session.step) as u64);
+    let tokens = (cfg.tokens_per_step() * a.dp) as f64;
+    let t0 = Instant::now();
+    let mut signal = None;
+    let result = (|| -> anyhow::Result<()> {
+        while session.step < a.steps {
+            if let Some(sig) = interrupt.requested() {
+                signal = Some(sig);
+                break;
+            }
+            let s = session.step;
+            let ts = Instant::now();
+            let c = session.step_once()?;
+            let tps = tokens / ts.elapsed().as_secs_f64();
+            bar.set_message(format!("loss {:.4} | {:.0} tok/s", c.stats.loss, tps));
+            bar.inc(1);
+            if a.log_every > 0 && (s + 1) % a.log_every == 0 {
+                say(
+                    &bar,
+                    format!(
+                        "step {:>5}: loss {:.4}, {tps:.0} tokens/s",
+                        s + 1,
+                        c.stats.loss
+                    ),
+                );
+            }
+            let mut p = lock(progress);
+            p.rec.steps.push(StepRecord {
+                step: s,
+                loss: c.stats.loss,
+                grad_norm: c.stats.grad_norm,
+                lr: c.stats.lr,
+                tokens_per_s: tps,
+            });
+            p.costs.push(c);
+            (p.step, p.last_checkpoint) = (session.step, session.last_checkpoint);
+            drop(p);
+            if a.eval_every > 0 && (s + 1) % a.eval_every == 0 && s + 1 < a.steps {
+                let e = evaluate(&mut evaluator, &session, corpus, a, s + 1, &bar)?;
+                lock(progress).rec.evals.push(e);
+            }
+        }
+        Ok(())
+    })();
+    // the loop has stopped on its own: no more abandoning from the signal thread
+    interrupt.acknowledge();
+    let train_time = t0.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    {
+        let mut p = lock(progress);
+        p.rec.wall_time_s = train_time;
+        p.rec.tokens_per_s = p.costs.len() as f64 * tokens / train_time.max(1e-9);
+        p.rec.memory = record::memory_of(&gpus);
+    }
+    result?;
+    if a.checkpoints() {
+        session.save(&a.checkpoint)?;
+        lock(progress).last_checkpoint = session.last_checkpoint;
+        println!(
+            "checkpoint {} (step {})",
+            a.checkpoint.display(),
+            session.step
+        );
+    }
+    let checksum = session.engine.checksum()?;
+    lock(progress).rec.model_checksum = checksum.clone();
+    // a signal during the last step or the save: stop here, without the final evaluation
+    let signal = signal.or_else(|| interrupt.requested());
+    if signal.is_some() {
+        return Ok(signal);
+    }
+    let last = evaluate(&mut evaluator, &session, corpus, a, session.step, &bar)?;
+    let sample = report::sample(&mut evaluator, corpus)?;
+    println!("sample:\n{sample}");
+    let mut p = lock(progress);
+    p.rec.evals.push(last.clone());
+    p.rec.sample = sample;
+    println!(
+        "trained {} steps in {train_time:.1} s ({:.0} tokens/s); val loss {:.4} vs unigram {:.4}{}",
+        p.costs.len(),
+        p.rec.tokens_per_s,
+        last.val_loss,
+        p.rec.dataset.unigram_loss,
+        last.accuracy.map_or(String::new(), |x| format!(
+            "; exact match {:.1} %",
+            100.0 * x
+        ))
+    );
+    println!("model checksum {checksum}");
+    Ok(None)
+}
+
+fn print_header(a: &Args, s: &Setup, g: &Gpu, unigram: f32) {
+    let (corpus, cfg, mesh) = (&s.corpus, &s.cfg, &s.mesh);
+    println!(
+        "adapter   {} (driver {} {})",
+        g.adapter_name(),
+        g.info.driver,
+        g.info.driver_info
+    );
+    println!(
+        "data      {} — {} train / {} val tokens, version {}",
+        corpus.name,
+        corpus.train.len(),
+        corpus.val.len(),
+        &corpus.version[..19]
+    );
+    println!(
+        "model     {:?}, {} parameters",
+        cfg.model,
+        cfg.model.param_count()
+    );
+    println!(
+        "layout    {} on {} device(s); {} × {} tokens × {} microbatches × {} replicas = {} tokens/step; unigram baseline loss {:.3}",
+        mesh.describe(),
+        mesh.devices(),
+        a.batch,
+        a.seq,
+        a.microbatches,
+        a.dp,
+        cfg.tokens_per_step() * a.dp,
+        unigram
+    );
+}
+
+/// Validation loss (and exact match on addition) of the current parameters.
+fn evaluate(
+    evaluator: &mut Trainer,
+    session: &Session,
+    corpus: &Corpus,
+    a: &Args,
+    step: usize,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<EvalRecord> {
+    evaluator.set_state(&session.engine.state()?)?;
+    let val_loss = evaluator.eval(corpus, a.eval_batches)?;
+    let accuracy = if a.data.is_none() {
+        Some(evaluator.addition_accuracy(corpus, 256)?)
+    } else {
+        None
+    };
+    let acc = accuracy.map_or(String::new(), |x| {
+        format!(", exact match {:.1} %", 100.0 * x)
+    });
+    say(bar, format!("step {step:>5}: val loss {val_loss:.4}{acc}"));
+    Ok(EvalRecord {
+        step,
+        val_loss,
+        accuracy,
+    })
+}

@@ -1,0 +1,136 @@
+//! Pieces of the train example that are not the run loop: the fault flag, the devices, the
+//! medians of the per-axis costs, the greedy sample, and the progress kept for the run record.
+
+use serde_json::json;
+use triaxis::data::Corpus;
+use triaxis::engine::StepCosts;
+use triaxis::gpu::{AdapterChoice, Gpu};
+use triaxis::pipeline::executor::{Fault, FaultKind};
+use triaxis::record::{RunRecord, StopReason, StopRecord};
+use triaxis::train::Trainer;
+
+/// `kind:device:action:step`, e.g. `panic:1:3:10`.
+pub fn parse_fault(s: &str) -> anyhow::Result<Fault> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let [kind, device, action, step] = parts[..] else {
+        anyhow::bail!("--fault wants kind:device:action:step (e.g. panic:1:3:10), got {s:?}");
+    };
+    let num = |x: &str, what: &str| {
+        x.parse::<usize>()
+            .map_err(|_| anyhow::anyhow!("--fault: {what} must be a number, got {x:?}"))
+    };
+    Ok(Fault {
+        kind: FaultKind::by_name(kind)?,
+        device: num(device, "device")?,
+        action: num(action, "action")?,
+        step: num(step, "step")?,
+    })
+}
+
+/// Devices for the layout, and one more device for evaluation.
+pub fn open_devices(
+    devices: &str,
+    choice: &AdapterChoice,
+    n: usize,
+) -> triaxis::Result<(Vec<Gpu>, Gpu)> {
+    if devices == "all" {
+        let gpus = (0..n)
+            .map(|i| {
+                Gpu::open(&AdapterChoice {
+                    backends: choice.backends,
+                    software: false,
+                    index: Some(i),
+                })
+            })
+            .collect::<triaxis::Result<Vec<_>>>()?;
+        let eval = Gpu::open(&AdapterChoice {
+            index: Some(0),
+            ..choice.clone()
+        })?;
+        return Ok((gpus, eval));
+    }
+    let mut all = Gpu::open_virtual(choice, n + 1)?;
+    let eval = all.pop().expect("n + 1 ≥ 1 devices");
+    Ok((all, eval))
+}
+
+/// Medians of the per-axis costs over the run's steps.
+pub fn summarize_costs(costs: &[StepCosts]) -> serde_json::Value {
+    let med = |f: &dyn Fn(&StepCosts) -> Option<f64>| {
+        let mut v: Vec<f64> = costs.iter().filter_map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    json!({
+        "steps": costs.len(),
+        "bubble_device_clock": med(&|c| c.bubble),
+        "bubble_theory": med(&|c| c.bubble_theory),
+        "device_step_s": med(&|c| Some(c.device_step)),
+        "dp_bytes_per_rank": med(&|c| Some(c.dp_bytes as f64)),
+        "dp_comm_s": med(&|c| Some(c.dp_comm)),
+        "tp_bytes_per_rank": med(&|c| Some(c.tp_bytes as f64)),
+        "tp_comm_s": med(&|c| Some(c.tp_comm)),
+        "wall_step_s": med(&|c| Some(c.wall)),
+    })
+}
+
+/// A greedy sample: addition completions of a few held-out problems, or text continued from the
+/// start of the validation split (any microbatch size: prompts go B at a time).
+pub fn sample(trainer: &mut Trainer, corpus: &Corpus) -> anyhow::Result<String> {
+    if !corpus.val_problems.is_empty() {
+        let newline = corpus.vocab.encode("\n")?[0];
+        let shown = &corpus.val_problems[..8.min(corpus.val_problems.len())];
+        let prompts = shown
+            .iter()
+            .map(|(p, _)| corpus.vocab.encode(p))
+            .collect::<triaxis::Result<Vec<_>>>()?;
+        let outs = trainer.generate(&prompts, 12, Some(newline))?;
+        let lines: Vec<String> = shown
+            .iter()
+            .zip(outs)
+            .map(|((p, ans), o)| {
+                let got = corpus.vocab.decode(&o).trim_end().to_string();
+                format!("  {p}{got:<6} {}", if got == *ans { "✓" } else { "✗" })
+            })
+            .collect();
+        return Ok(lines.join("\n"));
+    }
+    let t = trainer.cfg.micro.t;
+    let prompt = corpus.val[..(t.min(corpus.val.len()) / 2).max(1)].to_vec();
+    let out = trainer.generate(std::slice::from_ref(&prompt), 200, None)?;
+    Ok(format!(
+        "{}{}",
+        corpus.vocab.decode(&prompt),
+        corpus.vocab.decode(&out[0])
+    ))
+}
+
+/// What the run has done so far, shared with the signal thread: if a step hangs after a
+/// signal, that thread writes this record and exits.
+pub struct Progress {
+    pub rec: RunRecord,
+    pub costs: Vec<StepCosts>,
+    /// Index of the next step (the number of steps done).
+    pub step: usize,
+    pub last_checkpoint: Option<usize>,
+    pub checkpoint: Option<String>,
+}
+
+impl Progress {
+    /// The record with `stopped` filled in, as it ends now.
+    pub fn ended(&mut self, reason: StopReason, error: Option<String>) -> &RunRecord {
+        self.rec.stopped = Some(StopRecord {
+            reason,
+            step: self.step,
+            error,
+            signal: None,
+            abandoned_step: false,
+            last_checkpoint: self.last_checkpoint,
+            checkpoint: self.last_checkpoint.and(self.checkpoint.clone()),
+        });
+        if let Some(serde_json::Value::Object(p)) = &mut self.rec.parallel {
+            p.insert("costs".into(), summarize_costs(&self.costs));
+        }
+        &self.rec
+    }
+}
