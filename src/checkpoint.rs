@@ -11,15 +11,29 @@
 //! ```
 //!
 //! The flat layout is `model.layout(&model.blocks())`; its alignment padding is zero and not
-//! stored. `sha256` hashes, in the data order above, each tensor's name and bytes (each
-//! length-prefixed), and is verified on load. The header is written in a fixed key order, so
-//! the same state always gives the same file, byte for byte.
+//! stored. The header is written in a fixed key order, so the same state always gives the same
+//! file, byte for byte.
+//!
+//! `sha256` covers the metadata and the tensors, and is verified on load:
+//!
+//! ```text
+//! sha256 = SHA-256( u64 count of metadata entries but sha256,
+//!                   each such entry in key order (bytewise): u64 len, key, u64 len, value,
+//!                   each tensor in data order:               u64 len, name, u64 len, bytes )
+//! ```
+//!
+//! (all lengths little-endian), so an edited step, data cursor, layout, training configuration
+//! or dataset version is refused like a flipped tensor byte. Files of the previous format
+//! [`FORMAT_V1`] (`triaxis-checkpoint-v1`) still load: their `sha256` covers only the tensors
+//! (the second half of the rule above), so their metadata is not protected. Saves always write
+//! [`FORMAT`].
 //!
 //! [`Checkpoint::save`] is atomic: it writes `<name>.tmp-<pid>` in the target's directory,
 //! flushes and syncs it, then renames it over the target; on any failure the temporary file is
-//! removed and a checkpoint already at the target is left untouched. [`Checkpoint::load`]
-//! answers every damaged or foreign file with [`Error::Checkpoint`] naming the file and the
-//! problem.
+//! removed and a checkpoint already at the target is left untouched. A crash between the write
+//! and the rename leaves the previous checkpoint at the target and the complete new one in the
+//! temporary file. [`Checkpoint::load`] answers every damaged or foreign file with
+//! [`Error::Checkpoint`] naming the file and the problem.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -35,8 +49,15 @@ use crate::error::{Error, Result};
 use crate::model::GptConfig;
 use crate::params::Layout;
 
-/// The `format` metadata value of this version of the file format.
-pub const FORMAT: &str = "triaxis-checkpoint-v1";
+/// The `format` metadata value of this version of the file format (the checksum covers the
+/// metadata and the tensors).
+pub const FORMAT: &str = "triaxis-checkpoint-v2";
+
+/// The `format` of the previous version, still loaded: its checksum covers only the tensors.
+pub const FORMAT_V1: &str = "triaxis-checkpoint-v1";
+
+/// The environment variable of the crash test hook of [`Checkpoint::save`].
+pub const CRASH_ENV: &str = "TRIAXIS_CHECKPOINT_CRASH";
 
 /// Name prefixes of the three stored copies of the layout, in data order.
 pub const KINDS: [&str; 3] = ["param", "adam_m", "adam_v"];
@@ -88,6 +109,19 @@ fn hash_tensor(h: &mut Sha256, name: &str, bytes: &[u8]) {
     h.update(bytes);
 }
 
+/// Starts a [`FORMAT`] checksum: the entry count, then every metadata entry but `sha256` in
+/// key order, each key and value length-prefixed (the tensors follow through [`hash_tensor`]).
+fn hash_metadata<'a>(meta: impl IntoIterator<Item = (&'a str, &'a str)>) -> Sha256 {
+    let mut entries: Vec<(&str, &str)> = meta.into_iter().filter(|(k, _)| *k != "sha256").collect();
+    entries.sort_unstable();
+    let mut h = Sha256::new();
+    h.update((entries.len() as u64).to_le_bytes());
+    for (key, value) in entries {
+        hash_tensor(&mut h, key, value.as_bytes());
+    }
+    h
+}
+
 impl Checkpoint {
     /// The three flat buffers in data order ([`KINDS`]).
     fn flats(&self) -> [&[f32]; 3] {
@@ -96,6 +130,11 @@ impl Checkpoint {
 
     /// Writes the checkpoint to `path` atomically (see the module doc), creating the parent
     /// directory if missing.
+    ///
+    /// Test hook: when the environment variable `TRIAXIS_CHECKPOINT_CRASH` ([`CRASH_ENV`]) is
+    /// `before-rename`, the process aborts (`std::process::abort`) after the temporary file is
+    /// written and synced and before it is renamed over `path`, as a crash there would; tests
+    /// use it to check that the previous checkpoint survives. Other values are ignored.
     pub fn save(&self, path: &Path) -> Result<()> {
         self.model
             .validate()
@@ -114,9 +153,22 @@ impl Checkpoint {
                 ));
             }
         }
-        // (stored name, shape, bytes) in data order, and the checksum over them
+        let model = serde_json::to_string(&self.model)
+            .map_err(|e| fail(path, format!("cannot encode the model: {e}")))?;
+        let mut meta: BTreeMap<&str, String> = [
+            ("format", FORMAT.to_string()),
+            ("model", model),
+            ("train", self.train.to_string()),
+            ("step", self.step.to_string()),
+            ("data_cursor", self.data_cursor.to_string()),
+            ("layout", self.layout.clone()),
+            ("dataset_version", self.dataset_version.clone()),
+        ]
+        .into_iter()
+        .collect();
+        // the checksum: the metadata above, then (stored name, shape, bytes) in data order
+        let mut h = hash_metadata(meta.iter().map(|(k, v)| (*k, v.as_str())));
         let mut tensors = Vec::with_capacity(3 * layout.tensors.len());
-        let mut h = Sha256::new();
         for (kind, flat) in KINDS.iter().zip(self.flats()) {
             for t in &layout.tensors {
                 let name = format!("{kind}/{}", t.name);
@@ -125,20 +177,7 @@ impl Checkpoint {
                 tensors.push((name, &t.shape, bytes));
             }
         }
-        let model = serde_json::to_string(&self.model)
-            .map_err(|e| fail(path, format!("cannot encode the model: {e}")))?;
-        let meta: BTreeMap<&str, String> = [
-            ("format", FORMAT.to_string()),
-            ("model", model),
-            ("train", self.train.to_string()),
-            ("step", self.step.to_string()),
-            ("data_cursor", self.data_cursor.to_string()),
-            ("layout", self.layout.clone()),
-            ("dataset_version", self.dataset_version.clone()),
-            ("sha256", format!("sha256:{}", hex(&h.finalize()))),
-        ]
-        .into_iter()
-        .collect();
+        meta.insert("sha256", format!("sha256:{}", hex(&h.finalize())));
         // the header: a map with sorted keys (BTreeMap), so the bytes are always the same
         let mut header = BTreeMap::new();
         header.insert("__metadata__".to_string(), serde_json::json!(meta));
@@ -277,6 +316,8 @@ fn write_atomic(
             ),
         )
     })?;
+    // the crash test hook (see `Checkpoint::save`), read once per save
+    let crash_before_rename = std::env::var_os(CRASH_ENV).is_some_and(|v| v == "before-rename");
     let mut tmp_name = name.to_os_string();
     tmp_name.push(format!(".tmp-{}", std::process::id()));
     let tmp = dir.join(tmp_name);
@@ -302,6 +343,9 @@ fn write_atomic(
         file.sync_all()
     })();
     drop(file);
+    if crash_before_rename && written.is_ok() {
+        std::process::abort();
+    }
     let result = written
         .map_err(|e| {
             fail(
@@ -396,9 +440,10 @@ fn decode(path: &Path, bytes: &[u8]) -> Result<Checkpoint> {
         })
     };
     let format = meta.get("format").map(String::as_str);
-    if format != Some(FORMAT) {
+    let v1 = format == Some(FORMAT_V1);
+    if format != Some(FORMAT) && !v1 {
         return Err(f(format!(
-            "format is {}, expected {FORMAT:?}: a plain safetensors file, or one from another program or version",
+            "format is {}, expected {FORMAT:?} (or the older {FORMAT_V1:?}): a plain safetensors file, or one from another program or version",
             format.map_or("missing".into(), |s| format!("{s:?}"))
         )));
     }
@@ -492,7 +537,12 @@ fn decode(path: &Path, bytes: &[u8]) -> Result<Checkpoint> {
             views.push((name, t, view));
         }
     }
-    let mut h = Sha256::new();
+    // the checksum: v1 covers the tensors only, v2 the metadata first (see the module doc)
+    let mut h = if v1 {
+        Sha256::new()
+    } else {
+        hash_metadata(meta.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    };
     let mut flats = [
         vec![0.0f32; layout.total],
         vec![0.0f32; layout.total],
@@ -509,9 +559,15 @@ fn decode(path: &Path, bytes: &[u8]) -> Result<Checkpoint> {
     }
     let sha = format!("sha256:{}", hex(&h.finalize()));
     if sha != stored_sha {
-        return Err(f(format!(
-            "checksum mismatch: the metadata says {stored_sha} but the tensor bytes hash to {sha}: the file is corrupted; {EARLIER}"
-        )));
+        return Err(f(if v1 {
+            format!(
+                "checksum mismatch: the metadata says {stored_sha} but the tensor bytes hash to {sha} (a {FORMAT_V1} file: its checksum covers the tensors only): the file is corrupted; {EARLIER}"
+            )
+        } else {
+            format!(
+                "checksum mismatch: the metadata says {stored_sha} but the metadata and tensor bytes hash to {sha}: the header or the tensors were changed after writing, or the file is corrupted; {EARLIER}"
+            )
+        }));
     }
     let [params, m, v] = flats;
     Ok(Checkpoint {
