@@ -87,7 +87,7 @@ use std::time::{Duration, Instant};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, SamplingMode};
 use triaxis::collective::{self, host, Algo, Ledger, Opts};
 use triaxis::gpu::{AdapterChoice, Gpu};
-use triaxis::pipeline::simulate::Link;
+use triaxis::link::Link;
 
 const SIZES_MIB: [usize; 4] = [1, 4, 16, 64];
 const RANKS: [usize; 3] = [2, 4, 8];

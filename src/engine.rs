@@ -23,6 +23,7 @@
 use crate::collective::Ledger;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::link::Link;
 use crate::memory::Usage;
 use crate::mesh::{Coords, Mesh};
 use crate::model::Block;
@@ -31,7 +32,6 @@ use crate::parallel::hybrid::DpPipeline;
 use crate::parallel::zero::Zero;
 use crate::pipeline::executor::{Fault, Options};
 use crate::pipeline::partition::Balance;
-use crate::pipeline::simulate::Link;
 use crate::pipeline::timeline::summarize;
 use crate::pipeline::Schedule;
 use crate::train::{ModelState, StepStats, TrainConfig};

@@ -30,6 +30,7 @@ pub mod flags;
 pub mod gpu;
 pub mod interrupt;
 pub mod kernels;
+pub mod link;
 pub mod memory;
 pub mod mesh;
 pub mod model;

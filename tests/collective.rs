@@ -7,7 +7,7 @@ mod common;
 use triaxis::collective::{self, host, Algo, Fault, Kind, Ledger, Opts};
 use triaxis::cost::comm::ring_allreduce_bytes;
 use triaxis::gpu;
-use triaxis::pipeline::simulate::Link;
+use triaxis::link::Link;
 use triaxis::rng::Rng;
 use triaxis::Error;
 

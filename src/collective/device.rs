@@ -20,7 +20,7 @@ use super::ring::{even_bounds, per_rank, Phases, Ring};
 use super::{Algo, Opts};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
-use crate::pipeline::simulate::Link;
+use crate::link::Link;
 
 /// All-reduce `views` (one per device, equal lengths) in place with `algo`; every view ends
 /// holding the sum (the mean when `opts.average`).

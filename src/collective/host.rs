@@ -14,7 +14,7 @@ use super::ledger::{Entry, Kind, Ledger, Stamp};
 use super::ring::{even_bounds, Phases, Ring};
 use super::{check_bufs, Opts};
 use crate::error::{Error, Result};
-use crate::pipeline::simulate::Link;
+use crate::link::Link;
 
 /// Gather to rank 0, sum in rank order 0, 1, …, d−1 (divided by d once at the end when
 /// `opts.average`), broadcast. Ledger: a gather hop r → 0 (round 0) and a broadcast hop

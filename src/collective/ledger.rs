@@ -21,7 +21,7 @@
 
 use std::ops::Range;
 
-use crate::pipeline::simulate::Link;
+use crate::link::Link;
 
 /// What one ledger entry moved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,13 +19,13 @@ use std::time::Instant;
 use crate::collective::{Algo, Ledger, Opts};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
+use crate::link::Link;
 use crate::memory::Usage;
 use crate::model::gpu_model::GpuModel;
 use crate::optim::{global_norm_sq, Optimizer};
 use crate::parallel::accumulate::{Accumulation, TreeAccumulator};
 use crate::parallel::bucket::{buckets, device_schedule, Bucket, BucketTiming};
 use crate::parallel::replica::{comm_loop, Replica, ReplicaRun};
-use crate::pipeline::simulate::Link;
 use crate::train::{checksum, ModelState, StepStats, TrainConfig};
 
 /// Default bucket size (PyTorch DDP's 25 MB).

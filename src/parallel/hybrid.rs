@@ -17,11 +17,11 @@
 use crate::collective::{self, Algo, Ledger, Opts};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::link::Link;
 use crate::optim::{global_norm_sq, global_norm_sq_parts};
 use crate::parallel::zero1::ShardedGroup;
 use crate::pipeline::executor::{Options, Pipeline, StepReport};
 use crate::pipeline::partition::Balance;
-use crate::pipeline::simulate::Link;
 use crate::pipeline::Schedule;
 use crate::train::{ModelState, StepStats, TrainConfig};
 

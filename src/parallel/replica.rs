@@ -7,11 +7,11 @@ use crate::collective::{self, Algo, Ledger, Opts};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::Op;
+use crate::link::Link;
 use crate::model::gpu_model::GpuModel;
 use crate::optim::Optimizer;
 use crate::parallel::accumulate::TreeAccumulator;
 use crate::parallel::bucket::Bucket;
-use crate::pipeline::simulate::Link;
 
 /// What one replica's thread measured.
 pub(super) struct ReplicaRun {

@@ -18,12 +18,12 @@
 use crate::collective::{self, Ledger, Opts};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
+use crate::link::Link;
 use crate::memory::Category;
 use crate::model::gpu_model::GpuModel;
 use crate::optim::{NormPart, Optimizer};
 use crate::parallel::shard::Grid;
 use crate::parallel::tensor::{split_of, Split};
-use crate::pipeline::simulate::Link;
 
 /// The sharded optimizer of one (stage, tensor rank) data-parallel group.
 pub struct ShardedGroup {

@@ -38,12 +38,12 @@ use super::validate::validate;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::Op;
+use crate::link::Link;
 use crate::memory::Usage;
 use crate::model::{gpu_model::GpuModel, Block, GptConfig, Micro, TpRank};
 use crate::optim::{global_norm_sq, Optimizer};
 use crate::parallel::tensor::{self as tp, TpComm};
 use crate::params::Buffers;
-use crate::pipeline::simulate::Link;
 use crate::train::{checksum, StepStats, TrainConfig};
 
 /// Knobs of the executor.

@@ -23,7 +23,7 @@ pub use schedule::{
     gpipe, interleaved, one_f_one_b, zero_bubble_h1, Action, Flow, Kind, Msg, Schedule,
     ScheduleKind,
 };
-pub use simulate::{
-    peak_activations, replay, simulate_unit, Link, Replay, SimResult, Span, Transfer,
-};
+pub use simulate::{peak_activations, replay, simulate_unit, Replay, SimResult, Span, Transfer};
+// the link model lives in `crate::link`; re-exported for the pipeline's users
+pub use crate::link::Link;
 pub use validate::validate;

@@ -18,9 +18,10 @@ use serde_json::json;
 
 use super::executor::StepReport;
 use super::schedule::{Action, Kind, Schedule, ScheduleKind};
-use super::simulate::{replay, Link, Replay};
+use super::simulate::{replay, Replay};
 use crate::cost::pipeline::Schedule as Theory;
 use crate::error::{Error, Result};
+use crate::link::Link;
 
 /// One step, summarised.
 #[derive(Clone, Debug, serde::Serialize)]

@@ -30,10 +30,10 @@ use std::time::Instant;
 use crate::collective::{self, Algo, Ledger, Opts};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
+use crate::link::Link;
 use crate::model::gpu_model::GpuModel;
 use crate::pipeline::executor::{Options, Pipeline};
 use crate::pipeline::partition::Balance;
-use crate::pipeline::simulate::Link;
 use crate::pipeline::{Schedule, ScheduleKind};
 use crate::train::TrainConfig;
 
