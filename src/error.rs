@@ -33,6 +33,10 @@ pub enum Error {
     /// to do about it.
     #[error("checkpoint {path}: {msg}")]
     Checkpoint { path: String, msg: String },
+    /// A communicator call ended because a peer stopped (its own error is reported where it
+    /// happened) or did not answer in time; `String` says which peer and what it was doing.
+    #[error("communication stopped: {0}")]
+    Aborted(String),
     #[error("i/o error on {path}: {source}")]
     Io {
         path: String,

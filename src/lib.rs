@@ -21,6 +21,7 @@
 
 pub mod checkpoint;
 pub mod collective;
+pub mod comm;
 pub mod cost;
 pub mod cpu;
 pub mod data;

@@ -225,3 +225,66 @@ fn ring(
     ledger.record(entries);
     Ok(())
 }
+
+/// The ring over host buffers with chunk k = `bounds[k]..bounds[k+1]` (d + 1 non-decreasing
+/// offsets from 0 to n) instead of the even split: the summation order of the device
+/// collectives called with the same bounds (ZeRO's shard boundaries), so the bits agree.
+pub fn ring_in(
+    bufs: &mut [Vec<f32>],
+    phases: Phases,
+    bounds: &[usize],
+    opts: &Opts,
+    ledger: &mut Ledger,
+    link: &Link,
+) -> Result<()> {
+    let name = match phases {
+        Phases::Both => "ring_all_reduce",
+        Phases::ReduceScatter => "ring_reduce_scatter",
+        Phases::AllGather => "ring_all_gather",
+    };
+    let (d, n) = check_bufs(name, bufs)?;
+    let ok = bounds.len() == d + 1
+        && bounds.first() == Some(&0)
+        && bounds.last() == Some(&n)
+        && bounds.windows(2).all(|w| w[0] <= w[1]);
+    if !ok {
+        return Err(Error::Config(format!(
+            "{name}: chunk bounds {bounds:?} are not {} non-decreasing offsets from 0 to {n}",
+            d + 1
+        )));
+    }
+    let stamp = ledger.begin(name, d, link)?;
+    if d == 1 {
+        return Ok(());
+    }
+    let ring = Ring {
+        phases,
+        opts,
+        stamp: &stamp,
+        n,
+        d,
+        bounds: bounds.to_vec(),
+    };
+    let entries = ring.run(bufs)?;
+    ledger.record(entries);
+    Ok(())
+}
+
+/// Sums the buffers in a pairwise tree over rank index (see [`tree_sum`]) and copies the sum
+/// to every rank; the mean when `opts.average`.
+pub fn tree_all_reduce(
+    bufs: &mut [Vec<f32>],
+    opts: &Opts,
+    ledger: &mut Ledger,
+    link: &Link,
+) -> Result<()> {
+    let name = "tree_all_reduce";
+    let (d, _) = check_bufs(name, bufs)?;
+    let stamp = ledger.begin(name, d, link)?;
+    if d == 1 {
+        return Ok(());
+    }
+    let entries = tree_sum(bufs, opts.average, &stamp);
+    ledger.record(entries);
+    Ok(())
+}

@@ -66,7 +66,7 @@ impl Entry {
     }
     /// Sort key that makes ledgers independent of thread timing:
     /// call, then downloads, hops by round, uploads, then rank (and receiver).
-    pub(super) fn order(&self) -> (usize, usize, usize, usize, usize) {
+    pub(crate) fn order(&self) -> (usize, usize, usize, usize, usize) {
         let (k, round, to) = match self.kind {
             Kind::Download => (0, 0, 0),
             Kind::Hop { round, to } => (1, round, to),
@@ -166,7 +166,7 @@ impl Ledger {
 
 impl Ledger {
     /// Starts a collective call over `d` ranks: checks the group and numbers the call.
-    pub(super) fn begin<'a>(
+    pub(crate) fn begin<'a>(
         &mut self,
         collective: &'static str,
         d: usize,
@@ -194,7 +194,7 @@ impl Ledger {
     }
 
     /// Appends one call's entries in timing-independent order.
-    pub(super) fn record(&mut self, mut entries: Vec<Entry>) {
+    pub(crate) fn record(&mut self, mut entries: Vec<Entry>) {
         entries.sort_by_key(|e| e.order());
         self.entries.extend(entries);
     }
@@ -241,7 +241,7 @@ pub fn ring_all_reduce_group_bytes(n: usize, d: usize) -> u64 {
 }
 
 /// Builds entries for one collective call.
-pub(super) struct Stamp<'a> {
+pub(crate) struct Stamp<'a> {
     pub collective: &'static str,
     pub group: Vec<usize>,
     pub step: usize,

@@ -48,10 +48,12 @@ pub use device::{
     all_gather, all_gather_from, all_reduce, all_reduce_in, broadcast, reduce_scatter,
     reduce_scatter_to,
 };
+pub(crate) use ledger::Stamp;
 pub use ledger::{
     chunk, ring_all_gather_rank_bytes, ring_all_reduce_bytes, ring_all_reduce_group_bytes,
     ring_all_reduce_rank_bytes, ring_reduce_scatter_rank_bytes, Entry, Kind, Ledger,
 };
+pub use ring::{even_bounds, rounds, Phases, Round};
 
 use crate::error::{Error, Result};
 

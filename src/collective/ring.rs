@@ -50,7 +50,7 @@ use crate::rng::Rng;
 
 /// Which halves of the all-reduce a ring runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Phases {
+pub enum Phases {
     ReduceScatter,
     AllGather,
     Both,
@@ -59,7 +59,7 @@ pub(super) enum Phases {
 /// One round of one rank: send chunk `send` right, receive chunk `recv` from the left and add
 /// it into the own copy (`add`, reduce-scatter) or copy it (all-gather).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Round {
+pub struct Round {
     pub round: usize,
     pub send: usize,
     pub recv: usize,
@@ -68,7 +68,7 @@ pub(super) struct Round {
 
 /// The rounds rank `r` of `d` runs. Reduce-scatter round s: send `(r−s−1) mod d`, receive and
 /// add `(r−s−2) mod d`; all-gather round s: send `(r−s) mod d`, receive `(r−s−1) mod d`.
-pub(super) fn rounds(r: usize, d: usize, phases: Phases) -> Vec<Round> {
+pub fn rounds(r: usize, d: usize, phases: Phases) -> Vec<Round> {
     let m = |x: isize| x.rem_euclid(d as isize) as usize;
     let r = r as isize;
     let steps = d.saturating_sub(1);
@@ -154,7 +154,7 @@ pub(super) struct Ring<'a> {
 }
 
 /// The d + 1 boundaries of [`chunk`]'s floor split of n elements.
-pub(super) fn even_bounds(n: usize, d: usize) -> Vec<usize> {
+pub fn even_bounds(n: usize, d: usize) -> Vec<usize> {
     (0..d).map(|k| chunk(n, d, k).start).chain([n]).collect()
 }
 

@@ -1,0 +1,129 @@
+//! Collectives built from point-to-point messages between ranks: the ring (reduce-scatter,
+//! all-gather, both), broadcast and the byte all-gather, for any transport that can move
+//! bytes from one rank to another ([`Wire`]: the loopback double's channels, MPI's sends).
+//!
+//! The ring follows `collective::rounds` exactly: in round s rank r sends its current chunk
+//! `(r−s−1) mod d` to rank r+1 and adds chunk `(r−s−2) mod d` from rank r−1 into its own copy
+//! (all-gather: copies), so chunk c is summed `x(c+1) + … + x(c)` — the host ring's order, the
+//! same bits. With `average` the owner divides its chunk once, after the last addition.
+//!
+//! ```text
+//!   rank r, each round:  put(right, own[send chunk])   take(left) ─▶ own[recv chunk] (+)=
+//! ```
+
+use std::time::Instant;
+
+use crate::collective::{rounds, Entry, Kind, Phases, Stamp};
+use crate::error::Result;
+
+/// Moves bytes between the ranks of a group. `put` must not wait for the matching `take`
+/// (the ring puts before it takes on every rank).
+pub(crate) trait Wire {
+    fn put(&mut self, to: usize, bytes: Vec<u8>) -> Result<()>;
+    fn take(&mut self, from: usize) -> Result<Vec<u8>>;
+}
+
+pub(crate) fn to_bytes(x: &[f32]) -> Vec<u8> {
+    x.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+pub(crate) fn from_bytes(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// The ring on rank `r` of `d` over `buf` with chunk k = `bounds[k]..bounds[k+1]`; returns
+/// the hops this rank sent.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ring(
+    wire: &mut dyn Wire,
+    r: usize,
+    d: usize,
+    buf: &mut [f32],
+    bounds: &[usize],
+    phases: Phases,
+    average: bool,
+    stamp: &Stamp,
+) -> Result<Vec<Entry>> {
+    let (right, left) = ((r + 1) % d, (r + d - 1) % d);
+    let rs_last = (phases != Phases::AllGather).then(|| d.saturating_sub(2));
+    let mut entries = Vec::new();
+    for round in rounds(r, d, phases) {
+        let t = Instant::now();
+        let send = &buf[bounds[round.send]..bounds[round.send + 1]];
+        let bytes = 4 * send.len() as u64;
+        wire.put(right, to_bytes(send))?;
+        let got = from_bytes(&wire.take(left)?);
+        let own = &mut buf[bounds[round.recv]..bounds[round.recv + 1]];
+        if got.len() != own.len() {
+            return Err(crate::Error::Config(format!(
+                "{}: rank {r} expected {} elements of chunk {} from rank {left}, got {}",
+                stamp.collective,
+                own.len(),
+                round.recv,
+                got.len()
+            )));
+        }
+        if round.add {
+            own.iter_mut().zip(&got).for_each(|(x, acc)| *x += *acc);
+            if average && Some(round.round) == rs_last {
+                let dd = d as f32;
+                own.iter_mut().for_each(|x| *x /= dd);
+            }
+        } else {
+            own.copy_from_slice(&got);
+        }
+        let kind = Kind::Hop {
+            to: right,
+            round: round.round,
+        };
+        entries.push(stamp.entry(r, kind, bytes, t.elapsed().as_secs_f64()));
+    }
+    Ok(entries)
+}
+
+/// `root` sends its buffer to every other rank; returns the hops this rank sent.
+pub(crate) fn broadcast(
+    wire: &mut dyn Wire,
+    r: usize,
+    d: usize,
+    buf: &mut Vec<f32>,
+    root: usize,
+    stamp: &Stamp,
+) -> Result<Vec<Entry>> {
+    if r != root {
+        *buf = from_bytes(&wire.take(root)?);
+        return Ok(Vec::new());
+    }
+    let mut entries = Vec::with_capacity(d);
+    let bytes = to_bytes(buf);
+    for to in (0..d).filter(|&q| q != root) {
+        let t = Instant::now();
+        wire.put(to, bytes.clone())?;
+        let kind = Kind::Hop { to, round: 0 };
+        entries.push(stamp.entry(r, kind, bytes.len() as u64, t.elapsed().as_secs_f64()));
+    }
+    Ok(entries)
+}
+
+/// Every rank sends `mine` to every other; returns all ranks' bytes in rank order.
+pub(crate) fn all_gather_bytes(
+    wire: &mut dyn Wire,
+    r: usize,
+    d: usize,
+    mine: Vec<u8>,
+) -> Result<Vec<Vec<u8>>> {
+    for to in (0..d).filter(|&q| q != r) {
+        wire.put(to, mine.clone())?;
+    }
+    let mut out = Vec::with_capacity(d);
+    for from in 0..d {
+        if from == r {
+            out.push(mine.clone());
+        } else {
+            out.push(wire.take(from)?);
+        }
+    }
+    Ok(out)
+}
