@@ -44,6 +44,8 @@ struct Up {
 }
 
 type Message = (Tag, Vec<f32>);
+/// Rank 0's answer to one rank: its result and the hops it sent.
+type Answer = (Payload, Vec<Entry>);
 
 /// One rank of an in-process group.
 pub struct LocalComm {
@@ -53,8 +55,8 @@ pub struct LocalComm {
     switch: Arc<Switch>,
     up: Sender<Up>,
     /// Rank 0: every rank's calls, and the way back to each.
-    leader: Option<(Receiver<Up>, Vec<Sender<(Payload, Vec<Entry>)>>)>,
-    down: Receiver<(Payload, Vec<Entry>)>,
+    leader: Option<(Receiver<Up>, Vec<Sender<Answer>>)>,
+    down: Receiver<Answer>,
     to: Vec<Option<Sender<Message>>>,
     from: Vec<Option<Receiver<Message>>>,
     ledger: Ledger,
@@ -174,7 +176,7 @@ impl LocalComm {
 
     /// Rank 0's part: the host algorithm over every rank's payload; per rank its result and
     /// the entries of the hops it sent.
-    fn compute(&self, op: &Op, ins: Vec<Payload>) -> Result<Vec<(Payload, Vec<Entry>)>> {
+    fn compute(&self, op: &Op, ins: Vec<Payload>) -> Result<Vec<Answer>> {
         let d = ins.len();
         if *op == Op::Bytes {
             let all: Vec<Vec<u8>> = ins
