@@ -3,6 +3,10 @@
 //!
 //! `cargo run --release --example data_parallel` — writes `runs/data_parallel/trace_d<d>.json`
 //! (compute and comm tracks of one step) and `data_parallel.json`.
+//!
+//! Every flag is checked before any device work (see `validate`); the caps are generous:
+//! degrees ≤ 1024, global batch ≤ 2²⁰ sequences, micro batch, sequence and width ≤ 65536,
+//! layers ≤ 4096, buckets ≤ 10⁶ MB, measured steps ≤ 10⁶.
 
 use std::path::PathBuf;
 
@@ -15,6 +19,7 @@ use triaxis::cost::comm::{
 };
 use triaxis::cpu::AdamW;
 use triaxis::data::{Batcher, Corpus};
+use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::model::{GptConfig, Micro};
 use triaxis::parallel::data::{DataParallel, DpOptions, DpStepReport};
@@ -22,12 +27,15 @@ use triaxis::pipeline::Link;
 use triaxis::progress::{self, say};
 use triaxis::train::TrainConfig;
 
+#[path = "support/model_flags.rs"]
+mod model_flags;
+
 #[derive(Parser, Debug)]
 #[command(
     about = "Measure data-parallel communication: bytes, comm time and exposed comm on two clocks"
 )]
 struct Args {
-    /// Data-parallel degrees to run (comma list).
+    /// Data-parallel degrees to run (comma list, each 1 to 1024).
     #[arg(long, default_value = "1,2,4")]
     degrees: String,
     /// Link presets for the device clock (comma list of nvlink, pcie, ethernet).
@@ -39,78 +47,107 @@ struct Args {
     /// All-reduce algorithm: ring, naive or tree.
     #[arg(long, default_value = "ring")]
     algo: String,
-    /// Global batch in sequences (split over d replicas × microbatches of --micro-batch).
+    /// Global batch in sequences (split over d replicas × microbatches of --micro-batch; a
+    /// multiple of every d × --micro-batch; at most 2²⁰).
     #[arg(long, default_value_t = 32)]
     global_batch: usize,
+    /// Sequences per microbatch (1 to 65536).
     #[arg(long, default_value_t = 8)]
     micro_batch: usize,
+    /// Tokens per sequence (1 to 65536, and shorter than the built-in corpus).
     #[arg(long, default_value_t = 32)]
     seq: usize,
+    /// Transformer layers (1 to 4096).
     #[arg(long, default_value_t = 4)]
     layers: usize,
+    /// Model width (1 to 65536).
     #[arg(long, default_value_t = 128)]
     channels: usize,
+    /// Attention heads (they must divide --channels).
     #[arg(long, default_value_t = 4)]
     heads: usize,
-    /// Gradient bucket size in MB.
+    /// Gradient bucket size in MB (above 0, at most 10⁶).
     #[arg(long, default_value_t = 0.25)]
     bucket_mb: f64,
-    /// Measured steps per configuration (after one warm-up); the median is reported.
+    /// Measured steps per configuration (after one warm-up; 1 to 10⁶); the median is reported.
     #[arg(long, default_value_t = 3)]
     steps: usize,
     #[arg(long)]
     backend: Option<String>,
+    /// Adapter index, as the devices example lists them (at most 255).
     #[arg(long)]
     adapter: Option<usize>,
+    /// Output directory (created; must be writable).
     #[arg(long, default_value = "runs/data_parallel")]
     out: PathBuf,
 }
 
 fn main() {
-    if let Err(e) = run(Args::parse()) {
+    let args = Args::parse();
+    if let Err(e) = validate(&args).and_then(|checked| run(&args, checked)) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
 }
 
-fn list<T: std::str::FromStr>(s: &str, what: &str) -> anyhow::Result<Vec<T>> {
-    s.split(',')
-        .map(|x| {
-            x.trim()
-                .parse::<T>()
-                .map_err(|_| anyhow::anyhow!("bad {what} {x:?}"))
-        })
-        .collect()
+/// The flags, checked and parsed.
+struct Checked {
+    degrees: Vec<usize>,
+    links: Vec<Link>,
+    algo: Algo,
+    choice: AdapterChoice,
+    m: model_flags::Model,
 }
 
-fn run(a: Args) -> anyhow::Result<()> {
-    print_reference();
-    let degrees: Vec<usize> = list(&a.degrees, "degree")?;
-    let links: Vec<Link> = a
-        .links
-        .split(',')
-        .map(|l| Link::by_name(l.trim()))
+/// Every flag, before any device work: the error names the flag and the constraint. The output
+/// directory comes last (checking it creates it).
+fn validate(a: &Args) -> anyhow::Result<Checked> {
+    let degrees: Vec<usize> = flags::list("--degrees", &a.degrees)?;
+    flags::list_in_range("--degrees", &degrees, 1, flags::MAX_DEGREE)?;
+    flags::in_range("--global-batch", a.global_batch, 1, flags::MAX_GLOBAL_BATCH)?;
+    flags::positive("--bucket-mb", a.bucket_mb, flags::MAX_BUCKET_MB)?;
+    flags::in_range("--steps", a.steps, 1, flags::MAX_STEPS)?;
+    if let Some(i) = a.adapter {
+        flags::in_range("--adapter", i, 0, flags::MAX_ADAPTER)?;
+    }
+    let links = flags::list::<String>("--links", &a.links)?
+        .iter()
+        .map(|l| Link::by_name(l))
         .collect::<triaxis::Result<_>>()?;
     let algo = Algo::by_name(&a.algo)?;
-    let corpus = Corpus::throughput()?;
-    let model = GptConfig {
-        vocab: corpus.vocab.size(),
-        ctx: a.seq,
-        channels: a.channels,
-        heads: a.heads,
-        layers: a.layers,
-    };
-    model.validate()?;
-    let micro = Micro {
-        b: a.micro_batch,
-        t: a.seq,
-    };
-    micro.validate(&model)?;
+    let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?;
+    let m = model_flags::check(a.layers, a.channels, a.heads, a.seq, a.micro_batch)?;
+    for &d in &degrees {
+        DataParallel::accumulation(a.global_batch, d, a.micro_batch).map_err(|e| {
+            anyhow::anyhow!("--global-batch {} with --degrees {d}: {e}", a.global_batch)
+        })?;
+    }
+    flags::output_dir("--out", &a.out)?;
+    Ok(Checked {
+        degrees,
+        links,
+        algo,
+        choice,
+        m,
+    })
+}
+
+fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
+    let Checked {
+        degrees,
+        links,
+        algo,
+        choice,
+        m,
+    } = c;
+    let model_flags::Model {
+        corpus,
+        model,
+        micro,
+    } = m;
+    print_reference();
     let max_d = degrees.iter().copied().max().unwrap_or(1);
-    let gpus = Gpu::open_virtual(
-        &AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?,
-        max_d,
-    )?;
+    let gpus = Gpu::open_virtual(&choice, max_d)?;
     let grad_bytes = 4 * model.param_count();
     println!(
         "\nadapter  {} ({max_d} virtual devices)",
@@ -125,7 +162,6 @@ fn run(a: Args) -> anyhow::Result<()> {
         "batch    {} sequences × {} tokens per step; {algo:?} all-reduce, {} MB buckets",
         a.global_batch, a.seq, a.bucket_mb
     );
-    std::fs::create_dir_all(&a.out)?;
     let overlaps: Vec<bool> = if a.no_overlap {
         vec![false]
     } else {
@@ -235,7 +271,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     bar.finish_and_clear();
-    tree_cost(&a, &gpus, model, micro, &corpus)?;
+    tree_cost(a, &gpus, model, micro, &corpus)?;
     let path = a.out.join("data_parallel.json");
     std::fs::write(&path, serde_json::to_string_pretty(&rows)?)?;
     println!(

@@ -3,47 +3,58 @@
 //!
 //! `cargo run --release --example pipeline` — 4 stages as virtual devices on the first adapter.
 //! Writes `bubble_vs_m.svg`, one Chrome trace per schedule and `pipeline.json` to `--out`.
+//!
+//! Every flag is checked before any device work (see `validate`); the caps are generous:
+//! stages and chunks ≤ 1024, microbatch counts, micro batch, sequence and width ≤ 65536,
+//! layers ≤ 4096, measured steps ≤ 10⁶.
 
 use std::path::PathBuf;
 
 use clap::Parser;
 use triaxis::cpu::AdamW;
-use triaxis::data::{Batcher, Corpus};
+use triaxis::data::Batcher;
+use triaxis::flags;
 use triaxis::gpu::{self, AdapterChoice, Gpu};
-use triaxis::model::{GptConfig, Micro};
+use triaxis::model::{fit, GptConfig, Micro};
 use triaxis::pipeline::executor::{describe_stages, Options, Pipeline};
-use triaxis::pipeline::partition::{measure_block_times, Balance};
+use triaxis::pipeline::partition::{measure_block_times, stage_blocks, Balance};
 use triaxis::pipeline::timeline::{chrome_trace, summarize, Summary};
 use triaxis::pipeline::{Link, Schedule, ScheduleKind};
 use triaxis::plot::{write_svg, Chart, Series};
 use triaxis::progress::{self, say};
 use triaxis::train::TrainConfig;
 
+#[path = "support/model_flags.rs"]
+mod model_flags;
+
 #[derive(Parser, Debug)]
 #[command(about = "Measure the pipeline bubble against the microbatch count, beside the theory")]
 struct Args {
-    /// Pipeline stages (devices).
+    /// Pipeline stages (devices; 1 to 1024, each needs a block of the model).
     #[arg(long, default_value_t = 4)]
     stages: usize,
     /// Schedules: comma list of gpipe, 1f1b, interleaved, zb-h1, or "all".
     #[arg(long, default_value = "all")]
     schedule: String,
-    /// Microbatch counts to sweep (comma list).
+    /// Microbatch counts to sweep (comma list, each 1 to 65536).
     #[arg(long, default_value = "1,2,4,8,16,32,64")]
     microbatches: String,
-    /// Model chunks per device for the interleaved schedule.
+    /// Model chunks per device for the interleaved schedule (1 to 1024).
     #[arg(long, default_value_t = 2)]
     chunks: usize,
+    /// Transformer layers (1 to 4096).
     #[arg(long, default_value_t = 8)]
     layers: usize,
+    /// Model width (1 to 65536).
     #[arg(long, default_value_t = 64)]
     channels: usize,
+    /// Attention heads (they must divide --channels).
     #[arg(long, default_value_t = 4)]
     heads: usize,
-    /// Tokens per sequence.
+    /// Tokens per sequence (1 to 65536, and shorter than the built-in corpus).
     #[arg(long, default_value_t = 32)]
     seq: usize,
-    /// Sequences per microbatch.
+    /// Sequences per microbatch (1 to 65536).
     #[arg(long, default_value_t = 4)]
     micro_batch: usize,
     /// Stage balance: params (parameter count) or time (measured per block).
@@ -55,6 +66,7 @@ struct Args {
     devices: String,
     #[arg(long)]
     backend: Option<String>,
+    /// Adapter index, as the devices example lists them (at most 255).
     #[arg(long)]
     adapter: Option<usize>,
     /// Link model for the device clock: nvlink, pcie, ethernet, ideal, measured (host staging).
@@ -63,24 +75,95 @@ struct Args {
     /// Also run the wall-clock measurement one device at a time (the device clock always is).
     #[arg(long)]
     serial: bool,
-    /// Measured steps per point and clock (after one warm-up step); the median is reported.
+    /// Measured steps per point and clock (after one warm-up step; 1 to 10⁶); the median is
+    /// reported.
     #[arg(long, default_value_t = 1)]
     steps: usize,
+    /// Output directory (created; must be writable).
     #[arg(long, default_value = "runs/pipeline")]
     out: PathBuf,
 }
 
 fn main() {
-    if let Err(e) = run(Args::parse()) {
+    let args = Args::parse();
+    if let Err(e) = validate(&args).and_then(|checked| run(&args, checked)) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
 }
 
-fn open_devices(a: &Args) -> anyhow::Result<Vec<Gpu>> {
+/// The flags, checked and parsed.
+struct Checked {
+    kinds: Vec<ScheduleKind>,
+    ms: Vec<usize>,
+    choice: AdapterChoice,
+    /// `None`: `--link measured`, measured once the devices are open.
+    link: Option<Link>,
+    m: model_flags::Model,
+}
+
+/// Every flag, before any device work: the error names the flag and the constraint. The output
+/// directory comes last (checking it creates it).
+fn validate(a: &Args) -> anyhow::Result<Checked> {
+    flags::in_range("--stages", a.stages, 1, flags::MAX_DEGREE)?;
+    let ms: Vec<usize> = flags::list("--microbatches", &a.microbatches)?;
+    flags::list_in_range("--microbatches", &ms, 1, flags::MAX_MICROBATCHES)?;
+    flags::in_range("--chunks", a.chunks, 1, flags::MAX_DEGREE)?;
+    flags::in_range("--steps", a.steps, 1, flags::MAX_STEPS)?;
+    if let Some(i) = a.adapter {
+        flags::in_range("--adapter", i, 0, flags::MAX_ADAPTER)?;
+    }
+    let m = model_flags::check(a.layers, a.channels, a.heads, a.seq, a.micro_batch)?;
+    let kinds = parse_schedules(&a.schedule)?;
+    if !matches!(a.balance.as_str(), "params" | "time") {
+        anyhow::bail!("--balance must be params or time, not {:?}", a.balance);
+    }
+    if !matches!(a.devices.as_str(), "virtual" | "all") {
+        anyhow::bail!("--devices must be virtual or all, not {:?}", a.devices);
+    }
+    let link = match a.link.as_str() {
+        "measured" => None,
+        name => Some(Link::by_name(name)?),
+    };
     let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?;
+    for &k in &kinds {
+        if !ms.iter().any(|&m| applicable(k, a.stages, m)) {
+            anyhow::bail!(
+                "--schedule {} needs a --microbatches count divisible by --stages {}; none of \
+                 {ms:?} is",
+                k.name(),
+                a.stages
+            );
+        }
+        // every model stage needs a block: the embedding, a layer or the head
+        let v = chunks_of(k, a.chunks);
+        if a.stages * v > a.layers + 2 {
+            anyhow::bail!(
+                "--schedule {}: --stages {} × {} chunk(s) = {} model stages, but the model has \
+                 only {} blocks (embedding, --layers {}, head); lower --stages{} or raise --layers",
+                k.name(),
+                a.stages,
+                v,
+                a.stages * v,
+                a.layers + 2,
+                a.layers,
+                if v > 1 { " or --chunks" } else { "" }
+            );
+        }
+    }
+    flags::output_dir("--out", &a.out)?;
+    Ok(Checked {
+        kinds,
+        ms,
+        choice,
+        link,
+        m,
+    })
+}
+
+fn open_devices(a: &Args, choice: &AdapterChoice) -> anyhow::Result<Vec<Gpu>> {
     match a.devices.as_str() {
-        "virtual" => Ok(Gpu::open_virtual(&choice, a.stages)?),
+        "virtual" => Ok(Gpu::open_virtual(choice, a.stages)?),
         "all" => {
             let found = gpu::list_adapters(choice.backends);
             if found.len() < a.stages {
@@ -118,45 +201,21 @@ fn parse_schedules(s: &str) -> anyhow::Result<Vec<ScheduleKind>> {
         .collect::<triaxis::Result<_>>()?)
 }
 
-fn run(a: Args) -> anyhow::Result<()> {
-    let kinds = parse_schedules(&a.schedule)?;
-    let ms: Vec<usize> = a
-        .microbatches
-        .split(',')
-        .map(|x| {
-            x.trim()
-                .parse::<usize>()
-                .map_err(|_| anyhow::anyhow!("bad microbatch count {x:?}"))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    if ms.is_empty() || ms.contains(&0) {
-        anyhow::bail!("microbatch counts must be positive");
-    }
-    for &k in &kinds {
-        if !ms.iter().any(|&m| applicable(k, a.stages, m)) {
-            anyhow::bail!(
-                "{} needs a microbatch count divisible by the {} stages; none of {ms:?} is",
-                k.name(),
-                a.stages
-            );
-        }
-    }
-    let corpus = Corpus::throughput()?;
-    let model = GptConfig {
-        vocab: corpus.vocab.size(),
-        ctx: a.seq,
-        channels: a.channels,
-        heads: a.heads,
-        layers: a.layers,
-    };
-    model.validate()?;
-    let micro = Micro {
-        b: a.micro_batch,
-        t: a.seq,
-    };
-    micro.validate(&model)?;
-    let gpus = open_devices(&a)?;
-    let mut link = Link::by_name(&a.link)?;
+fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
+    let Checked {
+        kinds,
+        ms,
+        choice,
+        link,
+        m,
+    } = c;
+    let model_flags::Model {
+        corpus,
+        model,
+        micro,
+    } = m;
+    let gpus = open_devices(a, &choice)?;
+    check_fit(&gpus, a, &kinds, &model, micro)?;
     let names: Vec<String> = gpus.iter().map(|g| g.adapter_name()).collect();
     println!("devices  {} ({})", names.join(" | "), a.devices);
     println!(
@@ -167,19 +226,18 @@ fn run(a: Args) -> anyhow::Result<()> {
     );
     let balance = match a.balance.as_str() {
         "params" => Balance::Params,
-        "time" => Balance::Time(measure_block_times(&gpus[0], &model, micro, 5)?),
-        other => anyhow::bail!("--balance must be params or time, not {other:?}"),
+        _ => Balance::Time(measure_block_times(&gpus[0], &model, micro, 5)?),
     };
-    if a.link == "measured" {
-        link = measure_link(&gpus[0], micro.tokens() * model.channels)?;
-    }
+    let link = match link {
+        Some(l) => l,
+        None => measure_link(&gpus[0], micro.tokens() * model.channels)?,
+    };
     println!(
         "link     {} ({:.1} GB/s, {:.1} µs) for the device clock",
         link.name,
         link.bandwidth_bytes_per_s / 1e9,
         link.latency_s * 1e6
     );
-    std::fs::create_dir_all(&a.out)?;
     let total: usize = kinds
         .iter()
         .map(|k| ms.iter().filter(|&&m| applicable(*k, a.stages, m)).count())
@@ -188,11 +246,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     let mut rows: Vec<Summary> = Vec::new();
     let mut batcher = Batcher::new(1);
     for &kind in &kinds {
-        let v = if kind == ScheduleKind::Interleaved {
-            a.chunks
-        } else {
-            1
-        };
+        let v = chunks_of(kind, a.chunks);
         say(
             &bar,
             format!("\n{} (p = {}, v = {v})", kind.name(), a.stages),
@@ -317,8 +371,38 @@ fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     bar.finish_and_clear();
-    write_outputs(&a, &kinds, &rows)?;
+    write_outputs(a, &kinds, &rows)?;
     Ok(())
+}
+
+/// Every model stage of every schedule fits on its device, balanced by parameters
+/// (`Pipeline::new` checks again for the balance chosen): refused before the link probe or the
+/// block timing allocate anything.
+fn check_fit(
+    gpus: &[Gpu],
+    a: &Args,
+    kinds: &[ScheduleKind],
+    model: &GptConfig,
+    micro: Micro,
+) -> anyhow::Result<()> {
+    for &kind in kinds {
+        let v = chunks_of(kind, a.chunks);
+        let stages = stage_blocks(model, a.stages * v, &Balance::Params)?;
+        for (s, blocks) in stages.iter().enumerate() {
+            // stage s runs on device s mod p (chunk-major, as `Schedule::stage`)
+            fit::check(model, blocks, micro, 1, &gpus[s % a.stages].limits)?;
+        }
+    }
+    Ok(())
+}
+
+/// Model chunks per device: `chunks` for the interleaved schedule, one for the others.
+fn chunks_of(kind: ScheduleKind, chunks: usize) -> usize {
+    if kind == ScheduleKind::Interleaved {
+        chunks
+    } else {
+        1
+    }
 }
 
 /// Interleaving needs m to be a multiple of p.

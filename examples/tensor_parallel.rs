@@ -13,6 +13,10 @@
 //! between two all-reduces costs its slowest rank; each all-reduce costs its ring on the link
 //! model. The ranks of a group share this machine's cores, so the wall clock says nothing about
 //! a real multi-GPU group and is not reported.
+//!
+//! Every flag is checked before any device work (see `validate`); the caps are generous:
+//! degrees ≤ 1024, microbatch counts, micro batch, sequence and width ≤ 65536, layers ≤ 4096,
+//! measured steps ≤ 10⁶, reference speed ≤ 10⁶ TFLOP/s.
 
 use std::path::PathBuf;
 
@@ -21,48 +25,59 @@ use serde_json::json;
 use triaxis::collective::{Kind, Ledger};
 use triaxis::cost::comm::{tp_block_traffic, Link as CostLink};
 use triaxis::cpu::AdamW;
-use triaxis::data::{Batcher, Corpus};
+use triaxis::data::Batcher;
+use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
-use triaxis::model::{GptConfig, Micro};
+use triaxis::model::GptConfig;
 use triaxis::parallel::tensor::tensor_parallel;
 use triaxis::pipeline::Link;
 use triaxis::plot::{write_svg, Chart, Series};
 use triaxis::progress;
 use triaxis::train::TrainConfig;
 
+#[path = "support/model_flags.rs"]
+mod model_flags;
+
 #[derive(Parser, Debug)]
 #[command(about = "Measure what tensor parallelism costs on an intra-node and an inter-node link")]
 struct Args {
-    /// Tensor-parallel degrees to run (comma list; each must divide the heads).
+    /// Tensor-parallel degrees to run (comma list, each 1 to 1024; each must divide the heads).
     #[arg(long, default_value = "1,2,4")]
     degrees: String,
     /// Link presets of the tensor-parallel all-reduces (comma list of nvlink, pcie, ethernet).
     #[arg(long, default_value = "nvlink,ethernet")]
     links: String,
-    /// Sequences per microbatch.
+    /// Sequences per microbatch (1 to 65536).
     #[arg(long, default_value_t = 8)]
     micro_batch: usize,
-    /// Microbatches accumulated per step.
+    /// Microbatches accumulated per step (1 to 65536).
     #[arg(long, default_value_t = 2)]
     microbatches: usize,
+    /// Tokens per sequence (1 to 65536, and shorter than the built-in corpus).
     #[arg(long, default_value_t = 64)]
     seq: usize,
+    /// Transformer layers (1 to 4096).
     #[arg(long, default_value_t = 4)]
     layers: usize,
+    /// Model width (1 to 65536).
     #[arg(long, default_value_t = 256)]
     channels: usize,
+    /// Attention heads (they must divide --channels).
     #[arg(long, default_value_t = 8)]
     heads: usize,
-    /// Measured steps per configuration (after one warm-up); the median is reported.
+    /// Measured steps per configuration (after one warm-up; 1 to 10⁶); the median is reported.
     #[arg(long, default_value_t = 5)]
     steps: usize,
-    /// Sustained speed of the accelerator the projection assumes, in TFLOP/s.
+    /// Sustained speed of the accelerator the projection assumes, in TFLOP/s (above 0, at
+    /// most 10⁶).
     #[arg(long, default_value_t = 100.0)]
     reference_tflops: f64,
     #[arg(long)]
     backend: Option<String>,
+    /// Adapter index, as the devices example lists them (at most 255).
     #[arg(long)]
     adapter: Option<usize>,
+    /// Output directory (created; must be writable).
     #[arg(long, default_value = "runs/tensor_parallel")]
     out: PathBuf,
 }
@@ -87,59 +102,66 @@ impl Row {
 }
 
 fn main() {
-    if let Err(e) = run(Args::parse()) {
+    let args = Args::parse();
+    if let Err(e) = validate(&args).and_then(|checked| run(&args, checked)) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
 }
 
-fn list<T: std::str::FromStr>(s: &str, what: &str) -> anyhow::Result<Vec<T>> {
-    s.split(',')
-        .map(|x| {
-            x.trim()
-                .parse::<T>()
-                .map_err(|_| anyhow::anyhow!("bad {what} {x:?}"))
-        })
-        .collect()
+/// The flags, checked and parsed.
+struct Checked {
+    degrees: Vec<usize>,
+    links: Vec<Link>,
+    choice: AdapterChoice,
+    m: model_flags::Model,
 }
 
-fn run(a: Args) -> anyhow::Result<()> {
-    let degrees: Vec<usize> = list(&a.degrees, "degree")?;
-    if degrees.is_empty() || degrees.contains(&0) {
-        anyhow::bail!("--degrees needs positive tensor-parallel degrees, e.g. 1,2,4");
+/// Every flag, before any device work: the error names the flag and the constraint. The output
+/// directory comes last (checking it creates it).
+fn validate(a: &Args) -> anyhow::Result<Checked> {
+    let degrees: Vec<usize> = flags::list("--degrees", &a.degrees)?;
+    flags::list_in_range("--degrees", &degrees, 1, flags::MAX_DEGREE)?;
+    flags::in_range("--microbatches", a.microbatches, 1, flags::MAX_MICROBATCHES)?;
+    flags::in_range("--steps", a.steps, 1, flags::MAX_STEPS)?;
+    flags::positive("--reference-tflops", a.reference_tflops, flags::MAX_TFLOPS)?;
+    if let Some(i) = a.adapter {
+        flags::in_range("--adapter", i, 0, flags::MAX_ADAPTER)?;
     }
-    let links: Vec<Link> = a
-        .links
-        .split(',')
-        .map(|l| Link::by_name(l.trim()))
+    let links = flags::list::<String>("--links", &a.links)?
+        .iter()
+        .map(|l| Link::by_name(l))
         .collect::<triaxis::Result<_>>()?;
-    if !(a.reference_tflops.is_finite() && a.reference_tflops > 0.0) {
-        anyhow::bail!("--reference-tflops must be positive");
-    }
-    let corpus = Corpus::throughput()?;
-    let model = GptConfig {
-        vocab: corpus.vocab.size(),
-        ctx: a.seq,
-        channels: a.channels,
-        heads: a.heads,
-        layers: a.layers,
-    };
+    let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?;
+    let m = model_flags::check(a.layers, a.channels, a.heads, a.seq, a.micro_batch)?;
     for &t in &degrees {
-        model.check_tp(t)?;
+        m.model
+            .check_tp(t)
+            .map_err(|e| anyhow::anyhow!("--degrees {t}: {e}"))?;
     }
-    let micro = Micro {
-        b: a.micro_batch,
-        t: a.seq,
-    };
-    micro.validate(&model)?;
-    if a.microbatches == 0 || a.steps == 0 {
-        anyhow::bail!("--microbatches and --steps must be positive");
-    }
+    flags::output_dir("--out", &a.out)?;
+    Ok(Checked {
+        degrees,
+        links,
+        choice,
+        m,
+    })
+}
+
+fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
+    let Checked {
+        degrees,
+        links,
+        choice,
+        m,
+    } = c;
+    let model_flags::Model {
+        corpus,
+        model,
+        micro,
+    } = m;
     let max_t = degrees.iter().copied().max().unwrap_or(1);
-    let gpus = Gpu::open_virtual(
-        &AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?,
-        max_t,
-    )?;
+    let gpus = Gpu::open_virtual(&choice, max_t)?;
     let tokens = (micro.tokens() * a.microbatches) as f64;
     let flops = model_flops(&model, a.seq) * tokens;
     println!(
@@ -154,7 +176,6 @@ fn run(a: Args) -> anyhow::Result<()> {
         micro.t,
         flops / 1e9
     );
-    std::fs::create_dir_all(&a.out)?;
     let bar = progress::bar(degrees.len() as u64);
     let mut batcher = Batcher::new(1);
     let mut rows: Vec<Row> = Vec::new();

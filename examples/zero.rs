@@ -4,6 +4,10 @@
 //! and the N = 7e9, p = 8 mixed-precision reference table from the same cost functions.
 //!
 //! `cargo run --release --example zero` — writes `runs/zero/zero.json`.
+//!
+//! Every flag is checked before any device work (see `validate`); the caps are generous:
+//! degrees ≤ 1024, microbatch counts, micro batch, sequence and width ≤ 65536, layers ≤ 4096,
+//! buckets ≤ 10⁶ MB, measured steps ≤ 10⁶.
 
 use std::path::PathBuf;
 
@@ -11,22 +15,25 @@ use clap::Parser;
 use serde_json::json;
 use triaxis::cost::memory::{zero_state_bytes, ZeroStage};
 use triaxis::cpu::AdamW;
-use triaxis::data::{Batcher, Corpus};
+use triaxis::data::Batcher;
+use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::memory::Usage;
-use triaxis::model::{GptConfig, Micro};
 use triaxis::parallel::data::DpOptions;
 use triaxis::parallel::zero::{self, formula_bytes, Zero};
 use triaxis::pipeline::Link;
 use triaxis::progress::{self, say};
 use triaxis::train::TrainConfig;
 
+#[path = "support/model_flags.rs"]
+mod model_flags;
+
 #[derive(Parser, Debug)]
 #[command(
     about = "Measure ZeRO stages 0-3: memory per device vs the formula, bytes moved per step"
 )]
 struct Args {
-    /// Data-parallel degrees (comma list).
+    /// Data-parallel degrees (comma list, each 1 to 1024).
     #[arg(long, default_value = "1,2,4,8")]
     degrees: String,
     /// ZeRO stages (comma list of 0..3).
@@ -35,48 +42,83 @@ struct Args {
     /// Link preset for the device clock: nvlink, pcie or ethernet.
     #[arg(long, default_value = "nvlink")]
     link: String,
+    /// Sequences per microbatch (1 to 65536).
     #[arg(long, default_value_t = 2)]
     micro_batch: usize,
-    /// Microbatches per rank and step (stage 3 gathers twice per microbatch).
+    /// Microbatches per rank and step (stage 3 gathers twice per microbatch; 1 to 65536).
     #[arg(long, default_value_t = 1)]
     accum: usize,
+    /// Tokens per sequence (1 to 65536, and shorter than the built-in corpus).
     #[arg(long, default_value_t = 32)]
     seq: usize,
+    /// Transformer layers (1 to 4096).
     #[arg(long, default_value_t = 4)]
     layers: usize,
+    /// Model width (1 to 65536).
     #[arg(long, default_value_t = 128)]
     channels: usize,
+    /// Attention heads (they must divide --channels).
     #[arg(long, default_value_t = 4)]
     heads: usize,
-    /// Gradient bucket (= shard unit) size in MB.
+    /// Gradient bucket (= shard unit) size in MB (above 0, at most 10⁶).
     #[arg(long, default_value_t = 0.25)]
     bucket_mb: f64,
-    /// Measured steps per configuration.
+    /// Measured steps per configuration (1 to 10⁶).
     #[arg(long, default_value_t = 2)]
     steps: usize,
     #[arg(long)]
     backend: Option<String>,
+    /// Adapter index, as the devices example lists them (at most 255).
     #[arg(long)]
     adapter: Option<usize>,
+    /// Output directory (created; must be writable).
     #[arg(long, default_value = "runs/zero")]
     out: PathBuf,
 }
 
 fn main() {
-    if let Err(e) = run(Args::parse()) {
+    let args = Args::parse();
+    if let Err(e) = validate(&args).and_then(|checked| run(&args, checked)) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
 }
 
-fn list(s: &str, what: &str) -> anyhow::Result<Vec<usize>> {
-    s.split(',')
-        .map(|x| {
-            x.trim()
-                .parse::<usize>()
-                .map_err(|_| anyhow::anyhow!("bad {what} {x:?}"))
-        })
-        .collect()
+/// The flags, checked and parsed.
+struct Checked {
+    degrees: Vec<usize>,
+    stages: Vec<usize>,
+    link: Link,
+    choice: AdapterChoice,
+    m: model_flags::Model,
+}
+
+/// Every flag, before any device work: the error names the flag and the constraint. The output
+/// directory comes last (checking it creates it).
+fn validate(a: &Args) -> anyhow::Result<Checked> {
+    let degrees: Vec<usize> = flags::list("--degrees", &a.degrees)?;
+    flags::list_in_range("--degrees", &degrees, 1, flags::MAX_DEGREE)?;
+    let stages: Vec<usize> = flags::list("--stages", &a.stages)?;
+    for &s in &stages {
+        zero::stage(s).map_err(|e| anyhow::anyhow!("--stages {s}: {e}"))?;
+    }
+    flags::in_range("--accum", a.accum, 1, flags::MAX_MICROBATCHES)?;
+    flags::positive("--bucket-mb", a.bucket_mb, flags::MAX_BUCKET_MB)?;
+    flags::in_range("--steps", a.steps, 1, flags::MAX_STEPS)?;
+    if let Some(i) = a.adapter {
+        flags::in_range("--adapter", i, 0, flags::MAX_ADAPTER)?;
+    }
+    let link = Link::by_name(a.link.trim())?;
+    let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?;
+    let m = model_flags::check(a.layers, a.channels, a.heads, a.seq, a.micro_batch)?;
+    flags::output_dir("--out", &a.out)?;
+    Ok(Checked {
+        degrees,
+        stages,
+        link,
+        choice,
+        m,
+    })
 }
 
 fn mb(b: f64) -> String {
@@ -87,28 +129,20 @@ fn max_of(mem: &[Usage], f: impl Fn(&Usage) -> u64) -> f64 {
     mem.iter().map(f).max().unwrap_or(0) as f64
 }
 
-fn run(a: Args) -> anyhow::Result<()> {
+fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
+    let Checked {
+        degrees,
+        stages,
+        link,
+        choice,
+        m,
+    } = c;
+    let model_flags::Model {
+        corpus,
+        model,
+        micro,
+    } = m;
     print_reference();
-    let degrees = list(&a.degrees, "degree")?;
-    let stages = list(&a.stages, "stage")?;
-    for &s in &stages {
-        zero::stage(s)?;
-    }
-    let link = Link::by_name(a.link.trim())?;
-    let corpus = Corpus::throughput()?;
-    let model = GptConfig {
-        vocab: corpus.vocab.size(),
-        ctx: a.seq,
-        channels: a.channels,
-        heads: a.heads,
-        layers: a.layers,
-    };
-    model.validate()?;
-    let micro = Micro {
-        b: a.micro_batch,
-        t: a.seq,
-    };
-    micro.validate(&model)?;
     let cfg = TrainConfig {
         model,
         micro,
@@ -120,10 +154,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         seed: 1,
     };
     let max_d = degrees.iter().copied().max().unwrap_or(1);
-    let gpus = Gpu::open_virtual(
-        &AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?,
-        max_d,
-    )?;
+    let gpus = Gpu::open_virtual(&choice, max_d)?;
     let n_flat = model.layout(&model.blocks()).total;
     println!(
         "\nadapter  {} ({max_d} virtual devices)",
@@ -236,7 +267,6 @@ fn run(a: Args) -> anyhow::Result<()> {
         "comm = bytes sent rank to rank per step, all ranks together; predicted: (d-1)·4N per \
          reduce-scatter or all-gather: stage 0 = 2, stages 1-2 = 2, stage 3 = 1 + 2·accum."
     );
-    std::fs::create_dir_all(&a.out)?;
     let path = a.out.join("zero.json");
     std::fs::write(
         &path,

@@ -6,10 +6,36 @@
 //! range, comma lists a range per element, and paths are checked for what the run will do
 //! with them: an input file must exist, be a file and not be empty; an output path must be
 //! creatable and writable (probed with a temporary file that is removed again).
+//!
+//! The `MAX_*` caps are the examples' shared upper bounds: far beyond anything that fits on a
+//! device today, low enough that sizes computed from them cannot overflow.
 
 use std::path::Path;
 
 use crate::error::{Error, Result};
+
+/// Transformer layers (`--layers`).
+pub const MAX_LAYERS: usize = 4096;
+/// Model width (`--channels`, `--hidden`); the head count is capped by it too.
+pub const MAX_CHANNELS: usize = 65536;
+/// Tokens per sequence (`--seq`).
+pub const MAX_SEQ: usize = 65536;
+/// Sequences per microbatch (`--micro-batch`).
+pub const MAX_MICRO_BATCH: usize = 65536;
+/// Microbatches per step (`--microbatches`, `--accum`).
+pub const MAX_MICROBATCHES: usize = 65536;
+/// Parallel degrees and device counts (`--degrees`, `--stages`, `--chunks`, `--devices`).
+pub const MAX_DEGREE: usize = 1024;
+/// Measured steps of a benchmark (`--steps`).
+pub const MAX_STEPS: usize = 1_000_000;
+/// Sequences per optimizer step (`--global-batch`), as the planner's cap.
+pub const MAX_GLOBAL_BATCH: usize = crate::cost::plan::MAX_GLOBAL_BATCH;
+/// Adapter index (`--adapter`): `devices` lists the real ones.
+pub const MAX_ADAPTER: usize = 255;
+/// Sustained compute per device in TFLOP/s (`--tflops`, `--reference-tflops`): an exaflop.
+pub const MAX_TFLOPS: f64 = 1e6;
+/// Gradient bucket size in MB (`--bucket-mb`): 1 TB.
+pub const MAX_BUCKET_MB: f64 = 1e6;
 
 fn bad(msg: String) -> Error {
     Error::Config(msg)
@@ -105,6 +131,25 @@ pub fn output_file(flag: &str, path: &Path) -> Result<()> {
         bad(format!(
             "{flag} {shown}: the directory {} is not writable ({e})",
             dir.display()
+        ))
+    })?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// An output directory the run will write files into: created if missing (with its parents),
+/// it must be a directory and accept a new file. Only the directories are left behind.
+pub fn output_dir(flag: &str, path: &Path) -> Result<()> {
+    let shown = path.display();
+    if path.exists() && !path.is_dir() {
+        return Err(bad(format!("{flag} {shown} exists and is not a directory")));
+    }
+    std::fs::create_dir_all(path)
+        .map_err(|e| bad(format!("{flag} {shown}: cannot create the directory ({e})")))?;
+    let probe = path.join(format!(".probe-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| {
+        bad(format!(
+            "{flag} {shown}: the directory is not writable ({e})"
         ))
     })?;
     let _ = std::fs::remove_file(&probe);

@@ -1,4 +1,4 @@
-//! The planner checked on the trainer (`examples/plan.rs --validate`). Without a device: the
+//! The planner checked on the trainer (`examples/plan --validate`). Without a device: the
 //! expected bytes of the engine's partition against the ring formula and the cost model, ZeRO
 //! refused, the calibration inverting the compute term. On four virtual devices, a tiny GPT:
 //! the calibrated rate is positive and finite, every layout run is a valid plan and a valid

@@ -128,7 +128,7 @@ impl Args {
         !self.no_checkpoint
     }
 
-    /// Every value on its own, and the paths: before any data is read or device opened.
+    /// Every value on its own, before any data is read or device opened.
     pub fn validate(&self) -> triaxis::Result<()> {
         if self.data.is_none() {
             flags::in_range("--digits", self.digits as usize, 1, 9)?;
@@ -170,6 +170,12 @@ impl Args {
         if let Some(p) = &self.resume {
             flags::input_file("--resume", p)?;
         }
+        Ok(())
+    }
+
+    /// The outputs: their directories are created and must accept files (the last check
+    /// before the run starts, so a refused run leaves no directory behind).
+    pub fn check_outputs(&self) -> triaxis::Result<()> {
         if self.checkpoints() {
             flags::output_file("--checkpoint", &self.checkpoint)?;
         }

@@ -141,6 +141,7 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
 fn run(a: &Args) -> anyhow::Result<i32> {
     let interrupt = Interrupt::install(Duration::from_secs_f64(a.stop_grace))?;
     let s = setup(a)?;
+    a.check_outputs()?;
     // started: from here on every ending writes the record
     let corpus = &s.corpus;
     let unigram = record::unigram_loss(&corpus.train, corpus.vocab.size());

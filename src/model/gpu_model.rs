@@ -20,7 +20,7 @@
 
 use std::ops::Range;
 
-use super::{Block, GptConfig, Micro, TpRank};
+use super::{fit, Block, GptConfig, Micro, TpRank};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::{
@@ -154,6 +154,8 @@ impl GpuModel {
         micro: Micro,
         dloss: f32,
     ) -> Result<GpuModel> {
+        // before the flat buffers: a size no device holds is refused, not allocated
+        fit::check(&cfg, blocks, micro, 1, &gpu.limits)?;
         let buffers = Buffers::new(gpu, &cfg.layout(blocks));
         GpuModel::with_buffers(gpu, cfg, blocks, micro, dloss, buffers, false)
     }
@@ -203,6 +205,8 @@ impl GpuModel {
         }
         micro.validate(&cfg)?;
         check_contiguous(&cfg, blocks)?;
+        // the one place every model passes before its activations are allocated
+        fit::check(&cfg, blocks, micro, tp.t, &gpu.limits)?;
         if buffers.layout.tensors != cfg.layout_tp(blocks, tp.t).tensors {
             return Err(Error::Config(
                 "parameter buffers do not match the block range".into(),

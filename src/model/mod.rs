@@ -17,6 +17,7 @@
 //! into stages starts from exactly the same weights as one device.
 
 pub mod cpu_model;
+pub mod fit;
 pub mod gpu_model;
 
 use crate::error::{Error, Result};

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::link::Link;
 use crate::memory::Usage;
-use crate::model::gpu_model::GpuModel;
+use crate::model::{fit, gpu_model::GpuModel};
 use crate::optim::{global_norm_sq, Optimizer};
 use crate::parallel::accumulate::{Accumulation, TreeAccumulator};
 use crate::parallel::bucket::{buckets, device_schedule, Bucket, BucketTiming};
@@ -110,6 +110,10 @@ impl DataParallel {
             return Err(Error::Config(
                 "data parallelism needs at least one device (d = 0)".into(),
             ));
+        }
+        // before the host copy of the weights and any buffer: every replica must fit
+        for g in gpus {
+            fit::check_model(&cfg.model, cfg.micro, 1, &g.limits)?;
         }
         let d = gpus.len();
         if opts.accumulation == Accumulation::PairwiseTree

@@ -36,7 +36,7 @@ use crate::cost::memory::{zero_state_bytes, ZeroStage};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::memory::{Category, Usage};
-use crate::model::Micro;
+use crate::model::{fit, Micro};
 use crate::optim::{global_norm_sq_parts, Optimizer};
 use crate::parallel::accumulate::Accumulation;
 use crate::parallel::bucket::{buckets, Bucket};
@@ -164,6 +164,10 @@ impl Zero {
                 opts.algo.name(),
                 opts.accumulation
             )));
+        }
+        // before the probe, the host copy of the weights and any buffer: every rank must fit
+        for g in gpus {
+            fit::check_model(&cfg.model, cfg.micro, 1, &g.limits)?;
         }
         let d = gpus.len();
         let model = cfg.model;

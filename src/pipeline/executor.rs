@@ -40,7 +40,7 @@ use crate::gpu::{Gpu, View};
 use crate::kernels::Op;
 use crate::link::Link;
 use crate::memory::Usage;
-use crate::model::{gpu_model::GpuModel, Block, GptConfig, Micro, TpRank};
+use crate::model::{fit, gpu_model::GpuModel, Block, GptConfig, Micro, TpRank};
 use crate::optim::{global_norm_sq, Optimizer};
 use crate::parallel::tensor::{self as tp, TpComm};
 use crate::params::Buffers;
@@ -225,6 +225,15 @@ impl Pipeline {
         }
         validate(&schedule, opts.channel_bound)?;
         let stages = stage_blocks(&cfg.model, schedule.stages(), balance)?;
+        // every stage on every device of its group fits, before any weights or buffers exist
+        for (d, group) in gpus.chunks(t).enumerate() {
+            for k in 0..schedule.v {
+                for gpu in group {
+                    let blocks = &stages[schedule.stage(d, k)];
+                    fit::check(&cfg.model, blocks, cfg.micro, t, &gpu.limits)?;
+                }
+            }
+        }
         let slots = slots_needed(&schedule);
         let dloss = 1.0 / cfg.tokens_per_step() as f32;
         let mut devices = Vec::with_capacity(schedule.p);

@@ -164,3 +164,82 @@ impl Running {
         (status, self.stdout.join("\n"), err)
     }
 }
+
+/// One command line an example must refuse: the example, its arguments (split at spaces;
+/// `{file}` stands for an existing regular file, `{empty}` for an empty one beside it) and the
+/// parts its error must contain.
+pub struct Refusal {
+    pub example: &'static str,
+    pub args: String,
+    pub want: Vec<String>,
+}
+
+/// A row of a refusal table: `refusal("pipeline", "--stages 0", &["--stages must be …"])`.
+pub fn refusal(example: &'static str, args: &str, want: &[&str]) -> Refusal {
+    Refusal {
+        example,
+        args: args.to_string(),
+        want: want.iter().map(|w| w.to_string()).collect(),
+    }
+}
+
+/// A wgpu backend no adapter of this platform offers. Refusals run with it as `WGPU_BACKEND`:
+/// a child that got past its checks to open a device fails with "no GPU adapter found"
+/// instead of the expected message.
+pub fn absent_backend() -> &'static str {
+    if cfg!(target_os = "macos") {
+        "dx12"
+    } else {
+        "metal"
+    }
+}
+
+/// Runs `r` in `dir` (`{file}` replaced by `file`) and checks the refusal: a non-zero exit,
+/// every expected part on stderr, no panic, and nothing on stdout (every example prints its
+/// first line only after all its checks). `Ok(false)`: the example binary is missing (skipped).
+pub fn check_refusal(
+    dir: &std::path::Path,
+    file: &std::path::Path,
+    r: &Refusal,
+) -> Result<bool, String> {
+    let empty = file.with_file_name("empty-file").display().to_string();
+    let file = file.display().to_string();
+    let args: Vec<String> = r
+        .args
+        .split_whitespace()
+        .map(|a| a.replace("{file}", &file).replace("{empty}", &empty))
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let Some(mut cmd) = example(r.example, dir, &args) else {
+        return Ok(false);
+    };
+    let out = cmd
+        .env("WGPU_BACKEND", absent_backend())
+        .output()
+        .expect("the example starts");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let what = format!("{} {}", r.example, r.args);
+    let mut wrong = Vec::new();
+    if out.status.success() {
+        wrong.push("exited 0".to_string());
+    }
+    if stderr.contains("panicked") {
+        wrong.push("panicked".into());
+    }
+    if !stdout.is_empty() {
+        wrong.push(format!("printed {stdout:?} before refusing"));
+    }
+    for w in &r.want {
+        if !stderr.contains(w.as_str()) {
+            wrong.push(format!("lacks {w:?}"));
+        }
+    }
+    if wrong.is_empty() {
+        Ok(true)
+    } else {
+        Err(format!("{what}: {} — stderr {stderr:?}", wrong.join(", ")))
+    }
+}

@@ -7,6 +7,7 @@
 //! numbers from the same functions.
 //!
 //! ```text
+//! cargo run --example plan                      # the default preset, 7b-1node
 //! cargo run --example plan -- --preset 7b-1node
 //! cargo run --example plan -- --preset 7b-2nodes
 //! cargo run --example plan -- --layers 48 --hidden 6144 --heads 48 --nodes 2 --mem-gb 40
@@ -23,6 +24,11 @@
 //! printed beside their prediction: step time, bubble, data- and tensor-parallel bytes per
 //! device, and model-state bytes per device, with measured / predicted. Byte counts are also
 //! checked to equal the ring volumes of the engine's own buffers exactly.
+//!
+//! Every flag is checked first, against the caps `checks` lists, before anything is planned or
+//! a device opened.
+
+mod checks;
 
 use clap::{Parser, ValueEnum};
 use std::process::ExitCode;
@@ -75,9 +81,10 @@ enum OverlapArg {
 
 /// Plan a dp × tp × pp (+ ZeRO) layout for a GPT on a cluster, from the analytic cost model.
 #[derive(Parser, Debug)]
-#[command(about, long_about = None, allow_negative_numbers = true)]
+#[command(about, long_about = None, allow_negative_numbers = true, after_help = checks::CAPS)]
 struct Cli {
-    /// A common case; any flag below overrides its value.
+    /// A common case; any flag below overrides its value. Without a model (no --preset,
+    /// --params, --layers or --hidden) the planner plans 7b-1node.
     #[arg(long)]
     preset: Option<Preset>,
     /// Parameter count, e.g. 7e9 (without a shape, a GPT-3-like shape is inferred; with
@@ -400,6 +407,12 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
+    if let Err(e) = checks::check(&cli) {
+        eprintln!("error: {e:#}");
+        return ExitCode::FAILURE;
+    }
+    let mut cli = cli;
+    let preset_note = checks::default_preset(&mut cli);
     if cli.validate {
         return match validate(&cli) {
             Ok(true) => ExitCode::SUCCESS,
@@ -413,9 +426,20 @@ fn main() -> ExitCode {
             }
         };
     }
+    // the request's own checks (shape, cluster) come before any output too
+    let req = match request(&cli) {
+        Ok(req) => req,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(note) = preset_note {
+        println!("{note}\n");
+    }
     print_reference();
-    match request(&cli).and_then(|req| Ok((plan(&req)?, req))) {
-        Ok((p, req)) => {
+    match plan(&req) {
+        Ok(p) => {
             print_plan(&req, &p, cli.top);
             ExitCode::SUCCESS
         }
@@ -429,12 +453,6 @@ fn main() -> ExitCode {
 /// `--validate`: calibrate, plan, run the top layouts, print predicted vs measured. `Ok(false)`
 /// when a ledger differs from the ring volumes of the engine's buffers.
 fn validate(cli: &Cli) -> anyhow::Result<bool> {
-    if cli.preset.is_some() || cli.params.is_some() || cli.vocab.is_some() || cli.nodes.is_some() {
-        anyhow::bail!(
-            "--validate runs a GPT shape (--layers, --hidden, --heads, --seq) on the built-in corpus's \
-             vocabulary over one node of --devices; drop --preset, --params, --vocab and --nodes"
-        );
-    }
     let corpus = Corpus::throughput()?;
     let seq = cli.seq.unwrap_or(32);
     let model = GptConfig {
@@ -448,9 +466,6 @@ fn validate(cli: &Cli) -> anyhow::Result<bool> {
     corpus.check_context(seq)?;
     let devices = cli.devices.or(cli.devices_per_node).unwrap_or(4);
     let global = cli.global_batch.unwrap_or(16);
-    if devices == 0 || global == 0 || cli.steps == 0 || cli.top == 0 {
-        anyhow::bail!("--devices, --global-batch, --steps and --top must be at least 1");
-    }
     let link = PipeLink::by_name(&cli.link)?;
     let gpus = Gpu::open_virtual(
         &AdapterChoice::from_flags(cli.backend.as_deref(), cli.adapter, false)?,
