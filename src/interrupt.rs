@@ -6,8 +6,9 @@
 //!               record, exits with sig.exit_code() (130 SIGINT, 143 SIGTERM)
 //!               └─ not acknowledged within `grace` (a step stuck mid-way): the abandon hook
 //!                  writes the record (the last checkpoint is left as it is), then exit
-//! 2nd signal ─▶ exit at once with its code (checkpoints are written atomically, so the last
-//!               one stays intact; a half-written temporary file may remain beside it)
+//! 2nd signal ─▶ the abandon hook (if the run loop has not stopped yet), exit at once with its
+//!               code (checkpoints are written atomically, so the last one stays intact; a
+//!               half-written temporary file may remain beside it)
 //! ```
 //!
 //! One thread listens (signal-hook's self-pipe iterator; no hand-written signal handlers). On
@@ -59,7 +60,9 @@ impl Signal {
     }
 }
 
-type Hook = Box<dyn FnOnce(Signal) + Send>;
+/// Called with the signal and whether the step in progress is being abandoned (false: the run
+/// loop had already stopped on its own, e.g. it was saving when the second signal came).
+type Hook = Box<dyn FnOnce(Signal, bool) + Send>;
 
 #[derive(Default)]
 struct Shared {
@@ -98,9 +101,10 @@ impl Interrupt {
         self.shared.acknowledged.store(true, Ordering::SeqCst);
     }
 
-    /// What to do when a step does not finish within the grace period after a signal (e.g.
-    /// write the run record); runs on the signal thread just before the process exits.
-    pub fn on_abandon(&self, hook: impl FnOnce(Signal) + Send + 'static) {
+    /// What to do when a step does not finish within the grace period after a signal, or a
+    /// second signal comes first (e.g. write the run record); runs on the signal thread just
+    /// before the process exits, at most once.
+    pub fn on_abandon(&self, hook: impl FnOnce(Signal, bool) + Send + 'static) {
         if let Ok(mut h) = self.shared.abandon.lock() {
             *h = Some(Box::new(hook));
         }
@@ -125,6 +129,10 @@ impl Interrupt {
                         };
                         if since.is_some() {
                             eprintln!("{}: second signal, exiting at once", sig.name());
+                            let hook = shared.abandon.lock().ok().and_then(|mut h| h.take());
+                            if let Some(hook) = hook {
+                                hook(sig, !shared.acknowledged.load(Ordering::SeqCst));
+                            }
                             std::process::exit(sig.exit_code());
                         }
                         since = Some(Instant::now());
@@ -144,7 +152,7 @@ impl Interrupt {
                         );
                         let hook = shared.abandon.lock().ok().and_then(|mut h| h.take());
                         if let Some(hook) = hook {
-                            hook(sig);
+                            hook(sig, true);
                         }
                         std::process::exit(sig.exit_code());
                     }

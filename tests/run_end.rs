@@ -224,3 +224,76 @@ fn small_batches_sample_and_unusual_sizes_train() {
         );
     }
 }
+
+/// Starts a run whose step 3 hangs (`--fault stall`), signals it during the hang (twice when
+/// `second`), and returns (exit code, seconds from the first signal to the exit, record).
+fn signal_a_stalled_step(
+    tag: &str,
+    extra: &[&str],
+    second: bool,
+) -> Option<(Option<i32>, f64, serde_json::Value)> {
+    let dir = scratch_dir(tag);
+    let flags = [
+        &[
+            "--steps",
+            "20",
+            "--checkpoint-every",
+            "1",
+            "--fault",
+            "stall:0:0:3",
+        ][..],
+        extra,
+    ]
+    .concat();
+    let mut run = Running::start(train(&dir, &flags)?);
+    assert!(run.wait_for_step(3, LIMIT), "no progress line for step 3");
+    std::thread::sleep(Duration::from_millis(150)); // step index 3 is hanging now
+    let t = std::time::Instant::now();
+    run.signal("INT");
+    if second {
+        std::thread::sleep(Duration::from_millis(150));
+        run.signal("INT");
+    }
+    let (status, _, err) = run.finish(LIMIT);
+    let took = t.elapsed().as_secs_f64();
+    println!("{tag}: exit {status} after {took:.2} s; stderr:\n{err}");
+    let ck = triaxis::checkpoint::Checkpoint::load(&dir.join("ck.safetensors")).unwrap();
+    assert_eq!(ck.step, 3, "{tag}: the last checkpoint is intact");
+    Some((status.code(), took, record(&dir)))
+}
+
+#[test]
+fn a_step_that_cannot_finish_is_abandoned_after_the_grace_period() {
+    let Some((code, took, rec)) = signal_a_stalled_step("grace", &["--stop-grace", "0.5"], false)
+    else {
+        return;
+    };
+    let st = &rec["stopped"];
+    println!("stopped = {st}");
+    assert_eq!(code, Some(130));
+    assert!((0.4..5.0).contains(&took), "{took} s");
+    assert_eq!(st["reason"], "interrupted");
+    assert_eq!(st["abandoned_step"], true);
+    assert_eq!(
+        (st["step"].as_u64(), st["last_checkpoint"].as_u64()),
+        (Some(3), Some(3))
+    );
+    assert_eq!(rec["steps"].as_array().map(Vec::len), Some(3));
+}
+
+#[test]
+fn a_second_signal_exits_at_once_and_keeps_the_last_checkpoint() {
+    let Some((code, took, rec)) = signal_a_stalled_step("second", &[], true) else {
+        return;
+    };
+    let st = &rec["stopped"];
+    println!("stopped = {st}");
+    assert_eq!(code, Some(130));
+    assert!(
+        took < 3.0,
+        "{took} s: the default grace is 5 s, the second signal must not wait"
+    );
+    assert_eq!(st["reason"], "interrupted");
+    assert_eq!(st["abandoned_step"], true);
+    assert_eq!(st["last_checkpoint"].as_u64(), Some(3));
+}

@@ -80,8 +80,9 @@ pub struct Args {
     /// Continue from a checkpoint (written under any layout).
     #[arg(long)]
     pub resume: Option<PathBuf>,
-    /// Test hook: inject a fault, `kind:device:action:step` with kind error, panic, lost or
-    /// nan (device: the pipeline device of each replica; action: its index in the schedule).
+    /// Test hook: inject a fault, `kind:device:action:step` with kind error, panic, lost, nan
+    /// or stall (device: the pipeline device of each replica; action: its index in the
+    /// schedule).
     #[arg(long)]
     pub fault: Option<String>,
     /// Peak learning rate, in (0, 1].

@@ -176,16 +176,19 @@ fn run(a: &Args) -> anyhow::Result<i32> {
     }));
     let record_path = a.record.clone();
     let shared = progress.clone();
-    interrupt.on_abandon(move |sig| {
-        // the signal thread, a step stuck after the signal: record what was done and go
+    interrupt.on_abandon(move |sig, abandoned| {
+        // the signal thread, before it exits: a step stuck after the signal, or a second
+        // signal; record what was done (the last checkpoint is left as it is)
         if let Ok(mut p) = shared.lock() {
-            p.ended(
-                StopReason::Interrupted,
-                Some("the step in progress was abandoned".into()),
-            );
+            let why = if abandoned {
+                "the step in progress was abandoned"
+            } else {
+                "a second signal ended the run while it was stopping"
+            };
+            p.ended(StopReason::Interrupted, Some(why.into()));
             if let Some(st) = p.rec.stopped.as_mut() {
                 st.signal = Some(sig.name());
-                st.abandoned_step = true;
+                st.abandoned_step = abandoned;
             }
             match p.rec.write(&record_path) {
                 Ok(()) => eprintln!("run record written to {}", record_path.display()),

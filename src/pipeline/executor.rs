@@ -104,6 +104,9 @@ pub enum FaultKind {
     Panic,
     /// The device reports itself lost.
     DeviceLost,
+    /// The action hangs (sleeps ten minutes) before running: a step that cannot finish, for
+    /// the graceful-stop tests (a signal's grace period runs out while it hangs).
+    Stall,
     /// The action completes, then a NaN lands in the loss (a forward of the last stage) or in
     /// the stage's gradients (any other action); the finiteness check before the optimizer
     /// step catches it.
@@ -111,15 +114,16 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    /// "error", "panic", "lost" or "nan".
+    /// "error", "panic", "lost", "nan" or "stall".
     pub fn by_name(name: &str) -> Result<FaultKind> {
         match name.trim().to_ascii_lowercase().as_str() {
             "error" => Ok(FaultKind::Error),
             "panic" => Ok(FaultKind::Panic),
             "lost" | "device-lost" => Ok(FaultKind::DeviceLost),
+            "stall" => Ok(FaultKind::Stall),
             "nan" => Ok(FaultKind::Nan),
             _ => Err(Error::Config(format!(
-                "unknown fault kind {name:?}: expected error, panic, lost or nan"
+                "unknown fault kind {name:?}: expected error, panic, lost, nan or stall"
             ))),
         }
     }

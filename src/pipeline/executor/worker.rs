@@ -76,6 +76,7 @@ impl Worker<'_> {
                 Some(FaultKind::DeviceLost) => {
                     return Err(fail(true, "device lost (injected)".into()))
                 }
+                Some(FaultKind::Stall) => std::thread::sleep(std::time::Duration::from_secs(600)),
                 _ => {}
             }
             // a panic inside the action ends this worker with a named error, not a dead thread
