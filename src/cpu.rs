@@ -12,7 +12,7 @@
 pub const GELU_SCALE: f32 = 0.797_884_6; // sqrt(2/pi)
 pub const LN_EPS: f32 = 1e-5;
 
-/// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]        out [B,T,C], wte [V,C], wpe [maxT,C]
+/// `out[b,t,:]` = `wte[tokens[b,t],:]` + `wpe[t,:]`        out `[B,T,C]`, wte `[V,C]`, wpe `[maxT,C]`
 pub fn encoder_forward(
     out: &mut [f32],
     tokens: &[u32],
@@ -31,7 +31,7 @@ pub fn encoder_forward(
     }
 }
 
-/// dwte[tok] += dout[b,t], dwpe[t] += dout[b,t]
+/// `dwte[tok]` += `dout[b,t]`, `dwpe[t]` += `dout[b,t]`
 pub fn encoder_backward(
     dwte: &mut [f32],
     dwpe: &mut [f32],
@@ -51,7 +51,7 @@ pub fn encoder_backward(
     }
 }
 
-/// out = (inp - mean) * rstd * weight + bias per row; also stores mean[n], rstd[n].
+/// out = (inp - mean) * rstd * weight + bias per row; also stores `mean[n]`, `rstd[n]`.
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm_forward(
     out: &mut [f32],
@@ -112,7 +112,7 @@ pub fn layernorm_backward(
     }
 }
 
-/// out[n,oc] = inp[n,c] · weight[oc,c]ᵀ + bias[oc]
+/// `out[n,oc]` = `inp[n,c]` · `weight[oc,c]ᵀ` + `bias[oc]`
 pub fn matmul_forward(
     out: &mut [f32],
     inp: &[f32],
@@ -133,7 +133,7 @@ pub fn matmul_forward(
     }
 }
 
-/// dinp[n,c] = dout[n,oc] · weight[oc,c];  dweight[oc,c] += doutᵀ · inp;  dbias[oc] += Σ_rows dout.
+/// `dinp[n,c]` = `dout[n,oc]` · `weight[oc,c]`;  `dweight[oc,c]` += doutᵀ · inp;  `dbias[oc]` += Σ_rows dout.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_backward(
     dinp: &mut [f32],
@@ -171,8 +171,8 @@ pub fn matmul_backward(
     }
 }
 
-/// Causal multi-head attention. qkv [B,T,3C] holds q | k | v, each head a contiguous hs = C/NH
-/// slice. att [B,NH,T,T] keeps the softmax (zero above the diagonal); out [B,T,C].
+/// Causal multi-head attention. qkv `[B,T,3C]` holds q | k | v, each head a contiguous hs = C/NH
+/// slice. att `[B,NH,T,T]` keeps the softmax (zero above the diagonal); out `[B,T,C]`.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_forward(
     out: &mut [f32],
@@ -217,7 +217,7 @@ pub fn attention_forward(
     }
 }
 
-/// dqkv [B,T,3C] = ∂/∂qkv (assigned), from dout [B,T,C] and the forward's att.
+/// dqkv `[B,T,3C]` = ∂/∂qkv (assigned), from dout `[B,T,C]` and the forward's att.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward(
     dqkv: &mut [f32],
@@ -307,7 +307,7 @@ pub fn add(out: &mut [f32], a: &[f32]) {
     }
 }
 
-/// Fused softmax + cross-entropy over rows of logits [n,v]: losses[r] = −log p[target],
+/// Fused softmax + cross-entropy over rows of logits `[n,v]`: `losses[r]` = −log `p[target]`,
 /// dlogits = (p − onehot(target)) · dloss (assigned). `dloss` is ∂L/∂loss_r, e.g. 1/(B·T).
 pub fn crossentropy_forward_backward(
     losses: &mut [f32],

@@ -93,7 +93,7 @@ pub struct Corpus {
     pub vocab: Vocab,
     pub train: Vec<u32>,
     pub val: Vec<u32>,
-    /// "sha256:<hex>" of the corpus bytes and generator parameters.
+    /// `"sha256:<hex>"` of the corpus bytes and generator parameters.
     pub version: String,
     /// Held-out `(prompt, answer)` pairs for exact-match accuracy (addition only).
     pub val_problems: Vec<(String, String)>,

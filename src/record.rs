@@ -32,7 +32,7 @@ impl AdapterRecord {
     }
 }
 
-/// "sha256:<hex>" of every shader source, by family.
+/// `"sha256:<hex>"` of every shader source, by family.
 pub fn shader_hashes() -> Vec<(String, String)> {
     SHADERS
         .iter()

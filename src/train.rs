@@ -312,7 +312,7 @@ impl Trainer {
     }
 }
 
-/// "sha256:<hex>" of a flat f32 parameter vector.
+/// `"sha256:<hex>"` of a flat f32 parameter vector.
 pub fn checksum(flat: &[f32]) -> String {
     let mut h = Sha256::new();
     h.update(bytemuck::cast_slice::<f32, u8>(flat));

@@ -270,7 +270,7 @@ pub fn ring_in(
     Ok(())
 }
 
-/// Sums the buffers in a pairwise tree over rank index (see [`tree_sum`]) and copies the sum
+/// Sums the buffers in a pairwise tree over rank index (see `tree_sum`) and copies the sum
 /// to every rank; the mean when `opts.average`.
 pub fn tree_all_reduce(
     bufs: &mut [Vec<f32>],

@@ -1,7 +1,7 @@
 //! Causal multi-head self-attention (shaders/attention.wgsl), forward and backward.
 //! Twins: `cpu::{attention_forward, attention_backward}`.
 //!
-//! qkv [B,T,3C] holds q | k | v per token; head h owns channels h·hs..(h+1)·hs of each part
+//! qkv `[B,T,3C]` holds q | k | v per token; head h owns channels h·hs..(h+1)·hs of each part
 //! (hs = C/NH, scale 1/√hs). The forward is one dispatch (threads own query rows), the backward
 //! two: rows (dpre into `scratch`, dq) then columns (dk, dv gathered over t ≥ t2), so no thread
 //! ever adds into another's output and every sum has a fixed order. When hs % 4 == 0 the `_vec4`
@@ -73,8 +73,8 @@ fn pick(
     }
 }
 
-/// qkv [B,T,3C] = q | k | v, head h uses channels h*hs..(h+1)*hs of each (hs = C/NH).
-/// att [B,NH,T,T] receives the softmax probabilities (zero above the diagonal), out [B,T,C].
+/// qkv `[B,T,3C]` = q | k | v, head h uses channels h*hs..(h+1)*hs of each (hs = C/NH).
+/// att `[B,NH,T,T]` receives the softmax probabilities (zero above the diagonal), out `[B,T,C]`.
 /// Twin: cpu::attention_forward. Scale 1/sqrt(hs). One dispatch.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_forward(
@@ -112,8 +112,8 @@ pub fn attention_forward(
     )?])
 }
 
-/// dqkv [B,T,3C] ASSIGNED (every element written, zeros where no gradient), from dout [B,T,C],
-/// qkv and att. scratch: a [B,NH,T,T] buffer the kernel uses for dpreatt (its upper triangle is
+/// dqkv `[B,T,3C]` ASSIGNED (every element written, zeros where no gradient), from dout `[B,T,C]`,
+/// qkv and att. scratch: a `[B,NH,T,T]` buffer the kernel uses for dpreatt (its upper triangle is
 /// left untouched). Twin: cpu::attention_backward. Two dispatches (rows, then columns).
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward(

@@ -12,7 +12,7 @@ fn dims(n: usize, value: f32) -> [u32; 4] {
     [n as u32, value.to_bits(), 0, 0]
 }
 
-/// out[n] = gelu(inp[n])
+/// `out[n]` = `gelu(inp[n]`)
 pub fn gelu_forward(g: &Gpu, out: &View, inp: &View, n: usize) -> Result<Op> {
     need("gelu out", out, n)?;
     need("gelu inp", inp, n)?;
@@ -26,7 +26,7 @@ pub fn gelu_forward(g: &Gpu, out: &View, inp: &View, n: usize) -> Result<Op> {
     )
 }
 
-/// dinp[n] = gelu'(inp) · dout (assigned)
+/// `dinp[n]` = gelu'(inp) · dout (assigned)
 pub fn gelu_backward(g: &Gpu, dinp: &View, inp: &View, dout: &View, n: usize) -> Result<Op> {
     need("gelu dinp", dinp, n)?;
     need("gelu dout", dout, n)?;
@@ -40,7 +40,7 @@ pub fn gelu_backward(g: &Gpu, dinp: &View, inp: &View, dout: &View, n: usize) ->
     )
 }
 
-/// out[n] = a + b
+/// `out[n]` = a + b
 pub fn residual_forward(g: &Gpu, out: &View, a: &View, b: &View, n: usize) -> Result<Op> {
     need("residual out", out, n)?;
     need("residual a", a, n)?;

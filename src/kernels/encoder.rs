@@ -38,7 +38,7 @@ fn first(name: &str, v: &View, len: usize) -> Result<View> {
     Ok(v.slice(0, len))
 }
 
-/// out [B·T,C] = wte[tokens] + wpe[position]; wte [V,C] (V = wte.len / c), wpe [maxT ≥ t, C].
+/// out [B·T,C] = `wte[tokens]` + `wpe[position]`; wte `[V,C]` (V = wte.len / c), wpe [maxT ≥ t, C].
 /// A token ≥ V yields a NaN row (it would be out of bounds on the CPU).
 #[allow(clippy::too_many_arguments)]
 pub fn encoder_forward(
@@ -87,7 +87,7 @@ pub fn encoder_forward(
     )?])
 }
 
-/// dwte [V,C] +=, dwpe [maxT,C] += (accumulated) from dout [B·T,C]; tokens ≥ `v` are skipped.
+/// dwte `[V,C]` +=, dwpe `[maxT,C]` += (accumulated) from dout [B·T,C]; tokens ≥ `v` are skipped.
 #[allow(clippy::too_many_arguments)]
 pub fn encoder_backward(
     g: &Gpu,

@@ -8,8 +8,8 @@ use super::{need, op, Arg, Op};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 
-/// losses [n] = −log softmax(logits [n,v])[targets [n]];
-/// dlogits [n,v] = (softmax − onehot(target)) · dloss (assigned). A target ≥ v gives a NaN loss.
+/// losses `[n]` = −log softmax(logits `[n,v])[targets` `[n]]`;
+/// dlogits `[n,v]` = (softmax − onehot(target)) · dloss (assigned). A target ≥ v gives a NaN loss.
 #[allow(clippy::too_many_arguments)]
 pub fn crossentropy_forward_backward(
     g: &Gpu,

@@ -40,7 +40,7 @@ fn first(name: &str, v: &View, len: usize) -> Result<View> {
     Ok(v.slice(0, len))
 }
 
-/// out [n,c] = (inp − mean)·rstd·weight + bias; mean [n], rstd [n] saved for the backward.
+/// out `[n,c]` = (inp − mean)·rstd·weight + bias; mean `[n]`, rstd `[n]` saved for the backward.
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm_forward(
     g: &Gpu,
@@ -85,7 +85,7 @@ pub fn layernorm_forward(
     )?])
 }
 
-/// dinp [n,c] += ∂/∂inp (the residual gradient, accumulated); dweight [c] +=, dbias [c] +=
+/// dinp `[n,c]` += ∂/∂inp (the residual gradient, accumulated); dweight `[c]` +=, dbias `[c]` +=
 /// (column sums over the rows in a fixed order).
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm_backward(

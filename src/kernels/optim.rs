@@ -30,7 +30,7 @@ fn len_u32(name: &str, n: usize) -> Result<u32> {
     u32::try_from(n).map_err(|_| Error::Config(format!("{name}: {n} elements exceed u32")))
 }
 
-/// out[0] = Σ grads² over the whole view, in a fixed order. `scratch` holds the partial sums
+/// `out[0]` = Σ grads² over the whole view, in a fixed order. `scratch` holds the partial sums
 /// (length at least `norm_scratch_len(grads.len)`). Two dispatches (one when grads.len < 4);
 /// grads is bound read_write so that it may share a buffer with `out` or `scratch`.
 pub fn grad_norm_squared(g: &Gpu, out: &View, scratch: &View, grads: &View) -> Result<Vec<Op>> {

@@ -7,7 +7,7 @@
 //! Layer: x ─▶ ln1 ─▶ qkv ─▶ attention ─▶ attproj ─(+x)─▶ x2 ─▶ ln2 ─▶ fc ─▶ gelu ─▶ fcproj ─(+x2)─▶ x'
 //! ```
 //!
-//! A pipeline stage owns any contiguous range of blocks ([`Block::range`]); its parameters are
+//! A pipeline stage owns any contiguous range of blocks (checked by [`gpu_model::check_contiguous`]); its parameters are
 //! only those blocks' tensors. The head is **not** tied to the token embedding: tying would make
 //! the first and last pipeline stages share a tensor and need an extra gradient all-reduce
 //! between them every step; untied, every stage owns its parameters outright (cost: V·C more
