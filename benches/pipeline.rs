@@ -13,7 +13,8 @@ use triaxis::model::{GptConfig, Micro};
 use triaxis::pipeline::executor::{Options, Pipeline};
 use triaxis::pipeline::partition::Balance;
 use triaxis::pipeline::{Schedule, ScheduleKind};
-use triaxis::train::{TrainConfig, Trainer};
+use triaxis::step::TrainConfig;
+use triaxis::train::Trainer;
 
 fn bench(c: &mut Criterion) {
     let (p, m) = (4, 8);

@@ -25,7 +25,7 @@ use triaxis::model::{GptConfig, Micro};
 use triaxis::parallel::data::{DataParallel, DpOptions, DpStepReport};
 use triaxis::pipeline::Link;
 use triaxis::progress::{self, say};
-use triaxis::train::TrainConfig;
+use triaxis::step::TrainConfig;
 
 #[path = "support/model_flags.rs"]
 mod model_flags;

@@ -22,7 +22,7 @@ use triaxis::pipeline::timeline::{chrome_trace, summarize, Summary};
 use triaxis::pipeline::{Link, Schedule, ScheduleKind};
 use triaxis::plot::{write_svg, Chart, Series};
 use triaxis::progress::{self, say};
-use triaxis::train::TrainConfig;
+use triaxis::step::TrainConfig;
 
 #[path = "support/model_flags.rs"]
 mod model_flags;

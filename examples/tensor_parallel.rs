@@ -33,7 +33,7 @@ use triaxis::parallel::tensor::tensor_parallel;
 use triaxis::pipeline::Link;
 use triaxis::plot::{write_svg, Chart, Series};
 use triaxis::progress;
-use triaxis::train::TrainConfig;
+use triaxis::step::TrainConfig;
 
 #[path = "support/model_flags.rs"]
 mod model_flags;

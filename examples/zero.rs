@@ -23,7 +23,7 @@ use triaxis::parallel::data::DpOptions;
 use triaxis::parallel::zero::{self, formula_bytes, Zero};
 use triaxis::pipeline::Link;
 use triaxis::progress::{self, say};
-use triaxis::train::TrainConfig;
+use triaxis::step::TrainConfig;
 
 #[path = "support/model_flags.rs"]
 mod model_flags;

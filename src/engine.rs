@@ -34,7 +34,7 @@ use crate::pipeline::executor::{Fault, Options};
 use crate::pipeline::partition::Balance;
 use crate::pipeline::timeline::summarize;
 use crate::pipeline::Schedule;
-use crate::train::{ModelState, StepStats, TrainConfig};
+use crate::step::{ModelState, StepStats, TrainConfig};
 
 /// Knobs of an engine that do not change its result.
 #[derive(Clone, Debug)]

@@ -3,16 +3,33 @@
 //! A portable multi-device GPT trainer on wgpu that measures what each split of the work costs.
 //!
 //! ```text
-//! gpu        adapters, virtual devices (several wgpu::Device on one adapter), transfers, timers
-//! kernels    WGSL op families (shaders/*.wgsl) → pipelines built once → Op = dispatch, replayed
-//! cpu        the plain-Rust twin of every kernel: the specification the GPU is tested against
-//! params     one flat buffer per device for params / grads / Adam moments, named (offset, len) views
-//! model      GPT config and blocks (embedding, transformer blocks, head + loss), each with an
-//!            explicit forward/backward pair; a stage owns any contiguous range of blocks
-//! data       built-in addition corpus and byte-level text files; seeded batches; dataset version
-//! train      one-device training loop: microbatch accumulation, clipping, AdamW
-//! checkpoint params + Adam moments + step + data cursor in one safetensors file, written atomically
-//! record     the run record: config, adapter, shader hashes, dataset version, losses, checksum
+//! gpu          adapters, virtual devices (several wgpu::Device on one adapter), transfers, timers
+//! runtime_dir  a private XDG_RUNTIME_DIR before the first wgpu instance (lavapipe's warning)
+//! kernels      WGSL op families (shaders/*.wgsl) → pipelines built once → Op = dispatch, replayed
+//! cpu          the plain-Rust twin of every kernel: the specification the GPU is tested against
+//! params       one flat buffer per device for params / grads / Adam moments, named (offset, len)
+//! memory       the memory ledger: every buffer by category, current and peak per device
+//! model        GPT config and blocks (embedding, transformer blocks, head + loss), each with an
+//!              explicit forward/backward pair; a stage owns any contiguous range of blocks
+//! optim        layout-invariant global-norm clipping + AdamW over whole buffers or shards
+//! step         what every runner shares: TrainConfig, StepStats, ModelState, the checksum
+//! train        one-device training loop: microbatch accumulation, clipping, AdamW; evaluation
+//! data         built-in addition corpus and byte-level text files; seeded batches; version
+//! link         the link model (bandwidth, latency, presets) every clock and cost uses
+//! collective   host-staged ring / tree / naive collectives over devices, and their ledger
+//! comm         the Communicator: one rank's handle on a group (in-process, loopback double)
+//! parallel     data (replicas, buckets), tensor (Megatron pair), ZeRO 0–3 and ZeRO-1 in stages
+//! pipeline     schedules as data, validator, simulators, partition, executor, timeline
+//! mesh         a dp × tp × pp layout: validation with alternatives, rank ↔ coordinates
+//! engine       one entry point for every layout: placement, steps, per-axis costs, state
+//! session      a run: data cursor, checkpoints every N steps, resume under any layout
+//! checkpoint   params + Adam moments + step + data cursor in one safetensors file, atomically
+//! record       the run record: config, adapter, shader hashes, dataset, losses, how it stopped
+//! interrupt    graceful stop on SIGINT / SIGTERM
+//! cost         the analytic cost model and the planner (and its validation on real devices)
+//! flags        checks of command-line values and paths shared by the examples
+//! plot         SVG charts; progress  the examples' progress bars; rng  the seeded generator
+//! error        the one error type
 //! ```
 //!
 //! Parameter gradients accumulate (`+=`) and activation gradients assign (`=`), so gradient
@@ -45,6 +62,7 @@ pub mod record;
 pub mod rng;
 pub mod runtime_dir;
 pub mod session;
+pub mod step;
 pub mod train;
 
 pub use error::{Error, Result};

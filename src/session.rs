@@ -18,7 +18,7 @@ use crate::checkpoint::Checkpoint;
 use crate::data::{Batcher, Corpus};
 use crate::engine::{Engine, StepCosts};
 use crate::error::{Error, Result};
-use crate::train::ModelState;
+use crate::step::ModelState;
 
 /// Where and how often to checkpoint.
 #[derive(Clone, Debug)]

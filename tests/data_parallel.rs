@@ -7,7 +7,8 @@ use triaxis::cpu::AdamW;
 use triaxis::gpu;
 use triaxis::model::{GptConfig, Micro};
 use triaxis::parallel::data::{DataParallel, DpOptions};
-use triaxis::train::{TrainConfig, Trainer};
+use triaxis::step::TrainConfig;
+use triaxis::train::Trainer;
 
 fn cfg(accum: usize) -> TrainConfig {
     TrainConfig {

@@ -16,7 +16,8 @@ use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
 use triaxis::pipeline::executor::{Fault, FaultKind};
 use triaxis::pipeline::{Link, ScheduleKind};
-use triaxis::train::{TrainConfig, Trainer};
+use triaxis::step::TrainConfig;
+use triaxis::train::Trainer;
 use triaxis::Error;
 
 fn model() -> GptConfig {

@@ -8,7 +8,7 @@ use triaxis::memory::Category;
 use triaxis::model::{GptConfig, Micro};
 use triaxis::parallel::data::{DataParallel, DpOptions};
 use triaxis::params::Buffers;
-use triaxis::train::TrainConfig;
+use triaxis::step::TrainConfig;
 
 #[test]
 fn allocations_are_counted_until_the_last_view_drops() {

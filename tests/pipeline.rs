@@ -9,7 +9,8 @@ use triaxis::model::{GptConfig, Micro};
 use triaxis::pipeline::executor::{Fault, FaultKind, Options, Pipeline};
 use triaxis::pipeline::partition::Balance;
 use triaxis::pipeline::{Schedule, ScheduleKind};
-use triaxis::train::{TrainConfig, Trainer};
+use triaxis::step::TrainConfig;
+use triaxis::train::Trainer;
 use triaxis::Error;
 
 fn cfg(m: usize) -> TrainConfig {
@@ -227,7 +228,7 @@ fn device_clock_of_balanced_stages_equals_the_formula() {
     use triaxis::pipeline::executor::{Event, StepReport};
     use triaxis::pipeline::timeline::summarize;
     use triaxis::pipeline::{Kind, Link};
-    use triaxis::train::StepStats;
+    use triaxis::step::StepStats;
     for (kind, p, m, v) in [
         (ScheduleKind::GPipe, 4, 8, 1),
         (ScheduleKind::OneFOneB, 4, 16, 1),

@@ -16,7 +16,7 @@ use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
 use triaxis::pipeline::executor::{Fault, FaultKind};
 use triaxis::session::{CheckpointPolicy, Session};
-use triaxis::train::TrainConfig;
+use triaxis::step::TrainConfig;
 use triaxis::Error;
 
 fn cfg(accum: usize) -> TrainConfig {

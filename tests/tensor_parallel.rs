@@ -18,7 +18,8 @@ use triaxis::pipeline::executor::{Options, Pipeline};
 use triaxis::pipeline::partition::Balance;
 use triaxis::pipeline::{Schedule, ScheduleKind};
 use triaxis::rng::Rng;
-use triaxis::train::{TrainConfig, Trainer};
+use triaxis::step::TrainConfig;
+use triaxis::train::Trainer;
 use triaxis::Error;
 
 fn model() -> GptConfig {

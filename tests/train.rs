@@ -4,7 +4,8 @@ use triaxis::cpu::AdamW;
 use triaxis::data::{AdditionSpec, Batcher, Corpus};
 use triaxis::gpu::{self, AdapterChoice, Gpu};
 use triaxis::model::{cpu_model, gpu_model::GpuModel, GptConfig, Micro};
-use triaxis::train::{cpu_step, TrainConfig, Trainer};
+use triaxis::step::TrainConfig;
+use triaxis::train::{cpu_step, Trainer};
 use triaxis::Error;
 
 fn corpus() -> Corpus {

@@ -10,7 +10,8 @@ use triaxis::model::{GptConfig, Micro};
 use triaxis::parallel::data::DpOptions;
 use triaxis::parallel::shard::Grid;
 use triaxis::parallel::zero::{formula_bytes, Zero};
-use triaxis::train::{TrainConfig, Trainer};
+use triaxis::step::TrainConfig;
+use triaxis::train::Trainer;
 
 fn cfg(model: GptConfig, accum: usize) -> TrainConfig {
     TrainConfig {

@@ -42,7 +42,8 @@ use triaxis::record::{
     self, AdapterRecord, DatasetRecord, EvalRecord, RunRecord, StepRecord, StopReason,
 };
 use triaxis::session::{CheckpointPolicy, Session};
-use triaxis::train::{TrainConfig, Trainer};
+use triaxis::step::TrainConfig;
+use triaxis::train::Trainer;
 
 use args::Args;
 use report::Progress;

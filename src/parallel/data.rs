@@ -26,7 +26,7 @@ use crate::optim::{global_norm_sq, Optimizer};
 use crate::parallel::accumulate::{Accumulation, TreeAccumulator};
 use crate::parallel::bucket::{buckets, device_schedule, Bucket, BucketTiming};
 use crate::parallel::replica::{comm_loop, Replica, ReplicaRun};
-use crate::train::{checksum, ModelState, StepStats, TrainConfig};
+use crate::step::{checksum, ModelState, StepStats, TrainConfig};
 
 /// Default bucket size (PyTorch DDP's 25 MB).
 pub const BUCKET_BYTES: usize = 25 << 20;

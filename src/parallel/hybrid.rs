@@ -23,7 +23,7 @@ use crate::parallel::zero1::ShardedGroup;
 use crate::pipeline::executor::{Options, Pipeline, StepReport};
 use crate::pipeline::partition::Balance;
 use crate::pipeline::Schedule;
-use crate::train::{ModelState, StepStats, TrainConfig};
+use crate::step::{ModelState, StepStats, TrainConfig};
 
 pub struct DpPipeline {
     pub pipes: Vec<Pipeline>,

@@ -43,7 +43,7 @@ use crate::parallel::bucket::{buckets, Bucket};
 use crate::parallel::chain::{spans, Chain, Span};
 use crate::parallel::data::DpOptions;
 use crate::parallel::shard::Grid;
-use crate::train::{checksum, StepStats, TrainConfig};
+use crate::step::{checksum, StepStats, TrainConfig};
 
 mod state;
 mod step;

@@ -44,7 +44,7 @@ use crate::model::{fit, gpu_model::GpuModel, Block, GptConfig, Micro, TpRank};
 use crate::optim::{global_norm_sq, Optimizer};
 use crate::parallel::tensor::{self as tp, TpComm};
 use crate::params::Buffers;
-use crate::train::{checksum, StepStats, TrainConfig};
+use crate::step::{checksum, StepStats, TrainConfig};
 
 /// Knobs of the executor.
 #[derive(Clone, Debug)]

@@ -16,7 +16,7 @@ use crate::gpu::Gpu;
 use crate::mesh::Mesh;
 use crate::model::{GptConfig, Micro};
 use crate::pipeline::Link as PipeLink;
-use crate::train::TrainConfig;
+use crate::step::TrainConfig;
 
 /// What the engine measured for one layout: medians over the measured steps.
 #[derive(Clone, Debug, PartialEq)]

@@ -35,7 +35,7 @@ use crate::model::gpu_model::GpuModel;
 use crate::pipeline::executor::{Options, Pipeline};
 use crate::pipeline::partition::Balance;
 use crate::pipeline::{Schedule, ScheduleKind};
-use crate::train::TrainConfig;
+use crate::step::TrainConfig;
 
 pub use shard::{combine_tensor_sq, gather, shard, split_of, Split};
 

@@ -4,7 +4,7 @@
 use super::{Rank, Zero, ZeroStage};
 use crate::error::Result;
 use crate::gpu::View;
-use crate::train::ModelState;
+use crate::step::ModelState;
 
 impl Zero {
     /// Parameters and AdamW moments in the one-device layout, assembled from the shards.

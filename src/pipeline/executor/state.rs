@@ -8,7 +8,7 @@ use crate::gpu::View;
 use crate::model::{gpu_model::GpuModel, Block};
 use crate::parallel::tensor as tp;
 use crate::params::Buffers;
-use crate::train::ModelState;
+use crate::step::ModelState;
 
 impl Pipeline {
     /// Stops a step before its optimizer update when the loss or a gradient is not finite,
