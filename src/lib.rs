@@ -21,6 +21,7 @@
 //! parallel     data (replicas, buckets), tensor (Megatron pair), ZeRO 0–3 and ZeRO-1 in stages
 //! pipeline     schedules as data, validator, simulators, partition, executor, timeline
 //! mesh         a dp × tp × pp layout: validation with alternatives, rank ↔ coordinates
+//! runtime      every layout lowered to per-device op lists, checked, run by one worker each
 //! engine       one entry point for every layout: placement, steps, per-axis costs, state
 //! session      a run: data cursor, checkpoints every N steps, resume under any layout
 //! checkpoint   params + Adam moments + step + data cursor in one safetensors file, atomically
@@ -60,6 +61,7 @@ pub mod plot;
 pub mod progress;
 pub mod record;
 pub mod rng;
+pub mod runtime;
 pub mod runtime_dir;
 pub mod session;
 pub mod step;

@@ -1,0 +1,16 @@
+//! One runtime for every layout: a [`crate::mesh::Mesh`] is lowered to one list of ops per
+//! device ([`ir`], [`lower`]), the lists are checked ([`check`]), and one worker per device runs
+//! its list, owning only its device and talking to other devices only through communicators
+//! ([`crate::comm`]).
+//!
+//! ```text
+//! Mesh + Schedule + chunk shapes ─lower─▶ Plan { Program per device } ─check─▶ workers
+//! ```
+
+pub mod check;
+pub mod ir;
+pub mod lower;
+
+pub use check::check;
+pub use ir::{ChunkShape, Mark, Op, Plan, Program};
+pub use lower::lower;

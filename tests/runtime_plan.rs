@@ -1,0 +1,243 @@
+//! The step IR as data: lowered device programs look like the picture, every layout's programs
+//! pass the validator, and the validator refuses programs that would lose a message, reduce a
+//! bucket twice or too early, or deadlock.
+
+use triaxis::mesh::Mesh;
+use triaxis::pipeline::{Schedule, ScheduleKind};
+use triaxis::runtime::{check, lower, ChunkShape, Mark, Op, Plan};
+
+/// A chunk of one layer: two tensor-parallel cuts per pass when `tp > 1`, two buckets (one
+/// final halfway through the backward, one at its end).
+fn shape(tp: usize, split: bool) -> ChunkShape {
+    let cuts = if tp > 1 {
+        vec![Mark::Cut, Mark::Cut]
+    } else {
+        vec![]
+    };
+    let backward = if tp > 1 {
+        vec![Mark::Cut, Mark::Ready(vec![0]), Mark::Cut]
+    } else {
+        vec![Mark::Ready(vec![0])]
+    };
+    ChunkShape {
+        forward: cuts,
+        backward: if split { vec![] } else { backward },
+        weight: vec![],
+        buckets: 2,
+        split,
+    }
+}
+
+fn plan(mesh: &Mesh) -> (Plan, Schedule) {
+    let sched = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks).unwrap();
+    let split = mesh.schedule.split_backward();
+    let shapes = vec![vec![shape(mesh.tp, split); mesh.chunks]; mesh.pp];
+    (lower(mesh, &sched, &shapes).unwrap(), sched)
+}
+
+fn mesh(dp: usize, tp: usize, pp: usize, m: usize, zero: usize) -> Mesh {
+    Mesh {
+        dp,
+        tp,
+        pp,
+        zero,
+        microbatches: m,
+        ..Mesh::default()
+    }
+}
+
+#[test]
+fn dp2_pp2_zero1_programs_look_like_the_picture() {
+    let m = mesh(2, 1, 2, 2, 1);
+    let (p, s) = plan(&m);
+    let text = p.to_string();
+    println!("{text}");
+    let want = "\
+0 (r0 s0 t0): F0 >1 F1 >1 <1 B0 <1 B1.0 rs0 B1.1 rs1 norm adam ag0 ag1
+1 (r0 s1 t0): <0 F0 B0 >0 <0 F1 B1.0 rs0 B1.1 >0 rs1 norm adam ag0 ag1
+2 (r1 s0 t0): F0 >3 F1 >3 <3 B0 <3 B1.0 rs0 B1.1 rs1 norm adam ag0 ag1
+3 (r1 s1 t0): <2 F0 B0 >2 <2 F1 B1.0 rs0 B1.1 >2 rs1 norm adam ag0 ag1
+";
+    assert_eq!(text, want);
+    check(&p, &m, &s, 2).unwrap();
+    // without ZeRO: all-reduces, no parameter gathers
+    let (p, _) = plan(&mesh(2, 1, 2, 2, 0));
+    assert!(p
+        .to_string()
+        .starts_with("0 (r0 s0 t0): F0 >1 F1 >1 <1 B0 <1 B1.0 ar0 B1.1 ar1 norm adam\n"));
+}
+
+#[test]
+fn tensor_parallel_cuts_and_one_device_look_like_the_picture() {
+    let (p, _) = plan(&mesh(1, 2, 1, 1, 0));
+    let text = p.to_string();
+    println!("{text}");
+    assert_eq!(
+        text,
+        "0 (r0 s0 t0): F0.0 tp F0.1 tp F0.2 B0.0 tp B0.1-2 tp B0.3 norm adam\n\
+         1 (r0 s0 t1): F0.0 tp F0.1 tp F0.2 B0.0 tp B0.1-2 tp B0.3 norm adam\n"
+    );
+    let (p, _) = plan(&mesh(1, 1, 1, 2, 0));
+    assert_eq!(p.to_string(), "0 (r0 s0 t0): F0 B0 F1 B1 norm adam\n");
+    // zero-bubble: the buckets wait for the chunk's last W
+    let zb = Mesh {
+        schedule: ScheduleKind::ZeroBubbleH1,
+        ..mesh(2, 1, 2, 2, 0)
+    };
+    let (p, s) = plan(&zb);
+    println!("{p}");
+    assert!(p.programs[0].ops.ends_with(&[
+        Op::Compute {
+            action: triaxis::pipeline::Action::w(1, 0),
+            segs: 0..1
+        },
+        Op::ReduceGrad {
+            chunk: 0,
+            bucket: 0,
+            scatter: false
+        },
+        Op::ReduceGrad {
+            chunk: 0,
+            bucket: 1,
+            scatter: false
+        },
+        Op::GradNorm,
+        Op::Optimizer,
+    ]));
+    check(&p, &zb, &s, 2).unwrap();
+}
+
+#[test]
+fn every_layout_lowers_to_programs_the_validator_accepts() {
+    let mut n = 0;
+    for dp in [1, 2, 3] {
+        for tp in [1, 2] {
+            for pp in [1, 2, 4] {
+                for kind in [
+                    ScheduleKind::GPipe,
+                    ScheduleKind::OneFOneB,
+                    ScheduleKind::Interleaved,
+                    ScheduleKind::ZeroBubbleH1,
+                ] {
+                    for m in [1, 2, 4, 8] {
+                        for zero in [0, 1] {
+                            let v = if kind == ScheduleKind::Interleaved {
+                                2
+                            } else {
+                                1
+                            };
+                            if v > 1 && m % pp != 0 || zero == 1 && dp == 1 {
+                                continue;
+                            }
+                            let mesh = Mesh {
+                                schedule: kind,
+                                chunks: v,
+                                ..mesh(dp, tp, pp, m, zero)
+                            };
+                            let (p, s) = plan(&mesh);
+                            check(&p, &mesh, &s, 2)
+                                .unwrap_or_else(|e| panic!("{}: {e}\n{p}", mesh.describe()));
+                            n += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!("{n} layouts lowered and checked");
+    assert!(n > 200);
+}
+
+#[test]
+fn the_validator_refuses_broken_programs() {
+    let m = mesh(2, 1, 2, 2, 0);
+    let (good, s) = plan(&m);
+    let cases: Vec<(&str, Box<dyn Fn(&mut Plan)>, &str)> = vec![
+        (
+            "a lost receive",
+            Box::new(|p: &mut Plan| {
+                let ops = &mut p.programs[1].ops;
+                let i = ops
+                    .iter()
+                    .position(|o| matches!(o, Op::Recv { .. }))
+                    .unwrap();
+                ops.remove(i);
+            }),
+            "sends",
+        ),
+        (
+            "a bucket reduced twice",
+            Box::new(|p: &mut Plan| {
+                let ops = &mut p.programs[0].ops;
+                let i = ops
+                    .iter()
+                    .position(|o| matches!(o, Op::ReduceGrad { .. }))
+                    .unwrap();
+                let dup = ops[i].clone();
+                ops.insert(i, dup);
+            }),
+            "reduced 2 times",
+        ),
+        (
+            "a bucket reduced before its gradient",
+            Box::new(|p: &mut Plan| {
+                for prog in &mut p.programs {
+                    let ops = &mut prog.ops;
+                    let i = ops
+                        .iter()
+                        .position(|o| matches!(o, Op::ReduceGrad { .. }))
+                        .unwrap();
+                    let r = ops.remove(i);
+                    ops.insert(0, r);
+                }
+            }),
+            "before its last gradient",
+        ),
+        (
+            "replicas calling collectives in different orders",
+            Box::new(|p: &mut Plan| {
+                // device 2 sends its first activation after the norm reduction: device 0's
+                // data-parallel peer is then at another call than device 0
+                let ops = &mut p.programs[2].ops;
+                let n = ops.iter().position(|o| *o == Op::GradNorm).unwrap();
+                let i = ops.iter().position(|o| matches!(o, Op::ReduceGrad { .. })).unwrap();
+                let r = ops.remove(i);
+                ops.insert(n, r);
+            }),
+            "calls",
+        ),
+        (
+            "a receive before the matching send can happen",
+            Box::new(|p: &mut Plan| {
+                // device 0 waits for a gradient before sending its first activation
+                let ops = &mut p.programs[0].ops;
+                let r = ops
+                    .iter()
+                    .position(|o| matches!(o, Op::Recv { .. }))
+                    .unwrap();
+                let recv = ops.remove(r);
+                ops.insert(0, recv);
+            }),
+            "deadlock",
+        ),
+        (
+            "a pass cut short",
+            Box::new(|p: &mut Plan| {
+                let ops = &mut p.programs[3].ops;
+                let i = ops
+                    .iter()
+                    .rposition(|o| matches!(o, Op::Compute { .. }))
+                    .unwrap();
+                ops.remove(i);
+            }),
+            "expected",
+        ),
+    ];
+    for (what, edit, want) in cases {
+        let mut p = good.clone();
+        edit(&mut p);
+        let e = check(&p, &m, &s, 2).expect_err(what).to_string();
+        println!("{what}: {e}");
+        assert!(e.contains(want), "{what}: {e}");
+    }
+}
