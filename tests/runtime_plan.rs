@@ -152,7 +152,8 @@ fn every_layout_lowers_to_programs_the_validator_accepts() {
 fn the_validator_refuses_broken_programs() {
     let m = mesh(2, 1, 2, 2, 0);
     let (good, s) = plan(&m);
-    let cases: Vec<(&str, Box<dyn Fn(&mut Plan)>, &str)> = vec![
+    type Edit = Box<dyn Fn(&mut Plan)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "a lost receive",
             Box::new(|p: &mut Plan| {
