@@ -201,7 +201,10 @@ fn the_validator_refuses_broken_programs() {
                 // data-parallel peer is then at another call than device 0
                 let ops = &mut p.programs[2].ops;
                 let n = ops.iter().position(|o| *o == Op::GradNorm).unwrap();
-                let i = ops.iter().position(|o| matches!(o, Op::ReduceGrad { .. })).unwrap();
+                let i = ops
+                    .iter()
+                    .position(|o| matches!(o, Op::ReduceGrad { .. }))
+                    .unwrap();
                 let r = ops.remove(i);
                 ops.insert(n, r);
             }),

@@ -33,7 +33,7 @@ mod worker;
 use worker::{worker_error, Worker, WorkerFailure};
 
 use super::partition::{stage_blocks, Balance};
-use super::schedule::{Action, Flow, Kind, Schedule};
+use super::schedule::{Action, Flow, Schedule};
 use super::validate::validate;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
@@ -238,7 +238,7 @@ impl Pipeline {
                 }
             }
         }
-        let slots = slots_needed(&schedule);
+        let slots = schedule.slots_needed();
         let dloss = 1.0 / cfg.tokens_per_step() as f32;
         let mut devices = Vec::with_capacity(schedule.p);
         for (d, group) in gpus.chunks(t).enumerate() {
@@ -542,27 +542,6 @@ impl Pipeline {
         }
         (tx, rx)
     }
-}
-
-/// Per (device, chunk): the most microbatches held at once when the list runs in order.
-fn slots_needed(s: &Schedule) -> Vec<Vec<usize>> {
-    let split = s.kind.split_backward();
-    s.actions
-        .iter()
-        .map(|list| {
-            let (mut now, mut peak) = (vec![0usize; s.v], vec![0usize; s.v]);
-            for a in list {
-                match a.kind {
-                    Kind::F => now[a.chunk] += 1,
-                    Kind::B if !split => now[a.chunk] -= 1,
-                    Kind::W => now[a.chunk] -= 1,
-                    Kind::B => {}
-                }
-                peak[a.chunk] = peak[a.chunk].max(now[a.chunk]);
-            }
-            peak
-        })
-        .collect()
 }
 
 /// The stage blocks a pipeline of `stages` stages would use (for reports).

@@ -255,6 +255,31 @@ impl Schedule {
     }
 }
 
+impl Schedule {
+    /// Per (device, chunk): the most microbatches whose activations are held at once when the
+    /// device's list runs in order (a forward takes a slot; the backward, or W when the backward
+    /// is split, frees it) — the activation slots a stage needs.
+    pub fn slots_needed(&self) -> Vec<Vec<usize>> {
+        let split = self.kind.split_backward();
+        self.actions
+            .iter()
+            .map(|list| {
+                let (mut now, mut peak) = (vec![0usize; self.v], vec![0usize; self.v]);
+                for a in list {
+                    match a.kind {
+                        Kind::F => now[a.chunk] += 1,
+                        Kind::B if !split => now[a.chunk] -= 1,
+                        Kind::W => now[a.chunk] -= 1,
+                        Kind::B => {}
+                    }
+                    peak[a.chunk] = peak[a.chunk].max(now[a.chunk]);
+                }
+                peak
+            })
+            .collect()
+    }
+}
+
 impl fmt::Display for Schedule {
     /// One line per device: `d: 0F0 0F1 0B0 0B1` (list order, not time).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -8,9 +8,16 @@
 //! ```
 
 pub mod check;
+mod chunk;
+mod exec;
 pub mod ir;
 pub mod lower;
+mod norm;
+mod state;
+mod worker;
 
 pub use check::check;
+pub use exec::{CommKind, Runtime, RuntimeOptions, RuntimeStep};
 pub use ir::{ChunkShape, Mark, Op, Plan, Program};
 pub use lower::lower;
+pub use worker::{OpRecord, Worker, WorkerRun};

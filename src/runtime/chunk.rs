@@ -1,0 +1,239 @@
+//! One model chunk (pipeline stage) on one device's worker: its flat buffers, its activation
+//! slots, its gradient buckets and their shard geometry over the data-parallel group, its
+//! optimizer, and the segments its passes are cut into (the [`ChunkShape`] the lowering sees).
+//!
+//! ```text
+//! backward ops  [0 ............ c0 ...... r(b0) ........ c1 .......... len)
+//! marks                         Cut       Ready([0])     Cut                 (b1: final at len)
+//! segments       0              1         2              3
+//! ```
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use super::ir::{ChunkShape, Mark};
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, View};
+use crate::kernels::Op;
+use crate::memory::Category;
+use crate::model::{gpu_model::GpuModel, Block, TpRank};
+use crate::optim::Optimizer;
+use crate::parallel::bucket::{buckets, Bucket};
+use crate::parallel::shard::Grid;
+use crate::parallel::tensor as tp;
+use crate::params::Buffers;
+use crate::pipeline::schedule::Kind;
+use crate::step::TrainConfig;
+
+/// How a chunk is built: where it sits and what its data-parallel group shards.
+pub(super) struct ChunkSpec<'a> {
+    pub stage: usize,
+    pub blocks: &'a [Block],
+    pub slots: usize,
+    pub tp: TpRank,
+    /// Data-parallel rank and degree.
+    pub dp: (usize, usize),
+    /// ZeRO-1: AdamW moments sharded over the data-parallel group.
+    pub sharded: bool,
+    pub split: bool,
+    pub bucket_bytes: usize,
+    /// Loss scale of every token: 1 / (tokens of the whole step, every replica).
+    pub dloss: f32,
+}
+
+pub(super) struct Chunk {
+    /// Model stage of this chunk.
+    pub stage: usize,
+    pub buffers: Buffers,
+    /// ZeRO-1: this rank's shard of the AdamW moments (the buffers hold placeholders).
+    pub moments: Option<(View, View)>,
+    /// Activation slots; all share `buffers`.
+    pub slots: Vec<GpuModel>,
+    /// Slot holding each microbatch's activations.
+    pub held: HashMap<usize, usize>,
+    pub peak: usize,
+    /// The grid unit of each gradient bucket (buckets in backward order).
+    pub unit_of: Vec<usize>,
+    pub grid: Grid,
+    pub optim: Optimizer,
+    pub zero_grads: Op,
+    /// Op ranges of the segments of F, B and W.
+    pub segments: [Vec<Range<usize>>; 3],
+    pub shape: ChunkShape,
+}
+
+fn pass_index(kind: Kind) -> usize {
+    match kind {
+        Kind::F => 0,
+        Kind::B => 1,
+        Kind::W => 2,
+    }
+}
+
+impl Chunk {
+    /// Builds the chunk on `gpu`, initialised exactly like one device with `cfg.seed`.
+    pub fn new(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Result<Chunk> {
+        let (t, r) = (spec.tp.t, spec.tp.r);
+        let full = cfg.model.init(&cfg.model.layout(spec.blocks), cfg.seed);
+        let shards = tp::shard(&cfg.model, spec.blocks, &full, t)?;
+        let local = cfg.model.layout_tp(spec.blocks, t);
+        let buffers = if spec.sharded {
+            Buffers::without_moments(gpu, &local)
+        } else {
+            Buffers::new(gpu, &local)
+        };
+        gpu.upload(&buffers.params, &shards[r])?;
+        let slots = (0..spec.slots.max(1))
+            .map(|_| {
+                GpuModel::with_buffers_tp(
+                    gpu,
+                    cfg.model,
+                    spec.blocks,
+                    cfg.micro,
+                    spec.dloss,
+                    buffers.clone(),
+                    spec.split,
+                    spec.tp,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let m0 = &slots[0];
+        let buckets = buckets(&local, &m0.grad_ready, spec.bucket_bytes);
+        let units: Vec<Range<usize>> = buckets.iter().map(|b| b.range.clone()).collect();
+        let (rank, d) = spec.dp;
+        let grid = Grid::new(&units, local.total, d)?;
+        let unit_of = buckets
+            .iter()
+            .map(|b| {
+                grid.units
+                    .iter()
+                    .position(|u| u.range == b.range)
+                    .ok_or_else(|| Error::Config(format!("bucket {:?} is no grid unit", b.range)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (optim, moments) = if spec.sharded {
+            let len = grid.shard_len(rank).max(1);
+            let m = gpu.buffer_in(Category::OptimizerState, "adam.m shard", len);
+            let v = gpu.buffer_in(Category::OptimizerState, "adam.v shard", len);
+            let pieces = grid.pieces(rank, false, false);
+            let o = Optimizer::sharded(
+                gpu,
+                &local,
+                &buffers.params,
+                &buffers.grads,
+                &m,
+                &v,
+                &pieces,
+            )?;
+            (o, Some((m, v)))
+        } else {
+            (Optimizer::with_cuts(gpu, &buffers, &grid.cuts())?, None)
+        };
+        let zero_grads = crate::kernels::elementwise::fill(gpu, &buffers.grads, 0.0)?;
+        let (segments, shape) = cut(m0, &buckets, spec.split);
+        Ok(Chunk {
+            stage: spec.stage,
+            buffers,
+            moments,
+            slots,
+            held: HashMap::new(),
+            peak: 0,
+            unit_of,
+            grid,
+            optim,
+            zero_grads,
+            segments,
+            shape,
+        })
+    }
+
+    /// The kernels of segments `segs` of pass `kind` of slot `slot`.
+    pub fn ops(&self, slot: usize, kind: Kind, segs: &Range<usize>) -> &[Op] {
+        let m = &self.slots[slot];
+        let all = match kind {
+            Kind::F => &m.forward,
+            Kind::B => &m.backward,
+            Kind::W => &m.weight,
+        };
+        let seg = &self.segments[pass_index(kind)];
+        let (a, b) = (seg[segs.start].start, seg[segs.end - 1].end);
+        &all[a..b]
+    }
+
+    /// The view all-reduced at tensor-parallel cut `cut` of pass `kind` in slot `slot`.
+    pub fn cut_view(&self, slot: usize, kind: Kind, cut: usize) -> Result<View> {
+        let m = &self.slots[slot];
+        let cuts = match kind {
+            Kind::F => &m.forward_cuts,
+            _ => &m.backward_cuts,
+        };
+        cuts.get(cut)
+            .map(|c| c.1.clone())
+            .ok_or_else(|| Error::Config(format!("pass {kind:?} has no cut {cut}")))
+    }
+
+    /// The bucket's flat range and its d + 1 chunk bounds relative to its start.
+    pub fn bucket_geometry(&self, bucket: usize) -> (Range<usize>, Vec<usize>) {
+        let unit = &self.grid.units[self.unit_of[bucket]];
+        let a = unit.range.start;
+        (
+            unit.range.clone(),
+            unit.bounds.iter().map(|b| b - a).collect(),
+        )
+    }
+
+    /// This data-parallel rank's own chunk of bucket `bucket` (absolute flat range).
+    pub fn own_part(&self, bucket: usize, rank: usize) -> Range<usize> {
+        self.grid.chunk(self.unit_of[bucket], rank)
+    }
+}
+
+/// The segments of every pass of `m` and the shape the lowering reads: forward cut at its
+/// tensor-parallel cuts; an unsplit backward also at the points where buckets become final
+/// (a point at the pass's end is no mark: the bucket is final after the pass); W uncut.
+fn cut(m: &GpuModel, buckets: &[Bucket], split: bool) -> ([Vec<Range<usize>>; 3], ChunkShape) {
+    let ranges = |points: &[usize], len: usize| {
+        let mut out = Vec::with_capacity(points.len() + 1);
+        let mut from = 0;
+        for &p in points {
+            out.push(from..p);
+            from = p;
+        }
+        out.push(from..len);
+        out
+    };
+    let fwd_points: Vec<usize> = m.forward_cuts.iter().map(|c| c.0).collect();
+    // backward marks in op order: (op index, 0 = cut / 1 = ready, what)
+    let mut marks: Vec<(usize, u8, Vec<usize>)> =
+        m.backward_cuts.iter().map(|c| (c.0, 0, vec![])).collect();
+    if !split {
+        for (b, bucket) in buckets.iter().enumerate() {
+            let at = m.grad_ready[bucket.ready_point].0;
+            if at >= m.backward.len() {
+                continue;
+            }
+            match marks.iter_mut().find(|x| x.0 == at && x.1 == 1) {
+                Some(x) => x.2.push(b),
+                None => marks.push((at, 1, vec![b])),
+            }
+        }
+    }
+    marks.sort_by_key(|x| (x.0, x.1));
+    let bwd_points: Vec<usize> = marks.iter().map(|x| x.0).collect();
+    let shape = ChunkShape {
+        forward: vec![Mark::Cut; fwd_points.len()],
+        backward: marks
+            .into_iter()
+            .map(|(_, k, bs)| if k == 0 { Mark::Cut } else { Mark::Ready(bs) })
+            .collect(),
+        weight: Vec::new(),
+        buckets: buckets.len(),
+        split,
+    };
+    let segments = [
+        ranges(&fwd_points, m.forward.len()),
+        ranges(&bwd_points, m.backward.len()),
+        ranges(&[], m.weight.len()),
+    ];
+    (segments, shape)
+}

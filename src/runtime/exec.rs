@@ -1,0 +1,337 @@
+//! The runtime of a layout: its workers (one per device of this process), their communicator
+//! groups, and the step that runs every worker's program on a thread of its own.
+//!
+//! ```text
+//! Runtime::new: Mesh ─▶ chunks per device ─▶ shapes ─lower─▶ Plan ─check─▶ workers + groups
+//! step(dp × m microbatches): worker d ◀─ its replica's m microbatches; one thread each;
+//!   the first failure (not the aborts it caused in its peers) is the step's error
+//! ```
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::chunk::{Chunk, ChunkSpec};
+use super::ir::{ChunkShape, Plan};
+use super::worker::{Comms, StepIn, Worker, WorkerRun};
+use super::{check, lower};
+use crate::comm::{self, Communicator, GroupOptions};
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::link::Link;
+use crate::mesh::{Coords, Mesh};
+use crate::model::{Block, TpRank};
+use crate::parallel::data::BUCKET_BYTES;
+use crate::pipeline::executor::Fault;
+use crate::pipeline::partition::{stage_blocks, Balance};
+use crate::pipeline::Schedule;
+use crate::step::TrainConfig;
+
+/// Which communicator the workers talk through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CommKind {
+    /// Threads of this process sharing host buffers ([`comm::local`]).
+    #[default]
+    Local,
+    /// Every message serialised, collectives on point-to-point messages ([`comm::loopback`]).
+    Loopback,
+}
+
+/// Knobs of a runtime that do not change its result.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    /// Link model of pipeline sends and data-parallel reductions.
+    pub link: Link,
+    /// Link model of the tensor-parallel all-reduces.
+    pub tp_link: Link,
+    /// One device's compute at a time (clean device-clock times on virtual devices).
+    pub serial: bool,
+    /// Test hook: a fault in the `action`-th pass of global device `device`'s schedule.
+    pub fault: Option<Fault>,
+    /// Test hook: a fault in the `action`-th gradient reduction of `device`.
+    pub reduce_fault: Option<Fault>,
+    /// Longest any communicator call waits for a peer.
+    pub recv_timeout: Duration,
+    /// Messages a pipeline link holds.
+    pub channel_bound: usize,
+    /// Largest gradient bucket in bytes.
+    pub bucket_bytes: usize,
+    pub comm: CommKind,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            link: Link::nvlink(),
+            tp_link: Link::nvlink(),
+            serial: false,
+            fault: None,
+            reduce_fault: None,
+            recv_timeout: Duration::from_secs(60),
+            channel_bound: 2,
+            bucket_bytes: BUCKET_BYTES,
+            comm: CommKind::Local,
+        }
+    }
+}
+
+/// A layout's workers and programs.
+pub struct Runtime {
+    pub mesh: Mesh,
+    pub cfg: TrainConfig,
+    pub schedule: Schedule,
+    pub plan: Plan,
+    /// Blocks of each model stage.
+    pub stages: Vec<Vec<Block>>,
+    pub opts: RuntimeOptions,
+    pub workers: Vec<Worker>,
+    /// A step failed: the groups were aborted and are rebuilt before the next step.
+    broken: bool,
+}
+
+/// What one step did on every worker.
+pub struct RuntimeStep {
+    pub runs: Vec<WorkerRun>,
+    pub wall: f64,
+}
+
+impl Runtime {
+    /// Places `cfg.model` on `gpus` (one per device of `mesh`), every device initialised from
+    /// one device's weights; lowers and checks the programs.
+    pub fn new(
+        gpus: &[Gpu],
+        cfg: TrainConfig,
+        mesh: Mesh,
+        opts: RuntimeOptions,
+    ) -> Result<Runtime> {
+        cfg.validate()?;
+        mesh.validate(&cfg.model, cfg.micro.b, cfg.micro.t, gpus.len())?;
+        if cfg.grad_accum != mesh.microbatches {
+            return Err(Error::Config(format!(
+                "the configuration accumulates {} microbatches but the layout runs {} per replica",
+                cfg.grad_accum, mesh.microbatches
+            )));
+        }
+        let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
+        crate::pipeline::validate(&schedule, opts.channel_bound)?;
+        let stages = stage_blocks(&cfg.model, schedule.stages(), &Balance::Params)?;
+        let slots = schedule.slots_needed();
+        let dloss = 1.0 / (cfg.tokens_per_step() * mesh.dp) as f32;
+        let mut chunks: Vec<Vec<Chunk>> = Vec::with_capacity(gpus.len());
+        for (d, gpu) in gpus.iter().enumerate() {
+            let at = mesh.coords(d);
+            let mine = (0..mesh.chunks)
+                .map(|k| {
+                    let stage = schedule.stage(at.stage, k);
+                    let spec = ChunkSpec {
+                        stage,
+                        blocks: &stages[stage],
+                        slots: slots[at.stage][k],
+                        tp: TpRank {
+                            t: mesh.tp,
+                            r: at.tp_rank,
+                        },
+                        dp: (at.replica, mesh.dp),
+                        sharded: mesh.zero == 1 && mesh.dp > 1,
+                        split: schedule.kind.split_backward(),
+                        bucket_bytes: opts.bucket_bytes,
+                        dloss,
+                    };
+                    Chunk::new(gpu, &cfg, &spec)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            chunks.push(mine);
+        }
+        let shapes: Vec<Vec<ChunkShape>> = (0..mesh.pp)
+            .map(|s| {
+                let d = mesh.device(Coords {
+                    replica: 0,
+                    stage: s,
+                    tp_rank: 0,
+                });
+                chunks[d].iter().map(|c| c.shape.clone()).collect()
+            })
+            .collect();
+        for (d, cs) in chunks.iter().enumerate() {
+            let s = mesh.coords(d).stage;
+            if cs.iter().zip(&shapes[s]).any(|(c, want)| c.shape != *want) {
+                return Err(Error::Config(format!(
+                    "device {d}'s chunks are cut differently from its stage's first device"
+                )));
+            }
+        }
+        let plan = lower(&mesh, &schedule, &shapes)?;
+        check(&plan, &mesh, &schedule, opts.channel_bound)?;
+        let mut groups = groups(&mesh, &opts);
+        let workers = chunks
+            .into_iter()
+            .enumerate()
+            .map(|(d, chunks)| Worker {
+                device: d,
+                place: mesh.coords(d),
+                gpu: gpus[d].clone(),
+                chunks,
+                comms: groups.remove(0),
+                ops: plan.programs[d].ops.clone(),
+                schedule: schedule.clone(),
+                cfg: cfg.clone(),
+                mesh,
+                canonical: cfg.model.canonical_names(),
+            })
+            .collect();
+        Ok(Runtime {
+            mesh,
+            cfg,
+            schedule,
+            plan,
+            stages,
+            opts,
+            workers,
+            broken: false,
+        })
+    }
+
+    /// Microbatches one step takes: dp × m (replica r takes the r-th contiguous share).
+    pub fn batches_per_step(&self) -> usize {
+        self.mesh.dp * self.mesh.microbatches
+    }
+
+    /// One optimizer step, index `s`, over `batches` (dp × m microbatches).
+    pub fn step(&mut self, batches: &[(Vec<u32>, Vec<u32>)], s: usize) -> Result<RuntimeStep> {
+        let m = self.mesh.microbatches;
+        if batches.len() != self.batches_per_step() {
+            return Err(Error::Config(format!(
+                "a step of {} needs {} microbatches, got {}",
+                self.mesh.describe(),
+                self.batches_per_step(),
+                batches.len()
+            )));
+        }
+        if std::mem::take(&mut self.broken) {
+            // the last step aborted its groups: fresh ones, the ledgers carried over
+            let mut fresh = groups(&self.mesh, &self.opts);
+            for w in &mut self.workers {
+                let mut c = fresh.remove(0);
+                for (new, old) in [
+                    (&mut c.pp, &w.comms.pp),
+                    (&mut c.tp, &w.comms.tp),
+                    (&mut c.dp, &w.comms.dp),
+                    (&mut c.world, &w.comms.world),
+                ] {
+                    *new.ledger_mut() = old.ledger().clone();
+                }
+                w.comms = c;
+            }
+        }
+        let serial = Mutex::new(());
+        let t0 = Instant::now();
+        let (fault, reduce_fault) = (self.opts.fault, self.opts.reduce_fault);
+        let serial_ref = self.opts.serial.then_some(&serial);
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = self
+                .workers
+                .iter_mut()
+                .map(|w| {
+                    let r = w.place.replica;
+                    let input = StepIn {
+                        batches: &batches[r * m..(r + 1) * m],
+                        step: s,
+                        fault,
+                        reduce_fault,
+                        serial: serial_ref,
+                        t0,
+                    };
+                    scope.spawn(move || w.run_step(&input))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join()).collect()
+        });
+        let wall = t0.elapsed().as_secs_f64();
+        let mut runs = Vec::with_capacity(results.len());
+        let mut failures = Vec::new();
+        for (d, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(Ok(run)) => runs.push(run),
+                Ok(Err(f)) => failures.push(f),
+                Err(_) => failures.push(super::worker::Failure {
+                    primary: true,
+                    error: Error::Worker {
+                        device: d,
+                        stage: 0,
+                        action: "?".into(),
+                        step: s,
+                        msg: "worker thread panicked".into(),
+                    },
+                }),
+            }
+        }
+        if !failures.is_empty() {
+            self.broken = true;
+            let pick = failures.iter().position(|f| f.primary).unwrap_or(0);
+            return Err(failures.swap_remove(pick).error);
+        }
+        Ok(RuntimeStep { runs, wall })
+    }
+}
+
+/// Every device's communicators: its pipeline, tensor- and data-parallel groups and the world.
+fn groups(mesh: &Mesh, opts: &RuntimeOptions) -> Vec<Comms> {
+    let n = mesh.devices();
+    let make = |devices: &[usize], link: &Link| -> Vec<Box<dyn Communicator>> {
+        let o = GroupOptions {
+            timeout: opts.recv_timeout,
+            channel_bound: opts.channel_bound,
+            link: link.clone(),
+        };
+        match opts.comm {
+            CommKind::Local => comm::local_group(devices, &o)
+                .into_iter()
+                .map(|c| Box::new(c) as Box<dyn Communicator>)
+                .collect(),
+            CommKind::Loopback => comm::loopback_group(devices, &o)
+                .into_iter()
+                .map(|c| Box::new(c) as Box<dyn Communicator>)
+                .collect(),
+        }
+    };
+    let mut slots: Vec<[Option<Box<dyn Communicator>>; 4]> =
+        (0..n).map(|_| [None, None, None, None]).collect();
+    let mut place = |which: usize, devices: Vec<usize>, link: &Link| {
+        for (d, c) in devices.iter().zip(make(&devices, link)) {
+            slots[*d][which] = Some(c);
+        }
+    };
+    let dev = |replica, stage, tp_rank| {
+        mesh.device(Coords {
+            replica,
+            stage,
+            tp_rank,
+        })
+    };
+    for r in 0..mesh.dp {
+        for k in 0..mesh.tp {
+            place(0, (0..mesh.pp).map(|s| dev(r, s, k)).collect(), &opts.link);
+        }
+        for s in 0..mesh.pp {
+            place(
+                1,
+                (0..mesh.tp).map(|k| dev(r, s, k)).collect(),
+                &opts.tp_link,
+            );
+        }
+    }
+    for s in 0..mesh.pp {
+        for k in 0..mesh.tp {
+            place(2, (0..mesh.dp).map(|r| dev(r, s, k)).collect(), &opts.link);
+        }
+    }
+    place(3, (0..n).collect(), &opts.link);
+    slots
+        .into_iter()
+        .map(|[pp, tp, dp, world]| Comms {
+            pp: pp.expect("every device has a pipeline group"),
+            tp: tp.expect("every device has a tensor-parallel group"),
+            dp: dp.expect("every device has a data-parallel group"),
+            world: world.expect("every device is in the world"),
+        })
+        .collect()
+}
