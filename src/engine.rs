@@ -1,24 +1,19 @@
 //! One entry point for every layout: a [`Mesh`] (dp × tp × pp, schedule, microbatches,
-//! chunks) placed on devices and trained step by step, with the per-axis costs of each step
-//! (pipeline bubble, data- and tensor-parallel communication) and the model state in the
-//! one-device layout for checkpoints, whatever the layout.
+//! chunks, ZeRO stage) placed on devices and trained step by step, with the per-axis costs of
+//! each step (pipeline bubble, data- and tensor-parallel communication, exposed comm) and the
+//! model state in the one-device layout for checkpoints, whatever the layout.
 //!
 //! ```text
 //! Engine::new(gpus, cfg, mesh) ─ mesh.validate (before any device work)
-//!   └─ DpPipeline: dp replicas × (pp stages of tp-rank groups) on devices (r·pp + s)·tp + k
-//! step(batches = dp × m microbatches) ─▶ every replica runs its schedule on its share,
-//!   checks loss and gradients are finite ─▶ all-reduce per (stage, tp rank) ─▶ AdamW
+//!   ├─ zero ≤ 1: the one runtime — the layout lowered to one program per device, one worker
+//!   │            per device (crate::runtime); one device is the dp = tp = pp = 1 lowering
+//!   └─ zero 2/3 (flat): a ZeRO group (crate::parallel::zero)
+//! step(batches = dp × m microbatches) ─▶ replica r takes the r-th share ─▶ StepCosts from
+//!   the device-clock replay of every program and the communicators' ledgers
 //! ```
 //!
-//! Plain data parallelism (dp > 1, tp = pp = 1, no ZeRO) runs on [`DataParallel`]: gradient
-//! buckets are all-reduced on a communication thread while backward continues.
-//! With a ZeRO stage and tp = pp = 1 the steps run on a [`Zero`] group instead (stages 1–3):
-//! the same batches, the same state in the one-device layout, sharded as the stage says. With
-//! tensor or pipeline stages, ZeRO-1 shards each stage's data-parallel group
-//! ([`crate::parallel::zero1`]).
-//!
-//! One device is the degenerate layout (dp = tp = pp = 1): one pipeline stage, one rank, the
-//! same bits as [`crate::train::Trainer`].
+//! Every runtime layout gives bits a test pins: one device = every pipeline schedule; plain
+//! data parallelism = ZeRO stage 0 = ZeRO 1–3 = dp × pp.
 
 use crate::collective::Ledger;
 use crate::error::{Error, Result};
@@ -27,13 +22,12 @@ use crate::link::Link;
 use crate::memory::Usage;
 use crate::mesh::{Coords, Mesh};
 use crate::model::Block;
-use crate::parallel::data::{DataParallel, DpOptions};
-use crate::parallel::hybrid::DpPipeline;
+use crate::parallel::data::DpOptions;
 use crate::parallel::zero::Zero;
-use crate::pipeline::executor::{Fault, Options};
-use crate::pipeline::partition::Balance;
-use crate::pipeline::timeline::summarize;
+use crate::pipeline::executor::Fault;
+use crate::pipeline::timeline::theory;
 use crate::pipeline::Schedule;
+use crate::runtime::{Runtime, RuntimeOptions, RuntimeStep};
 use crate::step::{ModelState, StepStats, TrainConfig};
 
 /// Knobs of an engine that do not change its result.
@@ -45,8 +39,11 @@ pub struct EngineOptions {
     pub tp_link: Link,
     /// One device at a time (clean device-clock times on virtual devices).
     pub serial: bool,
-    /// Test hook: an injected fault (see [`Fault`]); `device` is the schedule device.
+    /// Test hook: an injected fault in a pass (see [`Fault`]); `device` is the global device,
+    /// `action` the index of the pass in its schedule list.
     pub fault: Option<Fault>,
+    /// Test hook: a fault in the `action`-th gradient reduction of global device `device`.
+    pub reduce_fault: Option<Fault>,
     /// Longest a pipeline stage waits for a neighbour.
     pub recv_timeout: std::time::Duration,
 }
@@ -58,6 +55,7 @@ impl Default for EngineOptions {
             tp_link: Link::nvlink(),
             serial: false,
             fault: None,
+            reduce_fault: None,
             recv_timeout: std::time::Duration::from_secs(60),
         }
     }
@@ -82,12 +80,16 @@ pub struct StepCosts {
     pub bubble: Option<f64>,
     /// Analytic bubble of the schedule.
     pub bubble_theory: Option<f64>,
-    /// Device-clock seconds of replica 0's step (kernels + tensor-parallel comm + sends; plain
-    /// DP: compute + exposed comm); 0 where not measured (ZeRO groups).
+    /// Device-clock seconds of the whole step, every device's program replayed with its
+    /// communication (kernels, tensor-parallel all-reduces, sends, overlapped gradient
+    /// reductions, the norm, AdamW); 0 where not measured (flat ZeRO-2/3 groups).
     pub device_step: f64,
-    /// Data-parallel all-reduce: bytes the busiest rank sent, and link-model seconds.
+    /// Data-parallel gradient reductions (and ZeRO-1 gathers): bytes the busiest replica sent
+    /// (summed over its devices), the link-model seconds of the busiest device's comm stream,
+    /// and the seconds of it the compute did not hide.
     pub dp_bytes: u64,
     pub dp_comm: f64,
+    pub dp_exposed: f64,
     /// Tensor-parallel all-reduces of replica 0's groups: bytes the busiest rank sent, and
     /// link-model seconds summed over the groups.
     pub tp_bytes: u64,
@@ -98,11 +100,9 @@ pub struct StepCosts {
     pub memory: Vec<Usage>,
 }
 
-/// What runs the steps: replicas of tensor-parallel pipelines, plain data-parallel replicas
-/// (gradient buckets all-reduced while backward runs), or a ZeRO group.
+/// What runs the steps: the one runtime (every layout but flat ZeRO-2/3), or a ZeRO group.
 enum Inner {
-    Pipe(DpPipeline),
-    Data(Box<DataParallel>),
+    Run(Box<Runtime>),
     Zero(Box<Zero>),
 }
 
@@ -132,42 +132,33 @@ impl Engine {
             )));
         }
         let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
-        let popts = Options {
-            tp: mesh.tp,
-            tp_link: opts.tp_link.clone(),
-            serial: opts.serial,
-            fault: opts.fault,
-            recv_timeout: opts.recv_timeout,
-            ..Options::default()
-        };
-        let flat = mesh.tp == 1 && mesh.pp == 1;
-        let dpo = DpOptions {
-            link: opts.link.clone(),
-            serial: opts.serial,
-            ..DpOptions::default()
-        };
-        let inner = if mesh.zero > 0 && flat {
+        let inner = if mesh.zero > 1 {
+            let dpo = DpOptions {
+                link: opts.link.clone(),
+                serial: opts.serial,
+                ..DpOptions::default()
+            };
             Inner::Zero(Box::new(Zero::new(gpus, cfg.clone(), dpo, mesh.zero)?))
-        } else if flat && mesh.dp > 1 && opts.fault.is_none() {
-            // (the pipeline executor carries the fault hooks, so a faulted run stays there)
-            Inner::Data(Box::new(DataParallel::new(gpus, cfg.clone(), dpo)?))
         } else {
-            // ZeRO-1 with tensor or pipeline stages: each stage's data-parallel group shards
-            let mut p = DpPipeline::with_zero(
-                gpus,
-                mesh.dp,
+            let ro = RuntimeOptions {
+                link: opts.link.clone(),
+                tp_link: opts.tp_link.clone(),
+                serial: opts.serial,
+                fault: opts.fault,
+                reduce_fault: opts.reduce_fault,
+                recv_timeout: opts.recv_timeout,
+                ..RuntimeOptions::default()
+            };
+            Inner::Run(Box::new(Runtime::new(
+                &gpus[..mesh.devices()],
                 cfg.clone(),
-                schedule.clone(),
-                &Balance::Params,
-                popts,
-                mesh.zero,
-            )?;
-            p.link = opts.link.clone();
-            Inner::Pipe(p)
+                mesh,
+                ro,
+            )?))
         };
         let stages = match &inner {
-            Inner::Pipe(p) => p.pipes[0].stages.clone(),
-            Inner::Zero(_) | Inner::Data(_) => vec![cfg.model.blocks()],
+            Inner::Run(r) => r.stages.clone(),
+            Inner::Zero(_) => vec![cfg.model.blocks()],
         };
         let placement = (0..mesh.devices())
             .map(|d| {
@@ -209,77 +200,52 @@ impl Engine {
         &self.placement
     }
 
+    /// The lowered device programs (`None` for a flat ZeRO-2/3 group).
+    pub fn plan(&self) -> Option<&crate::runtime::Plan> {
+        match &self.inner {
+            Inner::Run(r) => Some(&r.plan),
+            Inner::Zero(_) => None,
+        }
+    }
+
     /// One optimizer step, index `s` (sets the learning rate and Adam's bias correction).
     pub fn step(&mut self, batches: &[(Vec<u32>, Vec<u32>)], s: usize) -> Result<StepCosts> {
         let t0 = std::time::Instant::now();
-        let inner = match &mut self.inner {
+        match &mut self.inner {
             Inner::Zero(z) => {
                 let r = z.step(batches, s)?;
                 let wall = t0.elapsed().as_secs_f64();
                 // (ZeRO's chain does not time its kernels: no device-clock step)
-                return Ok(flat_costs(
-                    r.stats,
-                    &r.bytes_per_rank,
-                    r.comm_link,
-                    0.0,
+                Ok(StepCosts {
+                    stats: r.stats,
+                    bubble: None,
+                    bubble_theory: None,
+                    device_step: 0.0,
+                    dp_bytes: r.bytes_per_rank.iter().copied().max().unwrap_or(0),
+                    dp_comm: r.comm_link,
+                    dp_exposed: 0.0,
+                    tp_bytes: 0,
+                    tp_comm: 0.0,
                     wall,
-                    r.memory,
-                ));
+                    memory: r.memory,
+                })
             }
-            Inner::Data(dp) => {
-                let r = dp.step(batches, s)?;
-                let (wall, dev) = (
-                    t0.elapsed().as_secs_f64(),
-                    r.compute_device + r.exposed_device,
-                );
-                return Ok(flat_costs(
-                    r.stats,
-                    &r.bytes_per_rank,
-                    r.comm_device,
-                    dev,
-                    wall,
-                    r.memory,
-                ));
+            Inner::Run(rt) => {
+                let run = rt.step(batches, s)?;
+                let wall = t0.elapsed().as_secs_f64();
+                let mut c = costs(rt, &run, &self.schedule, s)?;
+                c.wall = wall;
+                c.memory = self.gpus.iter().map(|g| g.memory()).collect();
+                Ok(c)
             }
-            Inner::Pipe(p) => p,
-        };
-        let stats = inner.step(batches, s)?;
-        let wall = t0.elapsed().as_secs_f64();
-        let rep = &inner.reports[0];
-        let tokens = self.cfg.tokens_per_step();
-        let (bubble, bubble_theory, device_step) = if self.mesh.pp > 1 {
-            let sum = summarize(&self.schedule, rep, &self.opts.link, tokens)?;
-            (Some(sum.device_bubble), Some(sum.theory), sum.device_step)
-        } else {
-            (None, None, rep.events.iter().map(|e| e.compute).sum())
-        };
-        let dp = inner.ledger.for_step(s);
-        let (mut tp_bytes, mut tp_comm) = (0u64, 0.0f64);
-        for c in inner.pipes[0].tp_comm() {
-            let l: Ledger = c.ledger.for_step(s);
-            tp_bytes = tp_bytes.max(l.sent_by_rank(self.mesh.tp).into_iter().max().unwrap_or(0));
-            tp_comm += l.link_clock();
         }
-        Ok(StepCosts {
-            stats,
-            bubble,
-            bubble_theory,
-            device_step,
-            dp_bytes: dp.sent_by_rank(self.mesh.dp).into_iter().max().unwrap_or(0),
-            dp_comm: dp.link_clock(),
-            tp_bytes,
-            tp_comm,
-            wall,
-            memory: self.gpus.iter().map(|g| g.memory()).collect(),
-        })
     }
 
     /// Parameters and AdamW moments in the one-device layout (replica 0's, or assembled from
     /// the ZeRO shards; all replicas hold the same bits).
     pub fn state(&self) -> Result<ModelState> {
         match &self.inner {
-            Inner::Pipe(p) => p.state(),
-            Inner::Data(d) => d.state(),
+            Inner::Run(r) => r.state(),
             Inner::Zero(z) => z.state(),
         }
     }
@@ -287,8 +253,7 @@ impl Engine {
     /// Loads a state (from any layout) into every replica, stage, tensor rank or shard.
     pub fn set_state(&self, st: &ModelState) -> Result<()> {
         match &self.inner {
-            Inner::Pipe(p) => p.set_state(st),
-            Inner::Data(d) => d.set_state(st),
+            Inner::Run(r) => r.set_state(st),
             Inner::Zero(z) => z.set_state(st),
         }
     }
@@ -296,32 +261,58 @@ impl Engine {
     /// SHA-256 of the parameters in the one-device layout.
     pub fn checksum(&self) -> Result<String> {
         match &self.inner {
-            Inner::Pipe(p) => p.pipes[0].checksum(),
-            Inner::Data(d) => d.checksum(),
+            Inner::Run(r) => r.checksum(),
             Inner::Zero(z) => z.checksum(),
         }
     }
 }
 
-/// The costs of a step without pipeline or tensor stages: only data-parallel traffic.
-fn flat_costs(
-    stats: StepStats,
-    bytes_per_rank: &[u64],
-    dp_comm: f64,
-    device_step: f64,
-    wall: f64,
-    memory: Vec<Usage>,
-) -> StepCosts {
-    StepCosts {
-        stats,
-        bubble: None,
-        bubble_theory: None,
-        device_step,
-        dp_bytes: bytes_per_rank.iter().copied().max().unwrap_or(0),
-        dp_comm,
-        tp_bytes: 0,
-        tp_comm: 0.0,
-        wall,
-        memory,
+/// The per-axis costs of a runtime step: the device-clock replay of every program (the bubble
+/// over replica 0's passes, the whole step, exposed data-parallel comm) and the ledgers' bytes.
+fn costs(rt: &Runtime, run: &RuntimeStep, schedule: &Schedule, s: usize) -> Result<StepCosts> {
+    let mesh = rt.mesh;
+    let clock = run.clock(&rt.plan, &mesh)?;
+    let per_replica = mesh.pp * mesh.tp;
+    let (bubble, bubble_theory) = if mesh.pp > 1 {
+        (Some(clock.bubble(0..per_replica)), Some(theory(schedule)))
+    } else {
+        (None, None)
+    };
+    let sent = |l: &Ledger| {
+        l.sent_by_rank(l.group.len().max(1))
+            .into_iter()
+            .sum::<u64>()
+    };
+    // a replica's data-parallel bytes: the sum over its devices (one group per stage and tensor
+    // rank); the busiest replica
+    let dp_bytes = (0..mesh.dp)
+        .map(|r| {
+            rt.workers[r * per_replica..(r + 1) * per_replica]
+                .iter()
+                .map(|w| sent(&w.comms.dp.ledger().for_step(s)))
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0);
+    let (mut tp_bytes, mut tp_comm) = (0u64, 0.0f64);
+    for w in &rt.workers[..per_replica] {
+        let l = w.comms.tp.ledger().for_step(s);
+        tp_bytes = tp_bytes.max(sent(&l));
+        if w.place.tp_rank == 0 {
+            tp_comm += l.link_clock();
+        }
     }
+    Ok(StepCosts {
+        stats: run.runs[0].stats,
+        bubble,
+        bubble_theory,
+        device_step: clock.makespan,
+        dp_bytes,
+        dp_comm: clock.dp_comm.iter().copied().fold(0.0, f64::max),
+        dp_exposed: clock.exposed_dp,
+        tp_bytes,
+        tp_comm,
+        wall: run.wall,
+        memory: Vec::new(),
+    })
 }

@@ -171,7 +171,7 @@ fn messages_match(plan: &Plan, sched: &Schedule) -> Result<()> {
 }
 
 /// The group a collective op runs over: its members, as global devices.
-fn group(mesh: &Mesh, at: Coords, op: &Op) -> Option<Vec<usize>> {
+pub(super) fn group(mesh: &Mesh, at: Coords, op: &Op) -> Option<Vec<usize>> {
     let dev = |c: Coords| mesh.device(c);
     match op {
         Op::TpAllReduce { .. } => Some(

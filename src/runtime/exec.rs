@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::chunk::{Chunk, ChunkSpec};
 use super::ir::{ChunkShape, Plan};
+use super::replay::{replay, Clock};
 use super::worker::{Comms, StepIn, Worker, WorkerRun};
 use super::{check, lower};
 use crate::comm::{self, Communicator, GroupOptions};
@@ -94,6 +95,19 @@ pub struct RuntimeStep {
     pub wall: f64,
 }
 
+impl RuntimeStep {
+    /// The step on the device clock: every program replayed with its ops' measured kernel
+    /// seconds and link-model communication seconds.
+    pub fn clock(&self, plan: &Plan, mesh: &Mesh) -> Result<Clock> {
+        let cost: Vec<Vec<f64>> = self
+            .runs
+            .iter()
+            .map(|r| r.records.iter().map(|x| x.device + x.link).collect())
+            .collect();
+        replay(plan, mesh, &cost)
+    }
+}
+
 impl Runtime {
     /// Places `cfg.model` on `gpus` (one per device of `mesh`), every device initialised from
     /// one device's weights; lowers and checks the programs.
@@ -114,6 +128,13 @@ impl Runtime {
         let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
         crate::pipeline::validate(&schedule, opts.channel_bound)?;
         let stages = stage_blocks(&cfg.model, schedule.stages(), &Balance::Params)?;
+        // every device's stages fit before anything is allocated anywhere
+        for (d, gpu) in gpus.iter().enumerate().take(mesh.devices()) {
+            for k in 0..mesh.chunks {
+                let blocks = &stages[schedule.stage(mesh.coords(d).stage, k)];
+                crate::model::fit::check(&cfg.model, blocks, cfg.micro, mesh.tp, &gpu.limits)?;
+            }
+        }
         let slots = schedule.slots_needed();
         let dloss = 1.0 / (cfg.tokens_per_step() * mesh.dp) as f32;
         let mut chunks: Vec<Vec<Chunk>> = Vec::with_capacity(gpus.len());

@@ -13,6 +13,7 @@ mod exec;
 pub mod ir;
 pub mod lower;
 mod norm;
+pub mod replay;
 mod state;
 mod worker;
 
