@@ -148,7 +148,7 @@ pub(super) fn verdict(shares: &[Share], canonical: &[String], step: usize) -> Re
             s.device,
             stage,
             "gradient check",
-            format!("the gradient of {tensor} is not finite before its reduction"),
+            format!("the gradient of {tensor} is not finite on this device, before any reduction"),
         ));
     }
     let mut all: Vec<NormPart> = Vec::new();

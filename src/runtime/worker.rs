@@ -254,7 +254,13 @@ impl Worker {
                 bucket,
                 scatter,
             } => {
-                self.reduce_fault(input, sc)?;
+                if self.reduce_fault(input, sc)? {
+                    // a non-finite gradient arriving at the reduction
+                    let c = &self.chunks[*chunk];
+                    let (range, _) = c.bucket_geometry(*bucket);
+                    self.gpu
+                        .upload(&c.buffers.grads.slice(range.start, 1), &[f32::NAN])?;
+                }
                 rec.link = self.reduce(*chunk, *bucket, *scatter, sc)?;
             }
             Op::GradNorm => self.grad_norm(input.step, sc)?,
@@ -461,8 +467,9 @@ impl Worker {
         Ok(link)
     }
 
-    /// The reduction fault hook: fails in the `action`-th gradient reduction of the step.
-    fn reduce_fault(&self, input: &StepIn, sc: &mut Scratch) -> Result<()> {
+    /// The reduction fault hook: fails in the `action`-th gradient reduction of the step
+    /// (`true`: the bucket is to be poisoned with a NaN).
+    fn reduce_fault(&self, input: &StepIn, sc: &mut Scratch) -> Result<bool> {
         let i = sc.reductions;
         sc.reductions += 1;
         let hit = input
@@ -470,10 +477,11 @@ impl Worker {
             .filter(|f| f.device == self.device && f.step == input.step && f.action == i);
         match hit.map(|f| f.kind) {
             Some(FaultKind::Panic) => panic!("injected panic"),
-            Some(FaultKind::Nan) | None => Ok(()),
+            Some(FaultKind::Nan) => Ok(true),
+            None => Ok(false),
             Some(FaultKind::Stall) => {
                 std::thread::sleep(std::time::Duration::from_secs(600));
-                Ok(())
+                Ok(false)
             }
             Some(k) => Err(Error::Device(format!("injected fault ({k:?})"))),
         }
@@ -498,12 +506,15 @@ impl Worker {
             parts: Vec::new(),
             local_bad: sc.local_bad.clone(),
         };
-        if counts {
-            for c in &self.chunks {
-                for p in c.optim.parts_sq()? {
-                    if self.place.tp_rank == 0 || split_of(&p.tensor) != Split::Whole {
-                        share.parts.push((c.stage, p));
-                    }
+        for c in &self.chunks {
+            for p in c.optim.parts_sq()? {
+                let whole_copy = self.place.tp_rank > 0 && split_of(&p.tensor) == Split::Whole;
+                if counts && !whole_copy {
+                    share.parts.push((c.stage, p));
+                } else if !p.sq.is_finite() && share.local_bad.is_none() {
+                    // a part nobody counts (a replica's or a tensor rank's copy) is checked
+                    // here, so a NaN in a copy cannot slip into its optimizer step
+                    share.local_bad = Some((c.stage, p.tensor));
                 }
             }
         }
