@@ -1,0 +1,123 @@
+//! A worker's data-parallel and world collectives: the gradient-bucket reductions (with the
+//! finiteness check of every bucket before it is mixed with its peers'), the reduction fault
+//! hook, and the gradient-norm reduction with the verdict every device reaches.
+
+use super::super::norm::{verdict, Share};
+use super::{comm_call, Scratch, StepIn, Worker};
+use crate::collective::Algo;
+use crate::error::{Error, Result};
+use crate::parallel::tensor::{split_of, Split};
+use crate::pipeline::executor::FaultKind;
+
+impl Worker {
+    /// Bucket `bucket` of chunk `chunk` over the data-parallel group: download, check it is
+    /// finite (so a NaN is named where it started), sum (or reduce-scatter), upload.
+    pub(super) fn reduce(
+        &mut self,
+        chunk: usize,
+        bucket: usize,
+        scatter: bool,
+        sc: &mut Scratch,
+    ) -> Result<f64> {
+        let rank = self.place.replica;
+        let stage = self.stage_of(chunk);
+        let c = &self.chunks[chunk];
+        let (range, rel) = c.bucket_geometry(bucket);
+        let view = c.buffers.grads.slice(range.start, range.len());
+        let mut host: Vec<f32> = self.gpu.download(&view)?;
+        if sc.local_bad.is_none() {
+            if let Some(i) = host.iter().position(|x| !x.is_finite()) {
+                let at = range.start + i;
+                let layout = &c.buffers.layout;
+                let name = layout
+                    .tensors
+                    .iter()
+                    .find(|t| (t.offset..t.offset + t.len.max(1)).contains(&at))
+                    .map_or("a padding element".to_string(), |t| t.name.clone());
+                sc.local_bad = Some((stage, name));
+            }
+        }
+        let link = if scatter {
+            let l = comm_call(&mut *self.comms.dp, |d| {
+                d.reduce_scatter(&mut host, &rel, false)
+            })?;
+            let own = c.own_part(bucket, rank);
+            let rel_own = own.start - range.start..own.end - range.start;
+            if !own.is_empty() {
+                let dst = c.buffers.grads.slice(own.start, own.len());
+                self.gpu.upload(&dst, &host[rel_own])?;
+            }
+            l
+        } else {
+            let l = comm_call(&mut *self.comms.dp, |d| {
+                d.all_reduce(&mut host, Algo::Ring, Some(&rel), false)
+            })?;
+            self.gpu.upload(&view, &host)?;
+            l
+        };
+        Ok(link)
+    }
+
+    /// The reduction fault hook: fails in the `action`-th gradient reduction of the step
+    /// (`true`: the bucket is to be poisoned with a NaN).
+    pub(super) fn reduce_fault(&self, input: &StepIn, sc: &mut Scratch) -> Result<bool> {
+        let i = sc.reductions;
+        sc.reductions += 1;
+        let hit = input
+            .reduce_fault
+            .filter(|f| f.device == self.device && f.step == input.step && f.action == i);
+        match hit.map(|f| f.kind) {
+            Some(FaultKind::Panic) => panic!("injected panic"),
+            Some(FaultKind::Nan) => Ok(true),
+            None => Ok(false),
+            Some(FaultKind::Stall) => {
+                std::thread::sleep(std::time::Duration::from_secs(600));
+                Ok(false)
+            }
+            Some(k) => Err(Error::Device(format!("injected fault ({k:?})"))),
+        }
+    }
+
+    /// The world's byte all-gather of every device's share; the verdict every device reaches.
+    pub(super) fn grad_norm(&mut self, step: usize, sc: &mut Scratch) -> Result<()> {
+        let last = self
+            .chunks
+            .iter()
+            .any(|c| c.stage + 1 == self.schedule.stages());
+        let counts = self.mesh.zero == 1 || self.place.replica == 0;
+        let mut share = Share {
+            device: self.device,
+            stage: self.chunks[0].stage,
+            loss: if self.place.tp_rank == 0 {
+                sc.loss
+            } else {
+                0.0
+            },
+            has_loss: last && self.place.tp_rank == 0,
+            parts: Vec::new(),
+            local_bad: sc.local_bad.clone(),
+        };
+        for c in &self.chunks {
+            for p in c.optim.parts_sq()? {
+                let whole_copy = self.place.tp_rank > 0 && split_of(&p.tensor) == Split::Whole;
+                if counts && !whole_copy {
+                    share.parts.push((c.stage, p));
+                } else if !p.sq.is_finite() && share.local_bad.is_none() {
+                    // a part nobody counts (a replica's or a tensor rank's copy) is checked
+                    // here, so a NaN in a copy cannot slip into its optimizer step
+                    share.local_bad = Some((c.stage, p.tensor));
+                }
+            }
+        }
+        let all = self.comms.world.all_gather_bytes(share.encode())?;
+        let shares = all
+            .iter()
+            .map(|b| Share::decode(b))
+            .collect::<Result<Vec<_>>>()?;
+        let (loss, norm_sq) = verdict(&shares, &self.canonical, step)?;
+        let tokens = (self.cfg.tokens_per_step() * self.mesh.dp) as f64;
+        sc.mean_loss = (loss / tokens) as f32;
+        sc.norm_sq = norm_sq;
+        Ok(())
+    }
+}
