@@ -10,13 +10,16 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Parser;
 use triaxis::cpu::AdamW;
 use triaxis::data::Batcher;
+use triaxis::engine::{Engine, EngineOptions};
 use triaxis::flags;
 use triaxis::gpu::{self, AdapterChoice, Gpu};
+use triaxis::mesh::Mesh;
 use triaxis::model::{fit, GptConfig, Micro};
-use triaxis::pipeline::executor::{describe_stages, Options, Pipeline};
+use triaxis::pipeline::executor::describe_stages;
 use triaxis::pipeline::partition::{measure_block_times, stage_blocks, Balance};
 use triaxis::pipeline::timeline::{chrome_trace, summarize, Summary};
 use triaxis::pipeline::{Link, Schedule, ScheduleKind};
@@ -280,13 +283,22 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                 min_lr_frac: 1.0,
                 seed: 1,
             };
-            let opts = Options {
+            let mesh = Mesh {
+                pp: a.stages,
+                schedule: kind,
+                microbatches: m,
+                chunks: v,
+                ..Mesh::default()
+            };
+            let opts = EngineOptions {
                 serial: a.serial,
+                link: link.clone(),
+                balance: balance.clone(),
                 ..Default::default()
             };
-            let mut pipe = Pipeline::new(&gpus, cfg, sched.clone(), &balance, opts)?;
+            let mut engine = Engine::new(&gpus[..a.stages], cfg, mesh, opts)?;
             if m == ms[0] {
-                for line in describe_stages(&model, &pipe.stages) {
+                for line in describe_stages(&model, &engine.stages()) {
                     say(&bar, format!("     {line}"));
                 }
             }
@@ -295,22 +307,27 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                     .map(|_| corpus.train_batch(&mut batcher, micro))
                     .collect::<triaxis::Result<Vec<_>>>()
             };
-            pipe.step(&batch()?, 0)?; // warm-up
-                                      // wall clock: devices run concurrently (unless --serial);
-                                      // device clock: one device at a time, so each action's kernel time is its own
+            engine.step(&batch()?, 0)?; // warm-up
+                                        // wall clock: devices run concurrently (unless --serial);
+                                        // device clock: one device at a time, so each action's kernel time is its own
             let mut step = 1;
-            let mut median = |pipe: &mut Pipeline, serial: bool| -> anyhow::Result<_> {
-                pipe.opts.serial = serial;
+            let mut median = |engine: &mut Engine, serial: bool| -> anyhow::Result<_> {
+                engine.set_serial(serial);
                 let mut runs = Vec::new();
                 for _ in 0..a.steps.max(1) {
-                    runs.push(pipe.step(&batch()?, step)?);
+                    engine.step(&batch()?, step)?;
+                    runs.push(
+                        engine
+                            .report()?
+                            .context("the engine reports its pipeline step")?,
+                    );
                     step += 1;
                 }
                 runs.sort_by(|x, y| x.wall.total_cmp(&y.wall));
                 Ok(runs.swap_remove(runs.len() / 2))
             };
-            let r_wall = median(&mut pipe, a.serial)?;
-            let r = median(&mut pipe, true)?;
+            let r_wall = median(&mut engine, a.serial)?;
+            let r = median(&mut engine, true)?;
             let tokens = m * micro.tokens();
             let wall = summarize(&sched, &r_wall, &link, tokens)?;
             let sum = Summary {

@@ -24,7 +24,8 @@ use crate::mesh::{Coords, Mesh};
 use crate::model::Block;
 use crate::parallel::data::DpOptions;
 use crate::parallel::zero::Zero;
-use crate::pipeline::executor::Fault;
+use crate::pipeline::executor::{Fault, StepReport};
+use crate::pipeline::partition::Balance;
 use crate::pipeline::timeline::theory;
 use crate::pipeline::Schedule;
 use crate::runtime::{Runtime, RuntimeOptions, RuntimeStep};
@@ -46,6 +47,8 @@ pub struct EngineOptions {
     pub reduce_fault: Option<Fault>,
     /// Longest a pipeline stage waits for a neighbour.
     pub recv_timeout: std::time::Duration,
+    /// How the model's blocks are split into pipeline stages.
+    pub balance: Balance,
 }
 
 impl Default for EngineOptions {
@@ -57,6 +60,7 @@ impl Default for EngineOptions {
             fault: None,
             reduce_fault: None,
             recv_timeout: std::time::Duration::from_secs(60),
+            balance: Balance::Params,
         }
     }
 }
@@ -115,6 +119,8 @@ pub struct Engine {
     schedule: Schedule,
     placement: Vec<Placement>,
     gpus: Vec<Gpu>,
+    /// The runtime's last step (for its pipeline report).
+    last: Option<RuntimeStep>,
 }
 
 impl Engine {
@@ -147,6 +153,7 @@ impl Engine {
                 fault: opts.fault,
                 reduce_fault: opts.reduce_fault,
                 recv_timeout: opts.recv_timeout,
+                balance: opts.balance.clone(),
                 ..RuntimeOptions::default()
             };
             Inner::Run(Box::new(Runtime::new(
@@ -187,6 +194,7 @@ impl Engine {
             schedule,
             placement,
             gpus: gpus.to_vec(),
+            last: None,
         })
     }
 
@@ -205,6 +213,33 @@ impl Engine {
         match &self.inner {
             Inner::Run(r) => Some(&r.plan),
             Inner::Zero(_) => None,
+        }
+    }
+
+    /// The blocks of every model stage (one stage for a flat ZeRO-2/3 group).
+    pub fn stages(&self) -> Vec<Vec<Block>> {
+        match &self.inner {
+            Inner::Run(r) => r.stages.clone(),
+            Inner::Zero(_) => vec![self.cfg.model.blocks()],
+        }
+    }
+
+    /// One device's compute at a time (clean device-clock times) or all at once, from the next
+    /// step on.
+    pub fn set_serial(&mut self, serial: bool) {
+        self.opts.serial = serial;
+        if let Inner::Run(r) = &mut self.inner {
+            r.opts.serial = serial;
+        }
+    }
+
+    /// The last step of replica 0 as a pipeline report (one event per pass), for the pipeline
+    /// timeline on both clocks and its Chrome trace; `None` before a step or for a flat
+    /// ZeRO-2/3 group.
+    pub fn report(&self) -> Result<Option<StepReport>> {
+        match (&self.inner, &self.last) {
+            (Inner::Run(r), Some(run)) => Ok(Some(r.report(run, 0)?)),
+            _ => Ok(None),
         }
     }
 
@@ -236,6 +271,7 @@ impl Engine {
                 let mut c = costs(rt, &run, &self.schedule, s)?;
                 c.wall = wall;
                 c.memory = self.gpus.iter().map(|g| g.memory()).collect();
+                self.last = Some(run);
                 Ok(c)
             }
         }
@@ -271,7 +307,7 @@ impl Engine {
 /// over replica 0's passes, the whole step, exposed data-parallel comm) and the ledgers' bytes.
 fn costs(rt: &Runtime, run: &RuntimeStep, schedule: &Schedule, s: usize) -> Result<StepCosts> {
     let mesh = rt.mesh;
-    let clock = run.clock(&rt.plan, &mesh)?;
+    let clock = rt.clock(run)?;
     let per_replica = mesh.pp * mesh.tp;
     let (bubble, bubble_theory) = if mesh.pp > 1 {
         (Some(clock.bubble(0..per_replica)), Some(theory(schedule)))

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::chunk::{Chunk, ChunkSpec};
 use super::ir::{ChunkShape, Plan};
 use super::replay::{replay, Clock};
+use super::report::op_costs;
 use super::worker::{Comms, StepIn, Worker, WorkerRun};
 use super::{check, lower};
 use crate::comm::{self, Communicator, GroupOptions};
@@ -57,6 +58,8 @@ pub struct RuntimeOptions {
     /// Largest gradient bucket in bytes.
     pub bucket_bytes: usize,
     pub comm: CommKind,
+    /// How the model's blocks are split into pipeline stages.
+    pub balance: Balance,
 }
 
 impl Default for RuntimeOptions {
@@ -71,6 +74,7 @@ impl Default for RuntimeOptions {
             channel_bound: 2,
             bucket_bytes: BUCKET_BYTES,
             comm: CommKind::Local,
+            balance: Balance::Params,
         }
     }
 }
@@ -95,19 +99,6 @@ pub struct RuntimeStep {
     pub wall: f64,
 }
 
-impl RuntimeStep {
-    /// The step on the device clock: every program replayed with its ops' measured kernel
-    /// seconds and link-model communication seconds.
-    pub fn clock(&self, plan: &Plan, mesh: &Mesh) -> Result<Clock> {
-        let cost: Vec<Vec<f64>> = self
-            .runs
-            .iter()
-            .map(|r| r.records.iter().map(|x| x.device + x.link).collect())
-            .collect();
-        replay(plan, mesh, &cost)
-    }
-}
-
 impl Runtime {
     /// Places `cfg.model` on `gpus` (one per device of `mesh`), every device initialised from
     /// one device's weights; lowers and checks the programs.
@@ -127,7 +118,7 @@ impl Runtime {
         }
         let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
         crate::pipeline::validate(&schedule, opts.channel_bound)?;
-        let stages = stage_blocks(&cfg.model, schedule.stages(), &Balance::Params)?;
+        let stages = stage_blocks(&cfg.model, schedule.stages(), &opts.balance)?;
         // every device's stages fit before anything is allocated anywhere
         for (d, gpu) in gpus.iter().enumerate().take(mesh.devices()) {
             for k in 0..mesh.chunks {
@@ -209,6 +200,13 @@ impl Runtime {
             workers,
             broken: false,
         })
+    }
+
+    /// The step on the device clock: every program replayed with its ops' measured kernel
+    /// seconds (each pass at the median of its kind on its device) and link-model
+    /// communication seconds.
+    pub fn clock(&self, run: &RuntimeStep) -> Result<Clock> {
+        replay(&self.plan, &self.mesh, &op_costs(self, run))
     }
 
     /// Microbatches one step takes: dp × m (replica r takes the r-th contiguous share).

@@ -14,6 +14,7 @@ pub mod ir;
 pub mod lower;
 mod norm;
 pub mod replay;
+mod report;
 mod state;
 mod worker;
 

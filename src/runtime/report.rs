@@ -1,0 +1,135 @@
+//! A runtime step seen as a pipeline step: one event per pass (F, B, W) of one replica, in the
+//! form the pipeline timeline reads ([`crate::pipeline::timeline::summarize`], the Chrome trace),
+//! and the per-op device times with scheduler noise taken out for the whole-step replay.
+//!
+//! ```text
+//! ops of a pass:  Compute(segs 0..1) TpAllReduce Compute(segs 1..2) … Send
+//! event:          start of the first segment … end of the last; compute = Σ kernels (the
+//!                 slowest tensor rank) + Σ tp all-reduces; bytes_out, send_time of its Send
+//! ```
+
+use std::collections::HashMap;
+
+use super::exec::{Runtime, RuntimeStep};
+use super::ir::Op;
+use crate::error::Result;
+use crate::mesh::Coords;
+use crate::pipeline::executor::{Event, StepReport};
+use crate::pipeline::schedule::{Action, Kind};
+
+/// Per op of every device, its device-clock seconds: a compute op costs the median of the ops
+/// of its kind on its device in this step (every F, B, W of one chunk does identical work, so
+/// only scheduler noise differs), communication its link-model seconds.
+pub(super) fn op_costs(rt: &Runtime, run: &RuntimeStep) -> Vec<Vec<f64>> {
+    let key = |op: &Op| match op {
+        Op::Compute { action, segs } => Some((action.chunk, action.kind, segs.clone())),
+        _ => None,
+    };
+    rt.plan
+        .programs
+        .iter()
+        .zip(&run.runs)
+        .map(|(p, r)| {
+            let mut by: HashMap<(usize, Kind, std::ops::Range<usize>), Vec<f64>> = HashMap::new();
+            for (op, rec) in p.ops.iter().zip(&r.records) {
+                if let Some(k) = key(op) {
+                    by.entry(k).or_default().push(rec.device);
+                }
+            }
+            let median: HashMap<_, f64> = by
+                .into_iter()
+                .map(|(k, mut v)| {
+                    v.sort_by(f64::total_cmp);
+                    (k, v[v.len() / 2])
+                })
+                .collect();
+            p.ops
+                .iter()
+                .zip(&r.records)
+                .map(|(op, rec)| match key(op) {
+                    Some(k) => median[&k],
+                    None => rec.device + rec.link,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+impl Runtime {
+    /// Replica `replica`'s step as a pipeline report: one event per pass on each pipeline
+    /// device (a tensor-parallel pass costs its slowest rank), the activation slots each stage
+    /// held at most, every device's memory ledger.
+    pub fn report(&self, run: &RuntimeStep, replica: usize) -> Result<StepReport> {
+        let mut events: Vec<Event> = Vec::new();
+        for pos in 0..self.mesh.pp {
+            let mut per_pass: HashMap<Action, Event> = HashMap::new();
+            let mut order: Vec<Action> = Vec::new();
+            for k in 0..self.mesh.tp {
+                let d = self.mesh.device(Coords {
+                    replica,
+                    stage: pos,
+                    tp_rank: k,
+                });
+                let (prog, recs) = (&self.plan.programs[d], &run.runs[d].records);
+                let mut mine: HashMap<Action, (f64, f64)> = HashMap::new();
+                for (op, rec) in prog.ops.iter().zip(recs) {
+                    let (a, kernels, tp) = match op {
+                        Op::Compute { action, .. } => (*action, rec.device, 0.0),
+                        Op::TpAllReduce { action, .. } => (*action, 0.0, rec.link),
+                        Op::Send { action, .. } => {
+                            if let Some(e) = per_pass.get_mut(action) {
+                                e.bytes_out = rec.bytes;
+                                e.send_time = rec.end - rec.start;
+                            }
+                            continue;
+                        }
+                        _ => continue,
+                    };
+                    let e = per_pass.entry(a).or_insert_with(|| {
+                        order.push(a);
+                        Event {
+                            device: pos,
+                            stage: self.schedule.stage(pos, a.chunk),
+                            label: self.schedule.label(pos, &a),
+                            action: a,
+                            start: rec.start,
+                            end: rec.end,
+                            compute: 0.0,
+                            tp_comm: 0.0,
+                            bytes_out: 0,
+                            send_time: 0.0,
+                        }
+                    });
+                    e.start = e.start.min(rec.start);
+                    e.end = e.end.max(rec.end);
+                    let m = mine.entry(a).or_default();
+                    m.0 += kernels;
+                    m.1 += tp;
+                }
+                // the slowest rank's kernels, one rank's all-reduces (all wait for each other)
+                for (a, (kernels, tp)) in mine {
+                    if let Some(e) = per_pass.get_mut(&a) {
+                        e.compute = e.compute.max(kernels + tp);
+                        e.tp_comm = e.tp_comm.max(tp);
+                    }
+                }
+            }
+            events.extend(order.into_iter().filter_map(|a| per_pass.remove(&a)));
+        }
+        let per_replica = self.mesh.pp * self.mesh.tp;
+        let workers = &self.workers[replica * per_replica..(replica + 1) * per_replica];
+        let mut peak_held = vec![0usize; self.stages.len()];
+        for w in workers {
+            for c in &w.chunks {
+                peak_held[c.stage] = peak_held[c.stage].max(c.peak);
+            }
+        }
+        Ok(StepReport {
+            stats: run.runs[replica * per_replica].stats,
+            events,
+            wall: run.wall,
+            peak_held,
+            memory: workers.iter().map(|w| w.gpu.memory()).collect(),
+        })
+    }
+}
