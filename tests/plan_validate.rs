@@ -1,19 +1,25 @@
 //! The planner checked on the trainer (`examples/plan --validate`). Without a device: the
-//! expected bytes of the engine's partition against the ring formula and the cost model, ZeRO
-//! refused, the calibration inverting the compute term. On four virtual devices, a tiny GPT:
-//! the calibrated rate is positive and finite, every layout run is a valid plan and a valid
-//! engine mesh, the engine's DP and TP ledgers equal the ring volumes of its own buffers
-//! (interleaved chunks included), and the cost model's prediction wherever conventions match.
+//! engine's partition, its tensor-parallel bytes against the cost model, ZeRO refused, the
+//! calibration inverting the compute term. On four virtual devices, a tiny GPT: the calibrated
+//! rate is positive and finite, every layout run is a valid plan and a valid engine mesh, the
+//! bytes the engine's DP and TP communicator ledgers measured equal the ring formula
+//! `2(d−1)/d·S` on its own buffers (interleaved chunks included) and the cost model's
+//! prediction wherever conventions match; where d does not divide a gradient bucket's
+//! 64-element blocks the busiest rank measurably sends more than the formula (the group as a
+//! whole exactly `2(d−1)·S`).
 
+use triaxis::cost::comm::ring_allreduce_bytes;
 use triaxis::cost::validate::{
     calibrate, cluster, compare, expect, measure, mesh_of, predicted_tp_bytes,
-    ring_formula_dp_bytes, select, shape_of, step_flops, Conventions, Row,
+    ring_formula_dp_bytes, select, shape_of, step_flops, Conventions, Expected, Measured, Row,
 };
 use triaxis::cost::{plan, Layout, Overlap, PlanRequest, Precision, Schedule, ZeroStage};
 use triaxis::data::Corpus;
 use triaxis::gpu;
 use triaxis::mesh::Mesh;
 use triaxis::model::GptConfig;
+use triaxis::parallel::data::BUCKET_BYTES;
+use triaxis::parallel::shard::Grid;
 use triaxis::pipeline::{Link, ScheduleKind};
 
 fn model(corpus: &Corpus) -> GptConfig {
@@ -37,19 +43,92 @@ fn gpt() -> GptConfig {
     }
 }
 
+/// The ring formula `2(d−1)/d·S` (S = 4 · padded parameters) of each of a replica's devices,
+/// summed over them: what `StepCosts::dp_bytes` (a replica's devices' data-parallel ledgers,
+/// summed) must measure when the formula is exact per rank.
+fn replica_ring_formula(exp: &Expected, dp: usize) -> f64 {
+    exp.devices
+        .iter()
+        .map(|dev| ring_allreduce_bytes(4.0 * dev.padded as f64, dp))
+        .sum()
+}
+
 #[test]
-fn pure_data_parallel_buffers_match_the_ring_formula() {
+fn pure_data_parallel_ledgers_measure_the_ring_formula() {
     let mesh = Mesh {
         dp: 4,
         microbatches: 2,
         ..Mesh::default()
     };
+    // the partition: one device per replica holding the whole model
     let e = expect(&gpt(), &mesh, 2, 32).unwrap();
     assert_eq!(e.devices.len(), 1);
     assert_eq!(e.devices[0].params, gpt().param_count());
     assert_eq!(e.dp_bytes_device, e.dp_bytes_ledger);
-    assert_eq!(e.dp_bytes_device as f64, ring_formula_dp_bytes(&e, 4));
     assert_eq!(e.tp_bytes, 0);
+    // measured: the engine's data-parallel ledgers over four devices
+    let Some(gpus) = gpu::test_gpus(4) else {
+        return;
+    };
+    let corpus = Corpus::throughput().unwrap();
+    let m = model(&corpus);
+    let exp = expect(&m, &mesh, 2, m.ctx).unwrap();
+    let got = measure(&gpus, &m, &mesh, 2, &Link::nvlink(), 1, &corpus).unwrap();
+    // 4 | the bucket's 64-element blocks: every rank sends exactly 2(d−1)/d·S
+    assert_eq!(exp.devices[0].padded % (64 * 4), 0);
+    let ring = ring_formula_dp_bytes(&exp, 4);
+    println!(
+        "dp 4: ledger {} B, ring formula {ring} B ({} padded parameters)",
+        got.dp_bytes, exp.devices[0].padded
+    );
+    assert_eq!(got.dp_bytes as f64, ring, "measured vs 2(d−1)/d·S");
+    assert_eq!(got.dp_bytes, exp.dp_bytes_ledger);
+    assert_eq!(got.tp_bytes, 0);
+}
+
+/// d = 3 does not divide the 236 blocks of 64 elements of the model's one gradient bucket: the
+/// engine reduces it with 64-aligned chunks of 78, 79, 79 blocks, rank r sends
+/// `4·(2n − |c_r| − |c_(r+1)|)`, and the busiest sends more than `2(d−1)/d·S`, the group's
+/// total being exactly `2(d−1)·S`. (`expect`'s per-rank count, floor chunks of elements rather
+/// than of 64-element blocks, is printed beside it.)
+#[test]
+#[allow(clippy::single_range_in_vec_init)] // a list of one unit
+fn uneven_aligned_chunks_make_the_busiest_rank_exceed_the_ring_formula() {
+    let Some(gpus) = gpu::test_gpus(3) else {
+        return;
+    };
+    let corpus = Corpus::throughput().unwrap();
+    let m = model(&corpus);
+    let (d, mesh) = (
+        3,
+        Mesh {
+            dp: 3,
+            ..Mesh::default()
+        },
+    );
+    let exp = expect(&m, &mesh, 2, m.ctx).unwrap();
+    let n = exp.devices[0].padded;
+    assert!(4 * n <= BUCKET_BYTES, "one gradient bucket");
+    assert_ne!((n / 64) % d, 0, "d must not divide the blocks");
+    let grid = Grid::new(&[0..n], n, d).unwrap();
+    let rank = |r: usize| 4 * (2 * n - grid.shard_len(r) - grid.shard_len((r + 1) % d)) as u64;
+    let busiest = (0..d).map(rank).max().unwrap();
+    let group: u64 = (0..d).map(rank).sum();
+    assert_eq!(group, 2 * (d as u64 - 1) * 4 * n as u64);
+    let got = measure(&gpus, &m, &mesh, 2, &Link::nvlink(), 1, &corpus).unwrap();
+    let ring = ring_formula_dp_bytes(&exp, d);
+    println!(
+        "dp 3: ledger {} B, 64-aligned ring {busiest} B, ring formula {ring:.2} B \
+         (+{:.2} B), expect (element chunks) {} B; shards {:?} of {n}",
+        got.dp_bytes,
+        got.dp_bytes as f64 - ring,
+        exp.dp_bytes_ledger,
+        (0..d).map(|r| grid.shard_len(r)).collect::<Vec<_>>()
+    );
+    assert_eq!(got.dp_bytes, busiest, "measured vs the 64-aligned ring");
+    assert!(got.dp_bytes as f64 > ring);
+    // the two chunks a rank keeps are each at most 64 elements short of n/d
+    assert!(got.dp_bytes as f64 - ring < 2.0 * 64.0 * 4.0);
 }
 
 #[test]
@@ -92,12 +171,19 @@ fn calibration_inverts_the_compute_term() {
 }
 
 /// The checks every measured row must pass.
-fn check(row: &Row, layers_per_device: &[usize], layers: usize) {
+fn check(row: &Row, exp: &Expected, got: &Measured, layers: usize) {
     let name = row.candidate.layout.to_string();
     assert!(row.exact, "{name}: {:?}", row.mismatch);
-    // data parallel: the cost model's ring formula on the engine's own count is exact
-    assert_eq!(row.dp_ring_formula, row.dp_bytes.measured, "{name}: DP");
-    assert_eq!(row.dp_bytes.measured > 0.0, row.mesh.dp > 1, "{name}");
+    // data parallel: the bytes the ledgers measured are the ring formula on the engine's own
+    // buffers, exact per rank here: d = 2 always, d = 4 divides the 236 blocks of 64 elements
+    // of the one-stage model's only gradient bucket
+    assert_eq!(
+        got.dp_bytes as f64,
+        replica_ring_formula(exp, row.mesh.dp),
+        "{name}: DP ledger vs 2(d−1)/d·S"
+    );
+    assert_eq!(got.dp_bytes > 0, row.mesh.dp > 1, "{name}");
+    let layers_per_device: Vec<usize> = exp.devices.iter().map(|d| d.layers).collect();
     // tensor parallel: the same convention on both sides when every stage holds L/pp layers
     if layers_per_device.iter().all(|&l| l * row.mesh.pp == layers) {
         assert_eq!(row.tp_bytes.predicted, row.tp_bytes.measured, "{name}: TP");
@@ -153,16 +239,16 @@ fn the_planners_top_layouts_run_and_send_the_predicted_bytes() {
         let got = measure(&gpus, &m, &mesh, b, &link, 1, &corpus).unwrap();
         let row = compare(c, &shape, &req.precision, &mesh, &exp, &got);
         println!(
-            "{}: step {:.1} / {:.1} ms, dp {} B, tp {} B, state {} B",
+            "{}: step {:.1} / {:.1} ms, dp ledger {} B (ring formula {} B), tp {} B, state {} B",
             c.layout,
             row.step.predicted * 1e3,
             row.step.measured * 1e3,
-            row.dp_bytes.measured,
+            got.dp_bytes,
+            replica_ring_formula(&exp, mesh.dp),
             row.tp_bytes.measured,
             row.state_bytes.measured
         );
-        let layers: Vec<usize> = exp.devices.iter().map(|d| d.layers).collect();
-        check(&row, &layers, m.layers);
+        check(&row, &exp, &got, m.layers);
     }
 }
 
@@ -201,5 +287,6 @@ fn interleaved_chunks_send_the_ring_volumes_of_both_stages() {
     let exp = expect(&m, &dp, 2, m.ctx).unwrap();
     let got = measure(gpus4, &m, &dp, 2, &Link::pcie(), 1, &corpus).unwrap();
     assert_eq!(got.dp_bytes, exp.dp_bytes_ledger);
+    assert_eq!(got.dp_bytes as f64, replica_ring_formula(&exp, 2));
     assert!(exp.dp_bytes_device < exp.dp_bytes_ledger);
 }

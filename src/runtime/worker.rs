@@ -42,9 +42,13 @@ impl Comms {
     fn all(&self) -> [&dyn Communicator; 4] {
         [&*self.pp, &*self.tp, &*self.dp, &*self.world]
     }
+    /// Stamps step `s` on new ledger entries and drops those of earlier steps (a long run's
+    /// ledgers stay one step long; the engine reads each step's costs right after it).
     fn set_step(&mut self, s: usize) {
         for c in [&mut self.pp, &mut self.tp, &mut self.dp, &mut self.world] {
-            c.ledger_mut().step = s;
+            let l = c.ledger_mut();
+            l.step = s;
+            l.entries.retain(|e| e.step >= s);
         }
     }
 }
