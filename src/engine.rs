@@ -139,6 +139,14 @@ impl Engine {
         }
         let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
         let inner = if mesh.zero > 1 {
+            if opts.fault.is_some() || opts.reduce_fault.is_some() {
+                return Err(Error::Config(format!(
+                    "fault injection runs on the one runtime, but ZeRO-{} over a flat \
+                     data-parallel group still runs on the ZeRO group, which has no fault \
+                     hooks; inject faults with --zero 0 or 1",
+                    mesh.zero
+                )));
+            }
             let dpo = DpOptions {
                 link: opts.link.clone(),
                 serial: opts.serial,

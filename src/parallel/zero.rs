@@ -37,12 +37,13 @@ use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::memory::{Category, Usage};
 use crate::model::{fit, Micro};
-use crate::optim::{global_norm_sq_parts, Optimizer};
+use crate::optim::Optimizer;
 use crate::parallel::accumulate::Accumulation;
 use crate::parallel::bucket::{buckets, Bucket};
 use crate::parallel::chain::{spans, Chain, Span};
 use crate::parallel::data::DpOptions;
 use crate::parallel::shard::Grid;
+use crate::runtime::norm::{verdict, Share};
 use crate::step::{checksum, StepStats, TrainConfig};
 
 mod state;
@@ -243,31 +244,25 @@ impl Zero {
         let (ledger, loss, comm_wall, result) = self.compute(batches, ledger);
         self.ledger = ledger;
         result?;
-        // the norm from the parts each rank holds (stage 0: rank 0 holds all of them)
-        let mut parts = Vec::new();
-        for r in &self.ranks {
-            parts.extend(r.optim.parts_sq()?);
-            if st == ZeroStage::Stage0 {
-                break;
-            }
-        }
-        let norm_sq = global_norm_sq_parts(&parts, &self.canonical);
-        // nothing non-finite reaches the parameters (or a checkpoint)
-        let mean_loss = (loss / (self.cfg.tokens_per_step() * d) as f64) as f32;
-        if !mean_loss.is_finite() || !norm_sq.is_finite() {
-            let what = if mean_loss.is_finite() {
-                format!("the gradient norm² is {norm_sq}")
-            } else {
-                format!("the loss is {mean_loss}")
-            };
-            return Err(Error::Worker {
-                device: 0,
+        // the norm from the parts each rank holds (stage 0: rank 0 holds all of them), and the
+        // one finiteness verdict of every layout: nothing non-finite reaches the parameters
+        let mut shares = Vec::with_capacity(d);
+        for (r, rank) in self.ranks.iter().enumerate() {
+            let counts = r == 0 || st != ZeroStage::Stage0;
+            shares.push(Share {
+                device: r,
                 stage: 0,
-                action: "gradient check".into(),
-                step: s,
-                msg: format!("{what}; stopping before the optimizer step"),
+                loss: if r == 0 { loss } else { 0.0 },
+                has_loss: r == 0,
+                parts: if counts {
+                    rank.optim.parts_sq()?.into_iter().map(|p| (0, p)).collect()
+                } else {
+                    Vec::new()
+                },
+                local_bad: None,
             });
         }
+        let (_, norm_sq) = verdict(&shares, &self.canonical, s)?;
         let h = self.cfg.adam_at(s);
         for r in &self.ranks {
             r.optim.step(&h, norm_sq)?;

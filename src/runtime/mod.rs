@@ -12,7 +12,7 @@ mod chunk;
 mod exec;
 pub mod ir;
 pub mod lower;
-mod norm;
+pub(crate) mod norm;
 pub mod replay;
 mod report;
 mod state;

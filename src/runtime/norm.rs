@@ -14,7 +14,7 @@ use crate::optim::{global_norm_sq_parts, NormPart};
 
 /// One device's share.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub(super) struct Share {
+pub(crate) struct Share {
     pub device: usize,
     /// Model stage of the device's parts (its first chunk), for error messages.
     pub stage: usize,
@@ -122,7 +122,7 @@ impl Reader<'_> {
 
 /// What every device concludes from all shares (in device order): the summed token loss and
 /// the global Σg², or the named error that stops the step before any update.
-pub(super) fn verdict(shares: &[Share], canonical: &[String], step: usize) -> Result<(f64, f32)> {
+pub(crate) fn verdict(shares: &[Share], canonical: &[String], step: usize) -> Result<(f64, f32)> {
     let stop = |device: usize, stage: usize, action: &str, msg: String| Error::Worker {
         device,
         stage,
