@@ -5,15 +5,15 @@
 //!
 //! ```text
 //! Engine::new(gpus, cfg, mesh) ─ mesh.validate (before any device work)
-//!   ├─ zero ≤ 1: the one runtime — the layout lowered to one program per device, one worker
-//!   │            per device (crate::runtime); one device is the dp = tp = pp = 1 lowering
-//!   └─ zero 2/3 (flat): a ZeRO group (crate::parallel::zero)
+//!   └─ the one runtime: the layout lowered to one program per device, one worker per device
+//!      (crate::runtime); one device is the dp = tp = pp = 1 lowering, ZeRO-2/3 run block by
+//!      block over step-scoped buffers
 //! step(batches = dp × m microbatches) ─▶ replica r takes the r-th share ─▶ StepCosts from
 //!   the device-clock replay of every program and the communicators' ledgers
 //! ```
 //!
-//! Every runtime layout gives bits a test pins: one device = every pipeline schedule; plain
-//! data parallelism = ZeRO stage 0 = ZeRO 1–3 = dp × pp.
+//! Every layout gives bits a test pins: one device = every pipeline schedule; plain data
+//! parallelism = ZeRO 1–3 = dp × pp.
 
 use crate::collective::Ledger;
 use crate::error::{Error, Result};
@@ -22,8 +22,6 @@ use crate::link::Link;
 use crate::memory::Usage;
 use crate::mesh::{Coords, Mesh};
 use crate::model::Block;
-use crate::parallel::data::DpOptions;
-use crate::parallel::zero::Zero;
 use crate::pipeline::executor::{Fault, StepReport};
 use crate::pipeline::partition::Balance;
 use crate::pipeline::timeline::theory;
@@ -49,6 +47,9 @@ pub struct EngineOptions {
     pub recv_timeout: std::time::Duration,
     /// How the model's blocks are split into pipeline stages.
     pub balance: Balance,
+    /// Largest data-parallel gradient bucket in bytes (smaller buckets start reducing sooner,
+    /// each pays the link latency).
+    pub bucket_bytes: usize,
 }
 
 impl Default for EngineOptions {
@@ -61,6 +62,7 @@ impl Default for EngineOptions {
             reduce_fault: None,
             recv_timeout: std::time::Duration::from_secs(60),
             balance: Balance::Params,
+            bucket_bytes: crate::parallel::data::BUCKET_BYTES,
         }
     }
 }
@@ -86,7 +88,7 @@ pub struct StepCosts {
     pub bubble_theory: Option<f64>,
     /// Device-clock seconds of the whole step, every device's program replayed with its
     /// communication (kernels, tensor-parallel all-reduces, sends, overlapped gradient
-    /// reductions, the norm, AdamW); 0 where not measured (flat ZeRO-2/3 groups).
+    /// reductions, the norm, AdamW).
     pub device_step: f64,
     /// Data-parallel gradient reductions (and ZeRO-1 gathers): bytes the busiest replica sent
     /// (summed over its devices), the link-model seconds of the busiest device's comm stream,
@@ -104,18 +106,12 @@ pub struct StepCosts {
     pub memory: Vec<Usage>,
 }
 
-/// What runs the steps: the one runtime (every layout but flat ZeRO-2/3), or a ZeRO group.
-enum Inner {
-    Run(Box<Runtime>),
-    Zero(Box<Zero>),
-}
-
 /// A model trained under one layout.
 pub struct Engine {
     pub mesh: Mesh,
     pub cfg: TrainConfig,
     pub opts: EngineOptions,
-    inner: Inner,
+    rt: Box<Runtime>,
     schedule: Schedule,
     placement: Vec<Placement>,
     gpus: Vec<Gpu>,
@@ -138,43 +134,24 @@ impl Engine {
             )));
         }
         let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
-        let inner = if mesh.zero > 1 {
-            if opts.fault.is_some() || opts.reduce_fault.is_some() {
-                return Err(Error::Config(format!(
-                    "fault injection runs on the one runtime, but ZeRO-{} over a flat \
-                     data-parallel group still runs on the ZeRO group, which has no fault \
-                     hooks; inject faults with --zero 0 or 1",
-                    mesh.zero
-                )));
-            }
-            let dpo = DpOptions {
-                link: opts.link.clone(),
-                serial: opts.serial,
-                ..DpOptions::default()
-            };
-            Inner::Zero(Box::new(Zero::new(gpus, cfg.clone(), dpo, mesh.zero)?))
-        } else {
-            let ro = RuntimeOptions {
-                link: opts.link.clone(),
-                tp_link: opts.tp_link.clone(),
-                serial: opts.serial,
-                fault: opts.fault,
-                reduce_fault: opts.reduce_fault,
-                recv_timeout: opts.recv_timeout,
-                balance: opts.balance.clone(),
-                ..RuntimeOptions::default()
-            };
-            Inner::Run(Box::new(Runtime::new(
-                &gpus[..mesh.devices()],
-                cfg.clone(),
-                mesh,
-                ro,
-            )?))
+        let ro = RuntimeOptions {
+            link: opts.link.clone(),
+            tp_link: opts.tp_link.clone(),
+            serial: opts.serial,
+            fault: opts.fault,
+            reduce_fault: opts.reduce_fault,
+            recv_timeout: opts.recv_timeout,
+            balance: opts.balance.clone(),
+            bucket_bytes: opts.bucket_bytes,
+            ..RuntimeOptions::default()
         };
-        let stages = match &inner {
-            Inner::Run(r) => r.stages.clone(),
-            Inner::Zero(_) => vec![cfg.model.blocks()],
-        };
+        let rt = Box::new(Runtime::new(
+            &gpus[..mesh.devices()],
+            cfg.clone(),
+            mesh,
+            ro,
+        )?);
+        let stages = rt.stages.clone();
         let placement = (0..mesh.devices())
             .map(|d| {
                 let c = mesh.coords(d);
@@ -198,7 +175,7 @@ impl Engine {
             mesh,
             cfg,
             opts,
-            inner,
+            rt,
             schedule,
             placement,
             gpus: gpus.to_vec(),
@@ -216,98 +193,58 @@ impl Engine {
         &self.placement
     }
 
-    /// The lowered device programs (`None` for a flat ZeRO-2/3 group).
+    /// The lowered device programs (every layout has them).
     pub fn plan(&self) -> Option<&crate::runtime::Plan> {
-        match &self.inner {
-            Inner::Run(r) => Some(&r.plan),
-            Inner::Zero(_) => None,
-        }
+        Some(&self.rt.plan)
     }
 
-    /// The blocks of every model stage (one stage for a flat ZeRO-2/3 group).
+    /// The blocks of every model stage.
     pub fn stages(&self) -> Vec<Vec<Block>> {
-        match &self.inner {
-            Inner::Run(r) => r.stages.clone(),
-            Inner::Zero(_) => vec![self.cfg.model.blocks()],
-        }
+        self.rt.stages.clone()
     }
 
     /// One device's compute at a time (clean device-clock times) or all at once, from the next
     /// step on.
     pub fn set_serial(&mut self, serial: bool) {
         self.opts.serial = serial;
-        if let Inner::Run(r) = &mut self.inner {
-            r.opts.serial = serial;
-        }
+        self.rt.opts.serial = serial;
     }
 
     /// The last step of replica 0 as a pipeline report (one event per pass), for the pipeline
-    /// timeline on both clocks and its Chrome trace; `None` before a step or for a flat
-    /// ZeRO-2/3 group.
+    /// timeline on both clocks and its Chrome trace; `None` before the first step.
     pub fn report(&self) -> Result<Option<StepReport>> {
-        match (&self.inner, &self.last) {
-            (Inner::Run(r), Some(run)) => Ok(Some(r.report(run, 0)?)),
-            _ => Ok(None),
+        match &self.last {
+            Some(run) => Ok(Some(self.rt.report(run, 0)?)),
+            None => Ok(None),
         }
     }
 
     /// One optimizer step, index `s` (sets the learning rate and Adam's bias correction).
     pub fn step(&mut self, batches: &[(Vec<u32>, Vec<u32>)], s: usize) -> Result<StepCosts> {
         let t0 = std::time::Instant::now();
-        match &mut self.inner {
-            Inner::Zero(z) => {
-                let r = z.step(batches, s)?;
-                let wall = t0.elapsed().as_secs_f64();
-                // (ZeRO's chain does not time its kernels: no device-clock step)
-                Ok(StepCosts {
-                    stats: r.stats,
-                    bubble: None,
-                    bubble_theory: None,
-                    device_step: 0.0,
-                    dp_bytes: r.bytes_per_rank.iter().copied().max().unwrap_or(0),
-                    dp_comm: r.comm_link,
-                    dp_exposed: 0.0,
-                    tp_bytes: 0,
-                    tp_comm: 0.0,
-                    wall,
-                    memory: r.memory,
-                })
-            }
-            Inner::Run(rt) => {
-                let run = rt.step(batches, s)?;
-                let wall = t0.elapsed().as_secs_f64();
-                let mut c = costs(rt, &run, &self.schedule, s)?;
-                c.wall = wall;
-                c.memory = self.gpus.iter().map(|g| g.memory()).collect();
-                self.last = Some(run);
-                Ok(c)
-            }
-        }
+        let run = self.rt.step(batches, s)?;
+        let wall = t0.elapsed().as_secs_f64();
+        let mut c = costs(&self.rt, &run, &self.schedule, s)?;
+        c.wall = wall;
+        c.memory = self.gpus.iter().map(|g| g.memory()).collect();
+        self.last = Some(run);
+        Ok(c)
     }
 
     /// Parameters and AdamW moments in the one-device layout (replica 0's, or assembled from
     /// the ZeRO shards; all replicas hold the same bits).
     pub fn state(&self) -> Result<ModelState> {
-        match &self.inner {
-            Inner::Run(r) => r.state(),
-            Inner::Zero(z) => z.state(),
-        }
+        self.rt.state()
     }
 
     /// Loads a state (from any layout) into every replica, stage, tensor rank or shard.
     pub fn set_state(&self, st: &ModelState) -> Result<()> {
-        match &self.inner {
-            Inner::Run(r) => r.set_state(st),
-            Inner::Zero(z) => z.set_state(st),
-        }
+        self.rt.set_state(st)
     }
 
     /// SHA-256 of the parameters in the one-device layout.
     pub fn checksum(&self) -> Result<String> {
-        match &self.inner {
-            Inner::Run(r) => r.checksum(),
-            Inner::Zero(z) => z.checksum(),
-        }
+        self.rt.checksum()
     }
 }
 

@@ -130,7 +130,7 @@ fn one_device_and_every_pipeline_schedule_give_the_trainers_bits() {
 }
 
 #[test]
-fn data_parallel_gives_zero_stage_0_bits_and_zero_1_keeps_them() {
+fn data_parallel_and_zero_1_to_3_give_zero_stage_0_bits() {
     let Some(gpus) = gpu::test_gpus(4) else {
         return;
     };
@@ -151,7 +151,7 @@ fn data_parallel_gives_zero_stage_0_bits_and_zero_1_keeps_them() {
             bucket_bytes,
             ..Default::default()
         };
-        for zero in [0, 1] {
+        for zero in [0, 1, 2, 3] {
             let mesh = Mesh {
                 zero,
                 ..mesh(d, 1, m)

@@ -1,6 +1,6 @@
 //! Faults injected under every axis run through the one runtime, as clean runs do: an error, a
 //! panic, a lost device or a NaN — in replica 1 as well as 0, at step 0, inside a pass or
-//! during a gradient reduction — under plain data parallelism, ZeRO-1, tensor parallelism and
+//! during a gradient reduction — under plain data parallelism, ZeRO-1, ZeRO-3, tensor parallelism and
 //! dp × tp × pp. Each ends the step with an error naming device, stage, action and step, within
 //! seconds, leaves no thread behind and no parameter changed, and the next step runs clean.
 mod common;
@@ -134,6 +134,31 @@ fn cases() -> Vec<Case> {
             false,
             (Nan, 0, 1, 1),
             (0, 0, "gradient check", "not finite"),
+        ),
+        // ZeRO-3: in a pass, in the reduce-scatter, a NaN arriving at it
+        case(
+            mesh(2, 1, 1, 3),
+            false,
+            (Panic, 1, 1, 0),
+            (1, 0, "0B0", "injected panic"),
+        ),
+        case(
+            mesh(2, 1, 1, 3),
+            true,
+            (Error, 1, 0, 1),
+            (1, 0, grad, "injected fault"),
+        ),
+        case(
+            mesh(2, 1, 1, 3),
+            true,
+            (Nan, 0, 0, 0),
+            (0, 0, "gradient check", "before any reduction"),
+        ),
+        case(
+            mesh(2, 1, 1, 3),
+            false,
+            (Nan, 1, 2, 1),
+            (1, 0, "loss", "the loss is NaN"),
         ),
         // tensor parallelism: tensor rank 1
         case(

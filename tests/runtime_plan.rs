@@ -25,6 +25,7 @@ fn shape(tp: usize, split: bool) -> ChunkShape {
         weight: vec![],
         buckets: 2,
         split,
+        gather: false,
     }
 }
 
@@ -65,6 +66,55 @@ fn dp2_pp2_zero1_programs_look_like_the_picture() {
     assert!(p
         .to_string()
         .starts_with("0 (r0 s0 t0): F0 >1 F1 >1 <1 B0 <1 B1.0 ar0 B1.1 ar1 norm adam\n"));
+}
+
+/// Device 0's ops as printed.
+fn first_line(p: &Plan) -> String {
+    let text = p.to_string();
+    let line = text.lines().next().unwrap_or_default();
+    line.split_once(": ").map_or("", |x| x.1).to_string()
+}
+
+#[test]
+fn zero_2_and_3_programs_run_block_by_block() {
+    // three blocks; bucket 0 final once the last block's backward is done, bucket 1 at the end
+    let blocks = ChunkShape {
+        forward: vec![Mark::Block, Mark::Block],
+        backward: vec![Mark::Ready(vec![0]), Mark::Block],
+        weight: vec![],
+        buckets: 2,
+        split: false,
+        gather: true,
+    };
+    let m = mesh(2, 1, 1, 2, 3);
+    let sched = Schedule::new(m.schedule, 1, 2, 1).unwrap();
+    let p = lower(&m, &sched, &[vec![blocks.clone()]]).unwrap();
+    println!("{p}");
+    // each block's gather one block ahead of its compute; the backward from the last block
+    // down; bucket 0 reduce-scattered right after the last block's final backward; no
+    // parameter gather after the update (the next step's use unshards)
+    assert_eq!(
+        first_line(&p),
+        "us0 us1 F0.0 us2 F0.1 F0.2 us2 us1 B0.0 us0 B0.1 B0.2 \
+         us0 us1 F1.0 us2 F1.1 F1.2 us2 us1 B1.0 rs0 us0 B1.1 B1.2 rs1 norm adam"
+    );
+    check(&p, &m, &sched, 2).unwrap();
+    // ZeRO-2: the same marks, nothing gathered per block, the parameters gathered after AdamW
+    let m2 = Mesh { zero: 2, ..m };
+    let p2 = lower(
+        &m2,
+        &sched,
+        &[vec![ChunkShape {
+            gather: false,
+            ..blocks
+        }]],
+    )
+    .unwrap();
+    assert_eq!(
+        first_line(&p2),
+        "F0 B0 F1 B1.0 rs0 B1.1-2 rs1 norm adam ag0 ag1"
+    );
+    check(&p2, &m2, &sched, 2).unwrap();
 }
 
 #[test]

@@ -179,7 +179,7 @@ pub(super) fn group(mesh: &Mesh, at: Coords, op: &Op) -> Option<Vec<usize>> {
                 .map(|k| dev(Coords { tp_rank: k, ..at }))
                 .collect(),
         ),
-        Op::ReduceGrad { .. } | Op::GatherParams { .. } => Some(
+        Op::ReduceGrad { .. } | Op::GatherParams { .. } | Op::Unshard { .. } => Some(
             (0..mesh.dp)
                 .map(|r| dev(Coords { replica: r, ..at }))
                 .collect(),

@@ -8,9 +8,11 @@
 //! segments       0              1         2              3
 //! ```
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
 
+use super::blocks::{self, Blocks};
 use super::ir::{ChunkShape, Mark};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
@@ -33,8 +35,8 @@ pub(super) struct ChunkSpec<'a> {
     pub tp: TpRank,
     /// Data-parallel rank and degree.
     pub dp: (usize, usize),
-    /// ZeRO-1: AdamW moments sharded over the data-parallel group.
-    pub sharded: bool,
+    /// ZeRO stage over the data-parallel group (shards only when dp > 1).
+    pub zero: usize,
     pub split: bool,
     pub bucket_bytes: usize,
     /// Loss scale of every token: 1 / (tokens of the whole step, every replica).
@@ -45,8 +47,13 @@ pub(super) struct Chunk {
     /// Model stage of this chunk.
     pub stage: usize,
     pub buffers: Buffers,
-    /// ZeRO-1: this rank's shard of the AdamW moments (the buffers hold placeholders).
+    /// ZeRO-1–3: this rank's shard of the AdamW moments (the buffers hold placeholders).
     pub moments: Option<(View, View)>,
+    /// ZeRO-3: `buffers.params` is this rank's shard (stored as the grid's storage says).
+    pub params_sharded: bool,
+    /// ZeRO-2/3: `buffers.grads` is this rank's gradient shard, the model runs block by block.
+    pub blocks: Option<Blocks>,
+    pub split: bool,
     /// Activation slots; all share `buffers`.
     pub slots: Vec<GpuModel>,
     /// Slot holding each microbatch's activations.
@@ -73,11 +80,15 @@ fn pass_index(kind: Kind) -> usize {
 impl Chunk {
     /// Builds the chunk on `gpu`, initialised exactly like one device with `cfg.seed`.
     pub fn new(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Result<Chunk> {
+        if spec.zero >= 2 && spec.dp.1 > 1 {
+            return by_blocks(gpu, cfg, spec);
+        }
         let (t, r) = (spec.tp.t, spec.tp.r);
         let full = cfg.model.init(&cfg.model.layout(spec.blocks), cfg.seed);
         let shards = tp::shard(&cfg.model, spec.blocks, &full, t)?;
         let local = cfg.model.layout_tp(spec.blocks, t);
-        let buffers = if spec.sharded {
+        let sharded = spec.zero >= 1 && spec.dp.1 > 1;
+        let buffers = if sharded {
             Buffers::without_moments(gpu, &local)
         } else {
             Buffers::new(gpu, &local)
@@ -102,16 +113,8 @@ impl Chunk {
         let units: Vec<Range<usize>> = buckets.iter().map(|b| b.range.clone()).collect();
         let (rank, d) = spec.dp;
         let grid = Grid::new(&units, local.total, d)?;
-        let unit_of = buckets
-            .iter()
-            .map(|b| {
-                grid.units
-                    .iter()
-                    .position(|u| u.range == b.range)
-                    .ok_or_else(|| Error::Config(format!("bucket {:?} is no grid unit", b.range)))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let (optim, moments) = if spec.sharded {
+        let unit_of = units_of(&grid, &buckets)?;
+        let (optim, moments) = if sharded {
             let len = grid.shard_len(rank).max(1);
             let m = gpu.buffer_in(Category::OptimizerState, "adam.m shard", len);
             let v = gpu.buffer_in(Category::OptimizerState, "adam.v shard", len);
@@ -135,6 +138,9 @@ impl Chunk {
             stage: spec.stage,
             buffers,
             moments,
+            params_sharded: false,
+            blocks: None,
+            split: spec.split,
             slots,
             held: HashMap::new(),
             peak: 0,
@@ -148,7 +154,10 @@ impl Chunk {
     }
 
     /// The kernels of segments `segs` of pass `kind` of slot `slot`.
-    pub fn ops(&self, slot: usize, kind: Kind, segs: &Range<usize>) -> &[Op] {
+    pub fn ops(&self, slot: usize, kind: Kind, segs: &Range<usize>) -> Result<Cow<'_, [Op]>> {
+        if let Some(b) = &self.blocks {
+            return Ok(Cow::Owned(b.ops(kind != Kind::F, segs)?));
+        }
         let m = &self.slots[slot];
         let all = match kind {
             Kind::F => &m.forward,
@@ -157,7 +166,72 @@ impl Chunk {
         };
         let seg = &self.segments[pass_index(kind)];
         let (a, b) = (seg[segs.start].start, seg[segs.end - 1].end);
-        &all[a..b]
+        Ok(Cow::Borrowed(&all[a..b]))
+    }
+
+    /// Activation slots (one for a chunk run block by block).
+    pub fn slot_count(&self) -> usize {
+        if self.blocks.is_some() {
+            1
+        } else {
+            self.slots.len()
+        }
+    }
+
+    /// Where slot `slot` takes its token ids and targets.
+    pub fn io(&self, slot: usize) -> Result<(&View, &View)> {
+        match &self.blocks {
+            Some(b) => {
+                let c = &b.work()?.chain;
+                Ok((c.tokens(), c.targets()))
+            }
+            None => Ok((&self.slots[slot].tokens, &self.slots[slot].targets)),
+        }
+    }
+
+    /// Per-token losses of slot `slot`'s last forward.
+    pub fn losses(&self, slot: usize) -> Result<Vec<f32>> {
+        match &self.blocks {
+            Some(b) => b.work()?.chain.losses(),
+            None => self.slots[slot].losses(),
+        }
+    }
+
+    /// The buffer the backward accumulates gradients into (the step's full buffer of a chunk
+    /// run block by block).
+    pub fn grads_full(&self) -> Result<&View> {
+        match &self.blocks {
+            Some(b) => Ok(&b.work()?.grads),
+            None => Ok(&self.buffers.grads),
+        }
+    }
+
+    /// Where this rank's reduced chunk of bucket `bucket` lands: the gradient shard (ZeRO-2/3)
+    /// or its own range of the full gradients (ZeRO-1).
+    pub fn own_grads(&self, bucket: usize, rank: usize) -> View {
+        let own = self.own_part(bucket, rank);
+        if self.blocks.is_some() {
+            let at = self.grid.units[self.unit_of[bucket]].storage[rank];
+            self.buffers.grads.slice(at, own.len())
+        } else {
+            self.buffers.grads.slice(own.start, own.len())
+        }
+    }
+
+    /// The step starts: a chunk run block by block allocates its step buffers.
+    pub fn begin_step(&mut self, gpu: &Gpu) -> Result<()> {
+        let total = self.grid.total;
+        if let Some(b) = &mut self.blocks {
+            b.begin(gpu, total, &self.buffers.params)?;
+        }
+        Ok(())
+    }
+
+    /// The step ended: its buffers are freed.
+    pub fn end_step(&mut self) {
+        if let Some(b) = &mut self.blocks {
+            b.work = None;
+        }
     }
 
     /// The view all-reduced at tensor-parallel cut `cut` of pass `kind` in slot `slot`.
@@ -229,6 +303,7 @@ fn cut(m: &GpuModel, buckets: &[Bucket], split: bool) -> ([Vec<Range<usize>>; 3]
         weight: Vec::new(),
         buckets: buckets.len(),
         split,
+        gather: false,
     };
     let segments = [
         ranges(&fwd_points, m.forward.len()),
@@ -236,4 +311,97 @@ fn cut(m: &GpuModel, buckets: &[Bucket], split: bool) -> ([Vec<Range<usize>>; 3]
         ranges(&[], m.weight.len()),
     ];
     (segments, shape)
+}
+
+/// A ZeRO-2/3 chunk (flat data-parallel group, the whole model): persistent shards, the model
+/// run block by block over step-scoped buffers ([`super::blocks`]).
+fn by_blocks(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Result<Chunk> {
+    let model = cfg.model;
+    let layout = model.layout(spec.blocks);
+    let spans = crate::parallel::chain::spans(&model)?;
+    // the buckets come from a probe model's backward (one small microbatch)
+    let probe = GpuModel::new(
+        gpu,
+        model,
+        spec.blocks,
+        crate::model::Micro { b: 1, t: 1 },
+        1.0,
+    )?;
+    let buckets = buckets(&layout, &probe.grad_ready, spec.bucket_bytes);
+    drop(probe);
+    let units: Vec<Range<usize>> = buckets.iter().map(|b| b.range.clone()).collect();
+    let (rank, d) = spec.dp;
+    let grid = Grid::new(&units, layout.total, d)?;
+    let unit_of = units_of(&grid, &buckets)?;
+    let gather = spec.zero >= 3;
+    let shard = grid.shard_len(rank).max(1);
+    let init = model.init(&layout, cfg.seed);
+    let params = if gather {
+        let p = gpu.buffer_in(Category::Parameters, "params shard", shard);
+        let mut host = vec![0.0f32; shard];
+        for (u, unit) in grid.units.iter().enumerate() {
+            let c = grid.chunk(u, rank);
+            let at = unit.storage[rank];
+            host[at..at + c.len()].copy_from_slice(&init[c]);
+        }
+        gpu.upload(&p, &host)?;
+        p
+    } else {
+        let p = gpu.buffer_in(Category::Parameters, "params", layout.total);
+        gpu.upload(&p, &init)?;
+        p
+    };
+    let grads = gpu.buffer_in(Category::Gradients, "grads shard", shard);
+    let m = gpu.buffer_in(Category::OptimizerState, "adam.m shard", shard);
+    let v = gpu.buffer_in(Category::OptimizerState, "adam.v shard", shard);
+    let pieces = grid.pieces(rank, gather, true);
+    let optim = Optimizer::sharded(gpu, &layout, &params, &grads, &m, &v, &pieces)?;
+    let zero_grads = crate::kernels::elementwise::fill(gpu, &grads, 0.0)?;
+    let shape = blocks::shape(&spans, &buckets, gather);
+    let per: Vec<Range<usize>> = (0..spans.len()).map(|i| i..i + 1).collect();
+    let buffers = Buffers {
+        layout,
+        params,
+        grads,
+        m: m.slice(0, 0),
+        v: v.slice(0, 0),
+    };
+    Ok(Chunk {
+        stage: spec.stage,
+        buffers,
+        moments: Some((m, v)),
+        params_sharded: gather,
+        blocks: Some(Blocks {
+            spans,
+            gather,
+            work: None,
+            model,
+            micro: cfg.micro,
+            dloss: spec.dloss,
+        }),
+        split: false,
+        slots: Vec::new(),
+        held: HashMap::new(),
+        peak: 0,
+        unit_of,
+        grid,
+        optim,
+        zero_grads,
+        segments: [per.clone(), per, vec![]],
+        shape,
+    })
+}
+
+/// The grid unit of each bucket (the grid keeps its units in flat order, buckets come in
+/// backward order).
+fn units_of(grid: &Grid, buckets: &[Bucket]) -> Result<Vec<usize>> {
+    buckets
+        .iter()
+        .map(|b| {
+            grid.units
+                .iter()
+                .position(|u| u.range == b.range)
+                .ok_or_else(|| Error::Config(format!("bucket {:?} is no grid unit", b.range)))
+        })
+        .collect()
 }

@@ -143,7 +143,7 @@ impl Runtime {
                             r: at.tp_rank,
                         },
                         dp: (at.replica, mesh.dp),
-                        sharded: mesh.zero == 1 && mesh.dp > 1,
+                        zero: mesh.zero,
                         split: schedule.kind.split_backward(),
                         bucket_bytes: opts.bucket_bytes,
                         dloss,

@@ -19,7 +19,8 @@
 //! device 1, `tp` the tensor-parallel all-reduce at a cut, `ar3` / `rs3` all-reduce /
 //! reduce-scatter of gradient bucket 3 over the data-parallel group, `norm` the gradient-norm
 //! reduction over every device, `adam` the optimizer on this device's (shard of the)
-//! parameters, `ag3` all-gather of bucket 3's updated parameters (ZeRO-1).
+//! parameters, `ag3` all-gather of bucket 3's updated parameters (ZeRO-1/2), `us2` gather block 2's
+//! parameters from their shards (ZeRO-3).
 
 use std::fmt;
 use std::ops::Range;
@@ -59,8 +60,12 @@ pub enum Op {
     GradNorm,
     /// AdamW on this device's parameters (the data-parallel rank's shard under ZeRO-1).
     Optimizer,
-    /// ZeRO-1: all-gather bucket `bucket` of local chunk `chunk`'s updated parameters.
+    /// ZeRO-1/2: all-gather bucket `bucket` of local chunk `chunk`'s updated parameters.
     GatherParams { chunk: usize, bucket: usize },
+    /// ZeRO-3: all-gather block `block`'s parameters from the shards into its slot (block % 2;
+    /// the next unshard of the same slot reshards it). Issued one block ahead of the compute
+    /// that reads it: the prefetch.
+    Unshard { chunk: usize, block: usize },
 }
 
 impl Op {
@@ -110,6 +115,7 @@ impl Op {
             Op::GradNorm => "norm".into(),
             Op::Optimizer => "adam".into(),
             Op::GatherParams { chunk: c, bucket } => format!("ag{}{bucket}", chunk(*c)),
+            Op::Unshard { chunk: c, block } => format!("us{}{block}", chunk(*c)),
         }
     }
 }
@@ -122,6 +128,9 @@ pub enum Mark {
     /// Gradient buckets (indices into the chunk's buckets) are final here, inside the pass; a
     /// bucket no mark names is final at the end of the pass.
     Ready(Vec<usize>),
+    /// A block boundary of a chunk run block by block (ZeRO-2/3): nothing happens here unless
+    /// the chunk gathers its blocks' parameters.
+    Block,
 }
 
 /// What the lowering needs to know about one model chunk (stage) of a device: the marks of
@@ -137,9 +146,20 @@ pub struct ChunkShape {
     /// Backward split into B (input gradients) and W (weight gradients): buckets are final
     /// after the chunk's last W, not at marks of a pass.
     pub split: bool,
+    /// ZeRO-3: the chunk runs block by block (segment i of the forward is block i, of the
+    /// backward block n − 1 − i) and gathers each block's parameters before it.
+    pub gather: bool,
 }
 
 impl ChunkShape {
+    /// The block segment `seg` of pass `kind` computes (chunks run block by block).
+    pub fn block_of(&self, kind: Kind, seg: usize) -> usize {
+        match kind {
+            Kind::F => seg,
+            _ => self.backward.len() - seg,
+        }
+    }
+
     /// The marks of the pass `kind`.
     pub fn marks(&self, kind: Kind) -> &[Mark] {
         match kind {

@@ -8,7 +8,9 @@
 //!                   in the chunk's last backward, each bucket's reduction right after the
 //!                   segment that makes it final (zero-bubble: after the chunk's last W)
 //!   >to             the output, when it goes to another pipeline device
-//! then: norm, adam, and under ZeRO-1 the all-gather of every bucket's parameters
+//! then: norm, adam, and under ZeRO-1/2 the all-gather of every bucket's parameters
+//! ZeRO-3 (block by block): us0 us1 F.0 us2 F.1 … before each block's compute the next block's
+//!   gather (the prefetch); the backward likewise from the last block down
 //! ```
 //!
 //! So a stage's gradients are reduced as soon as its own last backward has produced them,
@@ -22,7 +24,7 @@ use crate::pipeline::schedule::{Action, Kind, Schedule};
 
 /// The programs of every device of `mesh` (index = global device), running `schedule` (p =
 /// pp devices, m microbatches, v chunks); `shapes[s][c]` is local chunk c of pipeline device s.
-/// ZeRO stages above 1 are not lowered here.
+/// ZeRO-2/3 are lowered for a flat data-parallel group (tp = pp = 1).
 pub fn lower(mesh: &Mesh, schedule: &Schedule, shapes: &[Vec<ChunkShape>]) -> Result<Plan> {
     if schedule.p != mesh.pp || schedule.m != mesh.microbatches || schedule.v != mesh.chunks {
         return Err(Error::Config(format!(
@@ -33,9 +35,9 @@ pub fn lower(mesh: &Mesh, schedule: &Schedule, shapes: &[Vec<ChunkShape>]) -> Re
             mesh.describe()
         )));
     }
-    if mesh.zero > 1 {
+    if mesh.zero > 1 && (mesh.pp > 1 || mesh.tp > 1) {
         return Err(Error::Config(format!(
-            "ZeRO stage {} is not lowered to device programs (ZeRO-2/3 run on their own runner)",
+            "ZeRO stage {} is lowered for a flat data-parallel group only (tp = pp = 1)",
             mesh.zero
         )));
     }
@@ -66,7 +68,7 @@ fn device_ops(mesh: &Mesh, sched: &Schedule, shapes: &[ChunkShape], at: Coords) 
     let list = &sched.actions[at.stage];
     let global = |stage: usize| mesh.device(Coords { stage, ..at });
     let reduce = mesh.dp > 1;
-    let scatter = mesh.zero == 1;
+    let scatter = mesh.zero >= 1;
     // the last action of each chunk that writes its parameter gradients
     let grads_done: Vec<Option<usize>> = (0..sched.v)
         .map(|c| {
@@ -106,12 +108,57 @@ fn device_ops(mesh: &Mesh, sched: &Schedule, shapes: &[ChunkShape], at: Coords) 
     }
     ops.push(Op::GradNorm);
     ops.push(Op::Optimizer);
-    if reduce && scatter {
+    // ZeRO-3 gathers no parameters after the update: the next use unshards them
+    if reduce && (mesh.zero == 1 || mesh.zero == 2) {
         for (chunk, shape) in shapes.iter().enumerate() {
             ops.extend((0..shape.buckets).map(|bucket| Op::GatherParams { chunk, bucket }));
         }
     }
     ops
+}
+
+/// A chunk run block by block with its blocks gathered (ZeRO-3): before the pass the first
+/// block's parameters, and each block's gather one block ahead of its compute (the prefetch);
+/// when `reduce_here`, each bucket's reduction after the block that makes it final.
+fn gathered_pass(
+    ops: &mut Vec<Op>,
+    a: &Action,
+    shape: &ChunkShape,
+    reduce_here: bool,
+    scatter: bool,
+) -> Vec<usize> {
+    let marks = shape.marks(a.kind);
+    let n = marks.len() + 1;
+    let unshard = |seg: usize| Op::Unshard {
+        chunk: a.chunk,
+        block: shape.block_of(a.kind, seg),
+    };
+    let mut pending: Vec<usize> = if reduce_here {
+        (0..shape.buckets).collect()
+    } else {
+        Vec::new()
+    };
+    ops.push(unshard(0));
+    for seg in 0..n {
+        if seg + 1 < n {
+            ops.push(unshard(seg + 1));
+        }
+        ops.push(Op::Compute {
+            action: *a,
+            segs: seg..seg + 1,
+        });
+        if let Some(Mark::Ready(buckets)) = marks.get(seg).filter(|_| reduce_here) {
+            for &bucket in buckets {
+                ops.push(Op::ReduceGrad {
+                    chunk: a.chunk,
+                    bucket,
+                    scatter,
+                });
+                pending.retain(|&b| b != bucket);
+            }
+        }
+    }
+    pending
 }
 
 /// The pass of `a` cut at its marks: compute segments, a tensor-parallel all-reduce at each
@@ -124,6 +171,9 @@ fn pass_ops(
     reduce_here: bool,
     scatter: bool,
 ) -> Vec<usize> {
+    if shape.gather {
+        return gathered_pass(ops, a, shape, reduce_here, scatter);
+    }
     let marks = shape.marks(a.kind);
     let (mut from, mut cut) = (0, 0);
     let mut pending: Vec<usize> = if reduce_here {
@@ -157,7 +207,7 @@ fn pass_ops(
                 }
                 from = i + 1;
             }
-            Mark::Ready(_) => {}
+            Mark::Ready(_) | Mark::Block => {}
         }
     }
     ops.push(Op::Compute {

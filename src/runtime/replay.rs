@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! device d:  compute stream ── F/B/W, AdamW, tensor-parallel all-reduces (blocking, as in Megatron)
-//!            comm stream    ── gradient reductions and ZeRO-1 gathers (async: overlap compute)
+//!            comm stream    ── gradient reductions, ZeRO gathers (async: overlap compute; a
+//!                              ZeRO-3 block's compute waits for its gather, issued one block ahead)
 //!            link (d → e)   ── pipeline sends, one message at a time per direction
 //! a collective starts when its whole group has reached it; the gradient norm waits for the
 //! device's comm stream (every bucket reduced) and for every device
@@ -50,7 +51,10 @@ impl Clock {
 }
 
 fn is_dp(op: &Op) -> bool {
-    matches!(op, Op::ReduceGrad { .. } | Op::GatherParams { .. })
+    matches!(
+        op,
+        Op::ReduceGrad { .. } | Op::GatherParams { .. } | Op::Unshard { .. }
+    )
 }
 
 /// Replays `plan` with `cost[d][i]`, the seconds of op i of device d (kernel seconds for
@@ -87,6 +91,8 @@ fn run(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free_dp: bool) -> Result<Clo
     };
     let mut link_free: HashMap<(usize, usize), f64> = HashMap::new();
     let mut arrivals: HashMap<(usize, usize, Flow), VecDeque<f64>> = HashMap::new();
+    // ZeRO-3: when each (device, chunk, block)'s gathered parameters are in place
+    let mut gathered: HashMap<(usize, usize, usize), f64> = HashMap::new();
     loop {
         let mut moved = false;
         for d in 0..n {
@@ -94,7 +100,13 @@ fn run(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free_dp: bool) -> Result<Clo
             while let Some(op) = p.ops.get(pc[d]) {
                 let c = cost[d][pc[d]];
                 match op {
-                    Op::Compute { .. } => {
+                    Op::Compute { action, segs } => {
+                        let shape = &plan.shapes[p.place.stage][action.chunk];
+                        if shape.gather {
+                            let block = shape.block_of(action.kind, segs.start);
+                            let at = gathered.get(&(d, action.chunk, block)).copied();
+                            compute[d] = compute[d].max(at.unwrap_or(0.0));
+                        }
                         compute[d] += c;
                         clock.busy[d] += c;
                         clock.passes_end[d] = compute[d];
@@ -134,6 +146,9 @@ fn run(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free_dp: bool) -> Result<Clo
                         let dur = g.iter().map(|&q| cost[q][pc[q]]).fold(0.0, f64::max);
                         let dur = if dp && free_dp { 0.0 } else { dur };
                         for &q in &g {
+                            if let Op::Unshard { chunk, block } = other {
+                                gathered.insert((q, *chunk, *block), start + dur);
+                            }
                             if dp {
                                 comm[q] = start + dur;
                                 clock.dp_comm[q] += dur;

@@ -37,31 +37,25 @@ impl Runtime {
     }
 
     /// `which` of (stage, tensor rank) in the stage's rank-local layout: replica 0's buffer,
-    /// or the moment shards of every replica put together (ZeRO-1).
+    /// or the shards of every replica put together (ZeRO moments, ZeRO-3 parameters).
     fn local(&self, stage: usize, tp_rank: usize, which: Which) -> Result<Vec<f32>> {
         let (gpu, c) = self.chunk_at(0, stage, tp_rank);
-        let full = |v: &View| gpu.download(v);
-        match (which, &c.moments) {
-            (Which::Params, _) => full(&c.buffers.params),
-            (Which::M, None) => full(&c.buffers.m),
-            (Which::V, None) => full(&c.buffers.v),
-            (_, Some(_)) => {
-                let mut flat = vec![0.0f32; c.grid.total];
-                for r in 0..self.mesh.dp {
-                    let (gpu, c) = self.chunk_at(r, stage, tp_rank);
-                    let Some((m, v)) = &c.moments else {
-                        return Err(Error::Config("a ZeRO-1 rank has no moment shard".into()));
-                    };
-                    let shard: Vec<f32> = gpu.download(if which == Which::M { m } else { v })?;
-                    for (u, unit) in c.grid.units.iter().enumerate() {
-                        let ch = c.grid.chunk(u, r);
-                        let at = unit.storage[r];
-                        flat[ch.clone()].copy_from_slice(&shard[at..at + ch.len()]);
-                    }
-                }
-                Ok(flat)
+        if shard_of(c, which).is_none() {
+            return gpu.download(full_of(c, which));
+        }
+        let mut flat = vec![0.0f32; c.grid.total];
+        for r in 0..self.mesh.dp {
+            let (gpu, c) = self.chunk_at(r, stage, tp_rank);
+            let view = shard_of(c, which)
+                .ok_or_else(|| Error::Config("a ZeRO rank holds no shard".into()))?;
+            let shard: Vec<f32> = gpu.download(view)?;
+            for (u, unit) in c.grid.units.iter().enumerate() {
+                let ch = c.grid.chunk(u, r);
+                let at = unit.storage[r];
+                flat[ch.clone()].copy_from_slice(&shard[at..at + ch.len()]);
             }
         }
+        Ok(flat)
     }
 
     /// Loads `src` (stage-local layout of one tensor rank) into `which` of that (stage, rank)
@@ -69,12 +63,9 @@ impl Runtime {
     fn put_local(&self, stage: usize, tp_rank: usize, which: Which, src: &[f32]) -> Result<()> {
         for r in 0..self.mesh.dp {
             let (gpu, c) = self.chunk_at(r, stage, tp_rank);
-            match (which, &c.moments) {
-                (Which::Params, _) => gpu.upload(&c.buffers.params, src)?,
-                (Which::M, None) => gpu.upload(&c.buffers.m, src)?,
-                (Which::V, None) => gpu.upload(&c.buffers.v, src)?,
-                (_, Some((m, v))) => {
-                    let view = if which == Which::M { m } else { v };
+            match shard_of(c, which) {
+                None => gpu.upload(full_of(c, which), src)?,
+                Some(view) => {
                     let mut shard = vec![0.0f32; view.len];
                     for (u, unit) in c.grid.units.iter().enumerate() {
                         let ch = c.grid.chunk(u, r);
@@ -154,5 +145,23 @@ impl Runtime {
     /// SHA-256 of the parameters in the one-device layout.
     pub fn checksum(&self) -> Result<String> {
         Ok(checksum(&self.params()?))
+    }
+}
+
+/// The rank's shard of `which`, when it is sharded.
+fn shard_of(c: &Chunk, which: Which) -> Option<&View> {
+    match which {
+        Which::Params => c.params_sharded.then_some(&c.buffers.params),
+        Which::M => c.moments.as_ref().map(|m| &m.0),
+        Which::V => c.moments.as_ref().map(|m| &m.1),
+    }
+}
+
+/// The full (unsharded) buffer of `which`.
+fn full_of(c: &Chunk, which: Which) -> &View {
+    match which {
+        Which::Params => &c.buffers.params,
+        Which::M => &c.buffers.m,
+        Which::V => &c.buffers.v,
     }
 }

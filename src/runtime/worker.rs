@@ -142,6 +142,10 @@ impl Worker {
                 self.stage_of(*chunk),
                 format!("parameter gather of bucket {bucket}"),
             ),
+            Op::Unshard { chunk, block } => (
+                self.stage_of(*chunk),
+                format!("parameter gather of block {block}"),
+            ),
             Op::GradNorm => (self.stage_of(0), "gradient norm".into()),
             Op::Optimizer => (self.stage_of(0), "optimizer".into()),
         }
@@ -155,8 +159,11 @@ impl Worker {
         let mut records = Vec::with_capacity(self.ops.len());
         for c in &mut self.chunks {
             c.held.clear();
-            if let Err(e) = self.gpu.run(std::slice::from_ref(&c.zero_grads)) {
-                return Err(self.fail(&Op::Optimizer, s, true, e.to_string()));
+            let begun = c.begin_step(&self.gpu);
+            if let Err(e) = begun.and_then(|_| self.gpu.run(std::slice::from_ref(&c.zero_grads))) {
+                let msg = e.to_string();
+                self.end_step();
+                return Err(self.fail(&Op::Optimizer, s, true, msg));
             }
         }
         let ops = std::mem::take(&mut self.ops);
@@ -189,6 +196,7 @@ impl Worker {
             break;
         }
         self.ops = ops;
+        self.end_step();
         result?;
         Ok(WorkerRun {
             records,
@@ -198,6 +206,13 @@ impl Worker {
                 lr: self.cfg.lr_at(s),
             },
         })
+    }
+
+    /// Frees every chunk's step-scoped buffers.
+    fn end_step(&mut self) {
+        for c in &mut self.chunks {
+            c.end_step();
+        }
     }
 
     /// The failure of `op` (and the abort that releases every peer).
@@ -265,7 +280,7 @@ impl Worker {
                     let c = &self.chunks[*chunk];
                     let (range, _) = c.bucket_geometry(*bucket);
                     self.gpu
-                        .upload(&c.buffers.grads.slice(range.start, 1), &[f32::NAN])?;
+                        .upload(&c.grads_full()?.slice(range.start, 1), &[f32::NAN])?;
                 }
                 rec.link = self.reduce(*chunk, *bucket, *scatter, sc)?;
             }
@@ -282,6 +297,7 @@ impl Worker {
                 self.gpu.sync()?;
                 rec.device = t.elapsed().as_secs_f64();
             }
+            Op::Unshard { chunk, block } => rec.link = self.unshard(*chunk, *block)?,
             Op::GatherParams { chunk, bucket } => {
                 let c = &self.chunks[*chunk];
                 let (range, rel) = c.bucket_geometry(*bucket);

@@ -45,7 +45,7 @@ impl Worker {
         let slot = *c.held.get(&a.micro).ok_or_else(|| missing(a))?;
         let t = self
             .gpu
-            .run_timed(c.ops(slot, a.kind, &segs))?
+            .run_timed(&c.ops(slot, a.kind, &segs)?)?
             .as_secs_f64();
         if segs.end == n {
             self.stage_out(a, slot, last_stage, sc)?;
@@ -53,7 +53,7 @@ impl Worker {
                 if a.kind == Kind::F && last_stage {
                     sc.loss = f64::NAN;
                 } else {
-                    let g = &self.chunks[a.chunk].buffers.grads;
+                    let g = self.chunks[a.chunk].grads_full()?;
                     self.gpu.upload(&g.slice(0, 1), &[f32::NAN])?;
                 }
             }
@@ -68,7 +68,7 @@ impl Worker {
         let c = &mut self.chunks[a.chunk];
         let slot = match a.kind {
             Kind::F => {
-                let free = (0..c.slots.len())
+                let free = (0..c.slot_count())
                     .find(|s| !c.held.values().any(|h| h == s))
                     .ok_or_else(|| {
                         Error::Config(format!(
@@ -82,20 +82,20 @@ impl Worker {
             }
             _ => *c.held.get(&a.micro).ok_or_else(|| missing(a))?,
         };
-        let m = &c.slots[slot];
         let got = sc.inbox.remove(a);
+        let (tokens, targets) = c.io(slot)?;
         match (a.kind, got) {
-            (Kind::F, Some(act)) => self.gpu.upload(&m.resid[0], &act)?,
+            (Kind::F, Some(act)) => self.gpu.upload(&c.slots[slot].resid[0], &act)?,
             (Kind::F, None) => {
                 let (x, _) = batch(input, a.micro)?;
-                self.gpu.upload(&m.tokens, x)?
+                self.gpu.upload(tokens, x)?
             }
-            (Kind::B, Some(g)) => self.gpu.upload(&m.dresid, &g)?,
+            (Kind::B, Some(g)) => self.gpu.upload(&c.slots[slot].dresid, &g)?,
             _ => {}
         }
         if a.kind == Kind::F && last {
             let (_, y) = batch(input, a.micro)?;
-            self.gpu.upload(&m.targets, y)?;
+            self.gpu.upload(targets, y)?;
         }
         Ok(())
     }
@@ -104,13 +104,13 @@ impl Worker {
     /// straight to the inbox of a chunk on this device), the slot freed after its backward.
     fn stage_out(&mut self, a: &Action, slot: usize, last: bool, sc: &mut Scratch) -> Result<()> {
         let c = &mut self.chunks[a.chunk];
-        let m = &c.slots[slot];
         if a.kind == Kind::F && last {
-            sc.loss += m.losses()?.iter().map(|&l| l as f64).sum::<f64>();
+            sc.loss += c.losses(slot)?.iter().map(|&l| l as f64).sum::<f64>();
         }
+        // (a chunk run block by block is the whole model: it sends nothing)
         let out = match a.kind {
-            Kind::F if !last => Some(m.output()),
-            Kind::B if c.stage > 0 => Some(&m.dresid),
+            Kind::F if !last => c.slots.get(slot).map(|m| m.output()),
+            Kind::B if c.stage > 0 => c.slots.get(slot).map(|m| &m.dresid),
             _ => None,
         };
         if let (Some(view), Some(msg)) = (out, self.schedule.output(self.place.stage, a)) {
@@ -135,7 +135,7 @@ impl Worker {
                 sc.outbox.insert(*a, data);
             }
         }
-        if a.kind == Kind::W || (a.kind == Kind::B && !m.split) {
+        if a.kind == Kind::W || (a.kind == Kind::B && !c.split) {
             c.held.remove(&a.micro);
         }
         Ok(())

@@ -23,7 +23,7 @@ impl Worker {
         let stage = self.stage_of(chunk);
         let c = &self.chunks[chunk];
         let (range, rel) = c.bucket_geometry(bucket);
-        let view = c.buffers.grads.slice(range.start, range.len());
+        let view = c.grads_full()?.slice(range.start, range.len());
         let mut host: Vec<f32> = self.gpu.download(&view)?;
         if sc.local_bad.is_none() {
             if let Some(i) = host.iter().position(|x| !x.is_finite()) {
@@ -44,8 +44,8 @@ impl Worker {
             let own = c.own_part(bucket, rank);
             let rel_own = own.start - range.start..own.end - range.start;
             if !own.is_empty() {
-                let dst = c.buffers.grads.slice(own.start, own.len());
-                self.gpu.upload(&dst, &host[rel_own])?;
+                self.gpu
+                    .upload(&c.own_grads(bucket, rank), &host[rel_own])?;
             }
             l
         } else {
@@ -55,6 +55,36 @@ impl Worker {
             self.gpu.upload(&view, &host)?;
             l
         };
+        Ok(link)
+    }
+
+    /// ZeRO-3: block `block`'s parameters gathered from every rank's shard into its slot,
+    /// one part per grid unit the block meets (host staging: download → all-gather → upload).
+    pub(super) fn unshard(&mut self, chunk: usize, block: usize) -> Result<f64> {
+        let r = self.place.replica;
+        let c = &self.chunks[chunk];
+        let blocks = c
+            .blocks
+            .as_ref()
+            .ok_or_else(|| Error::Config(format!("chunk {chunk} gathers no blocks")))?;
+        let span = &blocks.spans[block];
+        let slot = &blocks.work()?.slots[block % 2];
+        let mut link = 0.0;
+        for part in c.grid.parts(span.range.clone()) {
+            let (a, b) = (part.bounds[r], part.bounds[r + 1]);
+            let mut host = vec![0.0f32; part.sub.len()];
+            if b > a {
+                let mine: Vec<f32> = self
+                    .gpu
+                    .download(&c.buffers.params.slice(part.storage[r], b - a))?;
+                host[a..b].copy_from_slice(&mine);
+            }
+            link += comm_call(&mut *self.comms.dp, |d| {
+                d.all_gather(&mut host, &part.bounds)
+            })?;
+            let dst = slot.slice(part.sub.start - span.range.start, part.sub.len());
+            self.gpu.upload(&dst, &host)?;
+        }
         Ok(link)
     }
 
@@ -84,7 +114,7 @@ impl Worker {
             .chunks
             .iter()
             .any(|c| c.stage + 1 == self.schedule.stages());
-        let counts = self.mesh.zero == 1 || self.place.replica == 0;
+        let counts = self.mesh.zero >= 1 || self.place.replica == 0;
         let mut share = Share {
             device: self.device,
             stage: self.chunks[0].stage,

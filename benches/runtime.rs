@@ -1,0 +1,330 @@
+//! The one runtime against the runners it replaced, in one run, medians over several steps.
+//!
+//! 1. **Exposed data-parallel communication on the device clock** (dp = 2 × pp = 2, 1F1B,
+//!    m = 8, a small GPT, devices one at a time for clean kernel times, a 1 GB/s + 10 µs link:
+//!    slow enough that a stage's ≈ 0.4 MB of gradients is a visible share of a backward pass).
+//!    *Before*: `parallel::hybrid::DpPipeline` runs every replica's whole schedule, then
+//!    all-reduces each stage's gradients, so its comm is exposed in full: its step is the
+//!    schedule's replay (`pipeline::timeline::summarize` of replica 0's report, sends on the
+//!    link) plus the slowest stage's all-reduce on the link model (its ledger has one call per
+//!    stage; stages sit on different devices, so they would run at once). *After*: the
+//!    runtime reduces each gradient bucket right after the segment of the stage's last
+//!    backward that finishes it, on a comm stream beside the compute; the replay of every
+//!    program gives `comm` (link-model seconds of the busiest device's comm stream) and
+//!    `exposed` (how much longer the step is than with that comm free). Two rows: the engine
+//!    as the trainer builds it (25 MiB buckets — one bucket per stage of this model, so the
+//!    first stage's reduction can only start after its last backward: nothing to hide it),
+//!    and the runtime with 32 KiB buckets (about a tensor each, the share of a stage a 25 MiB
+//!    bucket is of a ~300 MB stage; only the embedding's bucket, final at the very end of the
+//!    backward, is left exposed). `exp/comm` is the figure of merit (goal ≤ 10 %); `step` is
+//!    the device-clock step (before: without the norm and AdamW, which the old replay did not
+//!    time; after: with them).
+//! 2. **Executor overhead per action** (pp = 4, 1F1B, m = 8, the tiny model of
+//!    `benches/pipeline.rs`, devices concurrent): (wall of a step − wall of one device's
+//!    `Trainer` step over the same microbatches) / passes per step (2·p·m), for the old
+//!    `pipeline::executor::Pipeline` and for the runtime, the three run in turn step by step
+//!    so that load on the shared machine falls on all alike; `(best)` is the same from each
+//!    one's fastest step. Virtual devices share one CPU, so kernels cost what they cost on one
+//!    device and the difference is the executor's: threads, channels, host staging, timing
+//!    (goal ≤ 100 µs). The last line is the floor the device primitives set: wall per call of
+//!    an upload, an untimed and a timed empty pass, and a download on one idle device. A
+//!    pipeline pass makes one of each (the one-device step: an upload pair, one untimed pass
+//!    and one small download per microbatch), so these, not the executor's logic, are most of
+//!    its overhead.
+//!
+//! Run: `cargo bench --bench runtime` (prints `SKIP:` without an adapter).
+
+use std::time::Instant;
+
+use triaxis::collective::Ledger;
+use triaxis::cpu::AdamW;
+use triaxis::data::{AdditionSpec, Batcher, Corpus};
+use triaxis::engine::{Engine, EngineOptions};
+use triaxis::gpu::{AdapterChoice, Gpu};
+use triaxis::link::Link;
+use triaxis::mesh::Mesh;
+use triaxis::model::{GptConfig, Micro};
+use triaxis::parallel::hybrid::DpPipeline;
+use triaxis::pipeline::executor::{Options, Pipeline};
+use triaxis::pipeline::partition::Balance;
+use triaxis::pipeline::timeline::summarize;
+use triaxis::pipeline::{Schedule, ScheduleKind};
+use triaxis::runtime::{Runtime, RuntimeOptions};
+use triaxis::step::TrainConfig;
+use triaxis::train::Trainer;
+
+type Batches = Vec<(Vec<u32>, Vec<u32>)>;
+
+/// Steps before measuring (pipelines built, caches warm), and steps measured.
+const WARM: usize = 2;
+const STEPS: usize = 9;
+const STEPS_OVERHEAD: usize = 31;
+
+fn config(model: GptConfig, micro: Micro, m: usize) -> TrainConfig {
+    TrainConfig {
+        model,
+        micro,
+        grad_accum: m,
+        steps: 1,
+        adam: AdamW::default(),
+        warmup: 1,
+        min_lr_frac: 1.0,
+        seed: 1,
+    }
+}
+
+fn batches(corpus: &Corpus, micro: Micro, n: usize) -> Batches {
+    let mut b = Batcher::new(3);
+    (0..n)
+        .map(|_| corpus.train_batch(&mut b, micro).expect("batch"))
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Medians of one layout's steps on the device clock.
+struct Exposure {
+    step: f64,
+    comm: f64,
+    exposed: f64,
+    share: f64,
+}
+
+impl Exposure {
+    /// From per-step (device step, comm, exposed) seconds.
+    fn of(v: &[(f64, f64, f64)]) -> Exposure {
+        let col = |f: fn(&(f64, f64, f64)) -> f64| median(v.iter().map(f).collect());
+        Exposure {
+            step: col(|x| x.0),
+            comm: col(|x| x.1),
+            exposed: col(|x| x.2),
+            share: col(|x| x.2 / x.1.max(1e-12)),
+        }
+    }
+    fn row(&self, name: &str) {
+        println!(
+            "{name:<38} {:>9.2} {:>9.3} {:>9.3} {:>8.1} %",
+            self.step * 1e3,
+            self.comm * 1e3,
+            self.exposed * 1e3,
+            self.share * 100.0
+        );
+    }
+}
+
+/// Link-model seconds of the slowest call in `l` (one call per stage, each on its own devices).
+fn slowest_call(l: &Ledger) -> f64 {
+    let mut calls: Vec<usize> = l.entries.iter().map(|e| e.call).collect();
+    calls.dedup();
+    calls
+        .into_iter()
+        .map(|c| {
+            Ledger {
+                entries: l.entries.iter().filter(|e| e.call == c).cloned().collect(),
+                ..Ledger::default()
+            }
+            .link_clock()
+        })
+        .fold(0.0, f64::max)
+}
+
+fn exposure(gpus: &[Gpu], corpus: &Corpus, link: &Link) -> anyhow::Result<()> {
+    let (dp, p, m) = (2, 2, 8);
+    let micro = Micro { b: 2, t: 16 };
+    let model = GptConfig {
+        vocab: 13,
+        ctx: 16,
+        channels: 64,
+        heads: 4,
+        layers: 4,
+    };
+    let cfg = config(model, micro, m);
+    let data = batches(corpus, micro, dp * m);
+    let sched = Schedule::new(ScheduleKind::OneFOneB, p, m, 1)?;
+    let mesh = Mesh {
+        dp,
+        pp: p,
+        microbatches: m,
+        ..Mesh::default()
+    };
+    let popts = Options {
+        serial: true,
+        ..Options::default()
+    };
+    let mut old = DpPipeline::new(
+        gpus,
+        dp,
+        cfg.clone(),
+        sched.clone(),
+        &Balance::Params,
+        popts,
+    )?;
+    old.link = link.clone();
+    let eopts = EngineOptions {
+        link: link.clone(),
+        serial: true,
+        ..EngineOptions::default()
+    };
+    let mut engine = Engine::new(gpus, cfg.clone(), mesh, eopts)?;
+    let ropts = RuntimeOptions {
+        link: link.clone(),
+        serial: true,
+        bucket_bytes: 32 << 10,
+        ..RuntimeOptions::default()
+    };
+    let mut rt = Runtime::new(gpus, cfg.clone(), mesh, ropts)?;
+    let (mut before, mut after, mut small) = (Vec::new(), Vec::new(), Vec::new());
+    for s in 0..WARM + STEPS {
+        old.step(&data, s)?;
+        let sum = summarize(&sched, &old.reports[0], link, cfg.tokens_per_step())?;
+        let comm = slowest_call(&old.ledger.for_step(s));
+        let c = engine.step(&data, s)?;
+        let run = rt.step(&data, s)?;
+        let clock = rt.clock(&run)?;
+        let rt_comm = clock.dp_comm.iter().copied().fold(0.0, f64::max);
+        if s >= WARM {
+            before.push((sum.device_step + comm, comm, comm));
+            after.push((c.device_step, c.dp_comm, c.dp_exposed));
+            small.push((clock.makespan, rt_comm, clock.exposed_dp));
+        }
+    }
+    println!(
+        "\n1. exposed dp comm, device clock: dp {dp} × pp {p}, 1F1B, m = {m}, C = {}, L = {}, \
+         {}×{} tokens, link {:.1} GB/s + {:.0} µs, serial",
+        model.channels,
+        model.layers,
+        micro.b,
+        micro.t,
+        link.bandwidth_bytes_per_s / 1e9,
+        link.latency_s * 1e6
+    );
+    println!(
+        "{:<38} {:>9} {:>9} {:>9} {:>10}",
+        "", "step ms", "comm ms", "exposed", "exp/comm"
+    );
+    Exposure::of(&before).row("before: DpPipeline (all-reduce after)");
+    Exposure::of(&after).row("after: Engine (25 MiB buckets)");
+    Exposure::of(&small).row("after: runtime (32 KiB buckets)");
+    Ok(())
+}
+
+fn overhead(gpus: &[Gpu], corpus: &Corpus) -> anyhow::Result<()> {
+    let (p, m) = (4, 8);
+    let micro = Micro { b: 2, t: 8 };
+    let model = GptConfig {
+        vocab: 13,
+        ctx: 8,
+        channels: 16,
+        heads: 2,
+        layers: 4,
+    };
+    let cfg = config(model, micro, m);
+    let data = batches(corpus, micro, m);
+    let sched = Schedule::new(ScheduleKind::OneFOneB, p, m, 1)?;
+    let actions: usize = sched.actions.iter().map(Vec::len).sum();
+    let mesh = Mesh {
+        pp: p,
+        microbatches: m,
+        ..Mesh::default()
+    };
+    let mut one = Trainer::new(&gpus[0], cfg.clone())?;
+    let mut pipe = Pipeline::new(
+        gpus,
+        cfg.clone(),
+        sched,
+        &Balance::Params,
+        Options::default(),
+    )?;
+    let mut rt = Runtime::new(gpus, cfg, mesh, RuntimeOptions::default())?;
+    let (mut t_one, mut t_pipe, mut t_rt) = (Vec::new(), Vec::new(), Vec::new());
+    let time = |v: &mut Vec<f64>, s: usize, f: &mut dyn FnMut() -> anyhow::Result<()>| {
+        let t = Instant::now();
+        f()?;
+        if s >= WARM {
+            v.push(t.elapsed().as_secs_f64());
+        }
+        anyhow::Ok(())
+    };
+    for s in 0..WARM + STEPS_OVERHEAD {
+        time(&mut t_one, s, &mut || Ok(one.step(&data, 0).map(drop)?))?;
+        time(&mut t_pipe, s, &mut || Ok(pipe.step(&data, 0).map(drop)?))?;
+        time(&mut t_rt, s, &mut || Ok(rt.step(&data, 0).map(drop)?))?;
+    }
+    let base = median(t_one.clone());
+    let best = t_one.iter().copied().fold(f64::INFINITY, f64::min);
+    println!(
+        "\n2. executor overhead: pp {p}, 1F1B, m = {m}, C = {}, L = {}, {}×{} tokens, \
+         {actions} passes per step, devices concurrent",
+        model.channels, model.layers, micro.b, micro.t
+    );
+    println!(
+        "{:<38} {:>9} {:>14} {:>9}",
+        "", "step ms", "µs per action", "(best)"
+    );
+    println!("{:<38} {:>9.2}", "one device (Trainer)", base * 1e3);
+    for (name, t) in [
+        ("before: pipeline::executor", t_pipe),
+        ("after: runtime", t_rt),
+    ] {
+        let min = t.iter().copied().fold(f64::INFINITY, f64::min);
+        let t = median(t);
+        let per = |a: f64, b: f64| (a - b) / actions as f64 * 1e6;
+        println!(
+            "{name:<38} {:>9.2} {:>14.0} {:>9.0}",
+            t * 1e3,
+            per(t, base),
+            per(min, best)
+        );
+    }
+    // the floor the device primitives set: what one pass's host staging and timing cost
+    let g = &gpus[0];
+    let probe = g.buffer("probe", 256);
+    let host = vec![0f32; 256];
+    let floor = |f: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<f64> {
+        let mut v = Vec::new();
+        for _ in 0..41 {
+            let t = Instant::now();
+            f()?;
+            v.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        Ok(median(v))
+    };
+    let up = floor(&mut || Ok(g.upload(&probe, &host).and_then(|_| g.sync())?))?;
+    let run = floor(&mut || Ok(g.run(&[]).and_then(|_| g.sync())?))?;
+    let timed = floor(&mut || Ok(g.run_timed(&[]).map(drop)?))?;
+    let down = floor(&mut || Ok(g.download::<f32>(&probe).map(drop)?))?;
+    println!(
+        "one idle device, wall per call: upload 1 KiB + wait {up:.0} µs, empty pass + wait \
+         {run:.0} µs, empty timed pass {timed:.0} µs, download 1 KiB {down:.0} µs"
+    );
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let gpus = match AdapterChoice::from_env().and_then(|ch| Gpu::open_virtual(&ch, 4)) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("SKIP: no GPU adapter ({e})");
+            return Ok(());
+        }
+    };
+    let corpus = Corpus::addition(AdditionSpec {
+        digits: 2,
+        train_problems: 500,
+        val_problems: 10,
+        seed: 1,
+        reverse: true,
+    })?;
+    println!(
+        "runtime bench on {} (4 virtual devices; medians of {STEPS} / {STEPS_OVERHEAD} steps \
+         after {WARM})",
+        gpus[0].adapter_name()
+    );
+    // slow enough that a stage's gradients take a visible share of a backward pass
+    exposure(&gpus, &corpus, &Link::measured(1e9, 10e-6))?;
+    overhead(&gpus, &corpus)?;
+    Ok(())
+}
