@@ -32,6 +32,11 @@
 //!    and one small download per microbatch), so these, not the executor's logic, are most of
 //!    its overhead.
 //!
+//! 3. **ZeRO-3 prefetch** (dp = 2, the model of 1., the same link): the device-clock step when
+//!    each block's parameter gather is issued one block ahead of its compute (the runtime's
+//!    lowering) and when it is issued right before it; the comm stream runs the gathers and
+//!    the reduce-scatters, a block's compute waits for its gather.
+//!
 //! Run: `cargo bench --bench runtime` (prints `SKIP:` without an adapter).
 
 use std::time::Instant;
@@ -211,6 +216,64 @@ fn exposure(gpus: &[Gpu], corpus: &Corpus, link: &Link) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// ZeRO-3 (dp 2, block by block) on the device clock, each block's gather issued one block
+/// ahead of its compute vs right before it.
+fn zero3_prefetch(gpus: &[Gpu], corpus: &Corpus, link: &Link) -> anyhow::Result<()> {
+    let (dp, m) = (2, 2);
+    let micro = Micro { b: 2, t: 16 };
+    let model = GptConfig {
+        vocab: 13,
+        ctx: 16,
+        channels: 64,
+        heads: 4,
+        layers: 4,
+    };
+    let cfg = config(model, micro, m);
+    let data = batches(corpus, micro, dp * m);
+    let mesh = Mesh {
+        dp,
+        zero: 3,
+        microbatches: m,
+        ..Mesh::default()
+    };
+    let mut runs = Vec::new();
+    for prefetch in [false, true] {
+        let opts = RuntimeOptions {
+            link: link.clone(),
+            serial: true,
+            prefetch,
+            ..RuntimeOptions::default()
+        };
+        runs.push(Runtime::new(&gpus[..dp], cfg.clone(), mesh, opts)?);
+    }
+    let mut rows = vec![Vec::new(), Vec::new()];
+    for s in 0..WARM + STEPS {
+        for (rt, row) in runs.iter_mut().zip(&mut rows) {
+            let run = rt.step(&data, s)?;
+            let clock = rt.clock(&run)?;
+            let comm = clock.dp_comm.iter().copied().fold(0.0, f64::max);
+            if s >= WARM {
+                row.push((clock.makespan, comm, clock.exposed_dp));
+            }
+        }
+    }
+    println!(
+        "\n3. ZeRO-3 on the device clock: dp {dp}, m = {m}, C = {}, L = {}, link {:.1} GB/s + \
+         {:.0} µs, serial",
+        model.channels,
+        model.layers,
+        link.bandwidth_bytes_per_s / 1e9,
+        link.latency_s * 1e6
+    );
+    println!(
+        "{:<38} {:>9} {:>9} {:>9} {:>10}",
+        "", "step ms", "comm ms", "exposed", "exp/comm"
+    );
+    Exposure::of(&rows[0]).row("gather right before each block");
+    Exposure::of(&rows[1]).row("gather one block ahead (prefetch)");
+    Ok(())
+}
+
 fn overhead(gpus: &[Gpu], corpus: &Corpus) -> anyhow::Result<()> {
     let (p, m) = (4, 8);
     let micro = Micro { b: 2, t: 8 };
@@ -326,5 +389,6 @@ fn main() -> anyhow::Result<()> {
     // slow enough that a stage's gradients take a visible share of a backward pass
     exposure(&gpus, &corpus, &Link::measured(1e9, 10e-6))?;
     overhead(&gpus, &corpus)?;
+    zero3_prefetch(&gpus, &corpus, &Link::measured(1e9, 10e-6))?;
     Ok(())
 }

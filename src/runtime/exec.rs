@@ -10,12 +10,13 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::check;
 use super::chunk::{Chunk, ChunkSpec};
 use super::ir::{ChunkShape, Plan};
+use super::lower::lower_with;
 use super::replay::{replay, Clock};
 use super::report::op_costs;
 use super::worker::{Comms, StepIn, Worker, WorkerRun};
-use super::{check, lower};
 use crate::comm::{self, Communicator, GroupOptions};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -60,6 +61,8 @@ pub struct RuntimeOptions {
     pub comm: CommKind,
     /// How the model's blocks are split into pipeline stages.
     pub balance: Balance,
+    /// ZeRO-3: gather each block one block ahead of its compute.
+    pub prefetch: bool,
 }
 
 impl Default for RuntimeOptions {
@@ -75,6 +78,7 @@ impl Default for RuntimeOptions {
             bucket_bytes: BUCKET_BYTES,
             comm: CommKind::Local,
             balance: Balance::Params,
+            prefetch: true,
         }
     }
 }
@@ -171,7 +175,7 @@ impl Runtime {
                 )));
             }
         }
-        let plan = lower(&mesh, &schedule, &shapes)?;
+        let plan = lower_with(&mesh, &schedule, &shapes, opts.prefetch)?;
         check(&plan, &mesh, &schedule, opts.channel_bound)?;
         let mut groups = groups(&mesh, &opts);
         let workers = chunks

@@ -26,6 +26,17 @@ use crate::pipeline::schedule::{Action, Kind, Schedule};
 /// pp devices, m microbatches, v chunks); `shapes[s][c]` is local chunk c of pipeline device s.
 /// ZeRO-2/3 are lowered for a flat data-parallel group (tp = pp = 1).
 pub fn lower(mesh: &Mesh, schedule: &Schedule, shapes: &[Vec<ChunkShape>]) -> Result<Plan> {
+    lower_with(mesh, schedule, shapes, true)
+}
+
+/// [`lower`], with ZeRO-3's gathers issued one block ahead (`prefetch`) or each right before
+/// the block that reads it (to measure what the prefetch hides).
+pub fn lower_with(
+    mesh: &Mesh,
+    schedule: &Schedule,
+    shapes: &[Vec<ChunkShape>],
+    prefetch: bool,
+) -> Result<Plan> {
     if schedule.p != mesh.pp || schedule.m != mesh.microbatches || schedule.v != mesh.chunks {
         return Err(Error::Config(format!(
             "the schedule (p = {}, m = {}, v = {}) does not fit the layout {}",
@@ -53,7 +64,7 @@ pub fn lower(mesh: &Mesh, schedule: &Schedule, shapes: &[Vec<ChunkShape>]) -> Re
             Program {
                 device: d,
                 place,
-                ops: device_ops(mesh, schedule, &shapes[place.stage], place),
+                ops: device_ops(mesh, schedule, &shapes[place.stage], place, prefetch),
             }
         })
         .collect();
@@ -64,7 +75,13 @@ pub fn lower(mesh: &Mesh, schedule: &Schedule, shapes: &[Vec<ChunkShape>]) -> Re
     })
 }
 
-fn device_ops(mesh: &Mesh, sched: &Schedule, shapes: &[ChunkShape], at: Coords) -> Vec<Op> {
+fn device_ops(
+    mesh: &Mesh,
+    sched: &Schedule,
+    shapes: &[ChunkShape],
+    at: Coords,
+    prefetch: bool,
+) -> Vec<Op> {
     let list = &sched.actions[at.stage];
     let global = |stage: usize| mesh.device(Coords { stage, ..at });
     let reduce = mesh.dp > 1;
@@ -88,7 +105,14 @@ fn device_ops(mesh: &Mesh, sched: &Schedule, shapes: &[ChunkShape], at: Coords) 
         let finishing = reduce && grads_done[a.chunk] == Some(i);
         let shape = &shapes[a.chunk];
         // buckets final inside the pass are reduced between its segments, the rest after it
-        let mut after = pass_ops(&mut ops, a, shape, finishing && !shape.split, scatter);
+        let mut after = pass_ops(
+            &mut ops,
+            a,
+            shape,
+            finishing && !shape.split,
+            scatter,
+            prefetch,
+        );
         if finishing && shape.split {
             after = (0..shape.buckets).collect();
         }
@@ -126,6 +150,7 @@ fn gathered_pass(
     shape: &ChunkShape,
     reduce_here: bool,
     scatter: bool,
+    prefetch: bool,
 ) -> Vec<usize> {
     let marks = shape.marks(a.kind);
     let n = marks.len() + 1;
@@ -138,9 +163,13 @@ fn gathered_pass(
     } else {
         Vec::new()
     };
-    ops.push(unshard(0));
+    if prefetch {
+        ops.push(unshard(0));
+    }
     for seg in 0..n {
-        if seg + 1 < n {
+        if !prefetch {
+            ops.push(unshard(seg));
+        } else if seg + 1 < n {
             ops.push(unshard(seg + 1));
         }
         ops.push(Op::Compute {
@@ -170,9 +199,10 @@ fn pass_ops(
     shape: &ChunkShape,
     reduce_here: bool,
     scatter: bool,
+    prefetch: bool,
 ) -> Vec<usize> {
     if shape.gather {
-        return gathered_pass(ops, a, shape, reduce_here, scatter);
+        return gathered_pass(ops, a, shape, reduce_here, scatter, prefetch);
     }
     let marks = shape.marks(a.kind);
     let (mut from, mut cut) = (0, 0);
