@@ -1,8 +1,13 @@
-//! Data parallelism measured: d replicas on virtual devices, with and without overlapping the
-//! gradient all-reduce with backward, over link presets, on both clocks, next to the formula.
+//! Data parallelism measured through the engine: d replicas on virtual devices over link
+//! presets, on both clocks, next to the ring formula and a one-device reference.
 //!
-//! `cargo run --release --example data_parallel` — writes `runs/data_parallel/trace_d<d>.json`
-//! (compute and comm tracks of one step) and `data_parallel.json`.
+//! `cargo run --release --example data_parallel` — writes `runs/data_parallel/plan_d<d>.txt`
+//! (every device's op list of the lowered step) and `data_parallel.json`.
+//!
+//! Every layout runs on `triaxis::engine::Engine` (`Mesh { dp: d, .. }`): the wall clock from
+//! a run with the replicas concurrent, the device clock (`StepCosts::device_step`, every
+//! device's program replayed with its communication) from a run with one replica at a time.
+//! The engine reduces each bucket with a ring all-reduce as soon as backward finishes it.
 //!
 //! Every flag is checked before any device work (see `validate`); the caps are generous:
 //! degrees ≤ 1024, global batch ≤ 2²⁰ sequences, micro batch, sequence and width ≤ 65536,
@@ -17,16 +22,20 @@ use triaxis::cost::comm::{
     fraction_lost, large_p_allreduce_bytes, ring_allreduce_bytes, Convention, Link as CostLink,
     Overlap,
 };
-use triaxis::cpu::AdamW;
 use triaxis::data::{Batcher, Corpus};
+use triaxis::engine::EngineOptions;
 use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
+use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
-use triaxis::parallel::data::{DataParallel, DpOptions, DpStepReport};
 use triaxis::pipeline::Link;
 use triaxis::progress::{self, say};
+use triaxis::runtime::Op;
 use triaxis::step::TrainConfig;
+use triaxis::train::Trainer;
 
+#[path = "support/engine_steps.rs"]
+mod engine_steps;
 #[path = "support/model_flags.rs"]
 mod model_flags;
 
@@ -41,10 +50,11 @@ struct Args {
     /// Link presets for the device clock (comma list of nvlink, pcie, ethernet).
     #[arg(long, default_value = "nvlink,pcie,ethernet")]
     links: String,
-    /// Only run without overlap.
+    /// Only the rows without overlap (the engine always overlaps: these rows are the same
+    /// step with its comm serialised after compute).
     #[arg(long)]
     no_overlap: bool,
-    /// All-reduce algorithm: ring, naive or tree.
+    /// All-reduce algorithm: ring, naive or tree (checked; the engine reduces with the ring).
     #[arg(long, default_value = "ring")]
     algo: String,
     /// Global batch in sequences (split over d replicas × microbatches of --micro-batch; a
@@ -66,7 +76,8 @@ struct Args {
     /// Attention heads (they must divide --channels).
     #[arg(long, default_value_t = 4)]
     heads: usize,
-    /// Gradient bucket size in MB (above 0, at most 10⁶).
+    /// Gradient bucket size in MB (above 0, at most 10⁶): smaller buckets start reducing
+    /// sooner in the backward, each pays the link latency.
     #[arg(long, default_value_t = 0.25)]
     bucket_mb: f64,
     /// Measured steps per configuration (after one warm-up; 1 to 10⁶); the median is reported.
@@ -99,6 +110,17 @@ struct Checked {
     m: model_flags::Model,
 }
 
+/// Microbatches per replica: the global batch over d × micro batch, or why not.
+fn accumulation(global: usize, d: usize, micro_b: usize) -> anyhow::Result<usize> {
+    if micro_b == 0 || global == 0 || !global.is_multiple_of(d * micro_b) {
+        anyhow::bail!(
+            "--global-batch {global} with --degrees {d}: the global batch of {global} sequences \
+             is not divisible by d × microbatch = {d} × {micro_b}"
+        );
+    }
+    Ok(global / (d * micro_b))
+}
+
 /// Every flag, before any device work: the error names the flag and the constraint. The output
 /// directory comes last (checking it creates it).
 fn validate(a: &Args) -> anyhow::Result<Checked> {
@@ -118,9 +140,7 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
     let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?;
     let m = model_flags::check(a.layers, a.channels, a.heads, a.seq, a.micro_batch)?;
     for &d in &degrees {
-        DataParallel::accumulation(a.global_batch, d, a.micro_batch).map_err(|e| {
-            anyhow::anyhow!("--global-batch {} with --degrees {d}: {e}", a.global_batch)
-        })?;
+        accumulation(a.global_batch, d, a.micro_batch)?;
     }
     flags::output_dir("--out", &a.out)?;
     Ok(Checked {
@@ -130,6 +150,10 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
         choice,
         m,
     })
+}
+
+fn train_config(model: GptConfig, micro: Micro, k: usize, steps: usize) -> TrainConfig {
+    engine_steps::train_config(model, micro, k, steps, 1.0)
 }
 
 fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
@@ -159,115 +183,121 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         grad_bytes as f64 / 1e6
     );
     println!(
-        "batch    {} sequences × {} tokens per step; {algo:?} all-reduce, {} MB buckets",
+        "batch    {} sequences × {} tokens per step; the engine's ring all-reduce over {} MB \
+         buckets (asked: {algo:?}; the engine reduces with the ring)",
         a.global_batch, a.seq, a.bucket_mb
     );
+    // the one-device reference: the whole global batch accumulated on one device
+    let k1 = accumulation(a.global_batch, 1, a.micro_batch)?;
+    let reference = engine_steps::run(
+        &gpus,
+        train_config(model, micro, k1, a.steps + 1),
+        Mesh {
+            microbatches: k1,
+            ..Mesh::default()
+        },
+        EngineOptions {
+            serial: true,
+            ..EngineOptions::default()
+        },
+        &corpus,
+        1,
+    )?
+    .engine
+    .state()?;
     let overlaps: Vec<bool> = if a.no_overlap {
         vec![false]
     } else {
         vec![false, true]
     };
-    let bar = progress::bar((degrees.len() * overlaps.len()) as u64);
-    let mut batcher = Batcher::new(1);
+    let bar = progress::bar((degrees.len() * links.len()) as u64);
     let mut rows = Vec::new();
     say(
         &bar,
         format!(
-            "\n{:>2} {:>8} {:<9} {:>10} {:>11} {:>10} {:>10} {:>12} {:>7} {:>10} {:>10} {:>10}",
+            "\n{:>2} {:>8} {:<9} {:>11} {:>12} {:>10} {:>12} {:>7} {:>10} {:>10} {:>10} {:>8} {:>8}",
             "d",
             "overlap",
             "link",
-            "compute",
-            "comm(wall)",
-            "exposed",
+            "step(wall)",
+            "compute(dev)",
             "comm(dev)",
             "exposed(dev)",
             "comm %",
             "bytes/rank",
             "formula",
-            "tokens/s"
+            "tokens/s",
+            "buckets",
+            "Δ 1 dev"
         ),
     );
     for &d in &degrees {
-        let k = DataParallel::accumulation(a.global_batch, d, a.micro_batch)?;
-        for &overlap in &overlaps {
-            bar.set_message(format!("d={d} overlap={overlap}"));
-            let cfg = TrainConfig {
-                model,
-                micro,
-                grad_accum: k,
-                steps: a.steps + 1,
-                adam: AdamW::default(),
-                warmup: 1,
-                min_lr_frac: 1.0,
-                seed: 1,
-            };
-            let mut reports: Vec<Vec<DpStepReport>> = vec![Vec::new(); links.len()];
-            // one DataParallel per link preset: the link only changes the device-clock costing
-            for (li, link) in links.iter().enumerate() {
-                // wall clock: replicas concurrently; device clock: one at a time (clean kernel times)
-                let mut measure = |serial: bool| -> anyhow::Result<DpStepReport> {
-                    let opts = DpOptions {
-                        algo,
-                        link: link.clone(),
-                        overlap,
-                        serial,
-                        bucket_bytes: (a.bucket_mb * 1e6) as usize,
-                        ..Default::default()
-                    };
-                    let mut dp = DataParallel::new(&gpus[..d], cfg.clone(), opts)?;
-                    let mut got = Vec::new();
-                    for s in 0..=a.steps {
-                        let batches = (0..d * k)
-                            .map(|_| corpus.train_batch(&mut batcher, micro))
-                            .collect::<triaxis::Result<Vec<_>>>()?;
-                        let r = dp.step(&batches, s)?;
-                        if s > 0 {
-                            got.push(r);
-                        }
-                    }
-                    Ok(median(&mut got))
+        let k = accumulation(a.global_batch, d, a.micro_batch)?;
+        let cfg = train_config(model, micro, k, a.steps + 1);
+        let mesh = Mesh {
+            dp: d,
+            microbatches: k,
+            ..Mesh::default()
+        };
+        // per link: the wall-clock step, the device-clock costs, the difference to one device
+        let mut got = Vec::new();
+        for link in &links {
+            bar.set_message(format!("d={d} link={}", link.name));
+            // wall clock: replicas concurrently; device clock: one at a time (clean kernel times)
+            let engine_run = |serial: bool| {
+                let opts = EngineOptions {
+                    link: link.clone(),
+                    serial,
+                    bucket_bytes: (a.bucket_mb * 1e6) as usize,
+                    ..EngineOptions::default()
                 };
-                let wall = measure(false)?;
-                let dev = measure(true)?;
-                reports[li].push(DpStepReport {
-                    compute_wall: wall.compute_wall,
-                    comm_wall: wall.comm_wall,
-                    exposed_wall: wall.exposed_wall,
-                    step_wall: wall.step_wall,
-                    ..dev
-                });
-                let r = median(&mut reports[li]);
-                let formula = ring_allreduce_bytes(grad_bytes as f64, d);
-                let tokens = (a.global_batch * a.seq) as f64;
-                let step_dev = r.compute_device + r.exposed_device;
+                engine_steps::run(&gpus, cfg.clone(), mesh, opts, &corpus, 1)
+            };
+            let wall = engine_run(false)?.median().wall;
+            let dev = engine_run(true)?;
+            let diff = engine_steps::rel_diff(&dev.engine.state()?.params, &reference.params);
+            if let (Some(p), true) = (dev.engine.plan(), d > 1 && link == &links[0]) {
+                std::fs::write(a.out.join(format!("plan_d{d}.txt")), p.to_string())?;
+            }
+            let buckets =
+                engine_steps::count_ops(&dev.engine, |o| matches!(o, Op::ReduceGrad { .. }));
+            got.push((link, wall, dev.median(), diff, buckets));
+            bar.inc(1);
+        }
+        let formula = ring_allreduce_bytes(grad_bytes as f64, d);
+        let tokens = (a.global_batch * a.seq) as f64;
+        for &overlap in &overlaps {
+            for (link, wall, r, diff, buckets) in &got {
+                // the replay with data-parallel comm free: compute, norm and AdamW
+                let compute = r.device_step - r.dp_exposed;
+                // without overlap (not an engine mode) the same comm runs after compute
+                let exposed = if overlap { r.dp_exposed } else { r.dp_comm };
+                let step_dev = compute + exposed;
+                let wall = overlap.then_some(*wall);
                 say(&bar, format!(
-                    "{:>2} {:>8} {:<9} {:>8.1}ms {:>9.1}ms {:>8.1}ms {:>8.2}ms {:>10.2}ms {:>6.2}% {:>10} {:>10.0} {:>10.0}",
+                    "{:>2} {:>8} {:<9} {:>11} {:>10.1}ms {:>8.2}ms {:>10.2}ms {:>6.2}% {:>10} {:>10.0} {:>10.0} {:>8} {:>8.1e}",
                     d,
-                    if overlap { "yes" } else { "no" },
+                    if overlap { "yes" } else { "no*" },
                     link.name,
-                    r.compute_wall * 1e3,
-                    r.comm_wall * 1e3,
-                    r.exposed_wall * 1e3,
-                    r.comm_device.max(0.0) * 1e3,
-                    r.exposed_device.max(0.0) * 1e3,
-                    100.0 * r.exposed_device.max(0.0) / step_dev.max(1e-12),
-                    r.bytes_per_rank.iter().max().copied().unwrap_or(0),
+                    wall.map_or("-".into(), |w| format!("{:.1}ms", w * 1e3)),
+                    compute * 1e3,
+                    r.dp_comm.max(0.0) * 1e3,
+                    exposed.max(0.0) * 1e3,
+                    100.0 * exposed.max(0.0) / step_dev.max(1e-12),
+                    r.dp_bytes,
                     formula,
                     tokens / step_dev.max(1e-12),
+                    buckets,
+                    diff,
                 ));
-                rows.push(json!({"d": d, "overlap": overlap, "link": link.name, "compute_wall": r.compute_wall,
-                    "comm_wall": r.comm_wall, "exposed_wall": r.exposed_wall, "compute_device": r.compute_device,
-                    "comm_device": r.comm_device, "exposed_device": r.exposed_device,
-                    "bytes_per_rank": r.bytes_per_rank, "ring_formula_bytes": formula, "step_wall": r.step_wall}));
-                if overlap && li == 0 && d > 1 {
-                    std::fs::write(
-                        a.out.join(format!("trace_d{d}.json")),
-                        serde_json::to_string(&trace(d, &r))?,
-                    )?;
-                }
+                rows.push(
+                    json!({"d": d, "overlap": overlap, "link": link.name, "step_wall": wall,
+                    "compute_device": compute, "comm_device": r.dp_comm, "exposed_device": exposed,
+                    "step_device": step_dev, "bytes_per_rank": r.dp_bytes,
+                    "ring_formula_bytes": formula, "buckets": buckets,
+                    "rel_diff_one_device": diff, "costs": r}),
+                );
             }
-            bar.inc(1);
         }
     }
     bar.finish_and_clear();
@@ -275,18 +305,26 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
     let path = a.out.join("data_parallel.json");
     std::fs::write(&path, serde_json::to_string_pretty(&rows)?)?;
     println!(
-        "\nbytes/rank: the busiest rank's bytes sent in the ring; formula: 2(d−1)/d·S [{}]",
+        "\nbytes/rank: the busiest replica's bytes sent in the ring; formula: 2(d−1)/d·S [{}]",
         Convention::Ring
     );
     println!(
-        "wrote {} and trace_d<d>.json (compute and comm tracks, device clock; open in Perfetto)",
+        "compute(dev): the device-clock step with data-parallel comm free (passes, norm, AdamW); \
+         exposed(dev): the comm it does not hide; buckets: gradient reductions per device"
+    );
+    println!(
+        "no*: not an engine mode; the same step with its comm after compute (exposed = comm); \
+         Δ 1 dev: ‖θ − θ₁‖/‖θ₁‖ against the global batch on one device"
+    );
+    println!(
+        "wrote {} and plan_d<d>.txt (every device's op list)",
         path.display()
     );
     Ok(())
 }
 
-/// The price of layout-invariant bits: pairwise-tree accumulation + tree all-reduce against the
-/// default (sequential accumulation, ring), same global batch, on one device (the deepest tree).
+/// The price of layout-invariant bits: pairwise-tree accumulation against sequential
+/// accumulation, same global batch, on one device (the deepest tree; no all-reduce at d = 1).
 fn tree_cost(
     a: &Args,
     gpus: &[Gpu],
@@ -296,40 +334,25 @@ fn tree_cost(
 ) -> anyhow::Result<()> {
     use triaxis::parallel::accumulate::{Accumulation, TreeAccumulator};
     let d = 1;
-    let k = DataParallel::accumulation(a.global_batch, d, a.micro_batch)?;
-    if !k.is_power_of_two() || !d.is_power_of_two() {
+    let k = accumulation(a.global_batch, d, a.micro_batch)?;
+    if !k.is_power_of_two() {
         println!("\nlayout-invariant mode skipped: needs power-of-two d and accumulation (d = {d}, k = {k})");
         return Ok(());
     }
-    let cfg = TrainConfig {
-        model,
-        micro,
-        grad_accum: k,
-        steps: 4,
-        adam: AdamW::default(),
-        warmup: 1,
-        min_lr_frac: 1.0,
-        seed: 1,
-    };
+    let cfg = train_config(model, micro, k, 4);
     let mut wall = Vec::new();
-    for (algo, acc) in [
-        (Algo::Ring, Accumulation::Sequential),
-        (Algo::Tree, Accumulation::PairwiseTree),
-    ] {
-        let opts = DpOptions {
-            algo,
-            accumulation: acc,
-            overlap: false,
-            ..Default::default()
-        };
-        let mut dp = DataParallel::new(&gpus[..d], cfg.clone(), opts)?;
+    for acc in [Accumulation::Sequential, Accumulation::PairwiseTree] {
+        let mut tr = Trainer::with_accumulation(&gpus[0], cfg.clone(), acc)?;
         let mut b = Batcher::new(9);
         let mut t = Vec::new();
         for s in 0..4 {
             let batches = (0..d * k)
                 .map(|_| corpus.train_batch(&mut b, micro))
                 .collect::<triaxis::Result<Vec<_>>>()?;
-            t.push(dp.step(&batches, s)?.step_wall);
+            let t0 = std::time::Instant::now();
+            tr.step(&batches, s)?;
+            gpus[0].sync()?;
+            t.push(t0.elapsed().as_secs_f64());
         }
         t.sort_by(f64::total_cmp);
         wall.push(t[2]);
@@ -341,7 +364,7 @@ fn tree_cost(
     )?
     .bytes();
     println!(
-        "\nlayout-invariant mode (d = {d}, k = {k}): step {:.1} ms vs {:.1} ms sequential+ring on the wall clock ({:+.0} %), \
+        "\nlayout-invariant mode (d = {d}, k = {k}, one-device trainer): step {:.1} ms vs {:.1} ms sequential on the wall clock ({:+.0} %), \
          {:.2} MB more gradient memory per device ({} tree levels)",
         wall[1] * 1e3,
         wall[0] * 1e3,
@@ -350,33 +373,6 @@ fn tree_cost(
         k.trailing_zeros() + 1
     );
     Ok(())
-}
-
-/// The median report by device-clock step time.
-fn median(v: &mut [DpStepReport]) -> DpStepReport {
-    v.sort_by(|x, y| {
-        (x.compute_device + x.exposed_device).total_cmp(&(y.compute_device + y.exposed_device))
-    });
-    v[v.len() / 2].clone()
-}
-
-/// A Chrome trace of one step on the device clock: a compute track per replica (its measured
-/// kernel time) and a comm track with one slice per bucket all-reduce.
-fn trace(d: usize, r: &DpStepReport) -> serde_json::Value {
-    let us = |t: f64| t * 1e6;
-    let mut ev = vec![
-        json!({"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "device clock"}}),
-    ];
-    for rank in 0..d {
-        ev.push(json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": rank, "args": {"name": format!("replica {rank} compute")}}));
-        ev.push(json!({"ph": "X", "pid": 0, "tid": rank, "name": "forward+backward", "ts": 0.0, "dur": us(r.compute_device)}));
-    }
-    ev.push(json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": 100, "args": {"name": "all-reduce"}}));
-    for (b, t) in r.buckets.iter().enumerate() {
-        ev.push(json!({"ph": "X", "pid": 0, "tid": 100, "name": format!("bucket {b} ({} B)", t.bytes),
-            "ts": us(t.start_device), "dur": us(t.end_device - t.start_device), "args": {"ready": us(t.ready_device)}}));
-    }
-    json!({"traceEvents": ev, "displayTimeUnit": "ms"})
 }
 
 /// DESIGN.md's reference case, from the same cost functions the measurement quotes.

@@ -1,18 +1,17 @@
-//! Tensor parallelism measured: the whole model split over t ∈ {1, 2, 4} virtual devices
-//! (Megatron column/row split of every layer), its all-reduces costed on an intra-node link
-//! (NVLink-class) and an inter-node link (Ethernet-class), on the device clock.
+//! Tensor parallelism measured through the engine: the whole model split over t ∈ {1, 2, 4}
+//! virtual devices (`Mesh { tp: t, .. }`, Megatron column/row split of every layer), its
+//! all-reduces costed on an intra-node (NVLink-class) and an inter-node (Ethernet-class) link.
 //!
-//! `cargo run --release --example tensor_parallel` — prints, per (t, link): compute time, comm
-//! time and step time on the device clock, tokens/s and the slowdown against t = 1, with the
-//! bytes and the comm time the cost model predicts; then the same run projected onto an
-//! accelerator of `--reference-tflops`, and the cost model's reference case (a GPT-3 175B
-//! layer over 8 GPUs). Writes `runs/tensor_parallel/{tensor_parallel.json, step_time.svg,
-//! step_time_projected.svg}`.
+//! `cargo run --release --example tensor_parallel` — prints, per (t, link): compute, comm and
+//! step time on the device clock, tokens/s, the slowdown against t = 1, the bytes and comm time
+//! the cost model predicts and the distance to one device's parameters; then the same run
+//! projected onto an accelerator of `--reference-tflops`, and the cost model's reference case
+//! (a GPT-3 175B layer over 8 GPUs). Writes `runs/tensor_parallel/{tensor_parallel.json,
+//! step_time.svg, step_time_projected.svg}`.
 //!
-//! Device clock: each rank's kernels are timed by the GPU (timestamp queries) and a segment
-//! between two all-reduces costs its slowest rank; each all-reduce costs its ring on the link
-//! model. The ranks of a group share this machine's cores, so the wall clock says nothing about
-//! a real multi-GPU group and is not reported.
+//! Device clock (`StepCosts::device_step`): every rank's kernels timed by the GPU, every
+//! device's program replayed with each all-reduce's ring on the link model (one engine per
+//! link). The ranks share this machine's cores, so the wall clock is not reported.
 //!
 //! Every flag is checked before any device work (see `validate`); the caps are generous:
 //! degrees ≤ 1024, microbatch counts, micro batch, sequence and width ≤ 65536, layers ≤ 4096,
@@ -22,19 +21,19 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use serde_json::json;
-use triaxis::collective::{Kind, Ledger};
 use triaxis::cost::comm::{tp_block_traffic, Link as CostLink};
-use triaxis::cpu::AdamW;
-use triaxis::data::Batcher;
+use triaxis::engine::EngineOptions;
 use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
+use triaxis::mesh::Mesh;
 use triaxis::model::GptConfig;
-use triaxis::parallel::tensor::tensor_parallel;
 use triaxis::pipeline::Link;
 use triaxis::plot::{write_svg, Chart, Series};
 use triaxis::progress;
-use triaxis::step::TrainConfig;
+use triaxis::runtime::Op;
 
+#[path = "support/engine_steps.rs"]
+mod engine_steps;
 #[path = "support/model_flags.rs"]
 mod model_flags;
 
@@ -93,6 +92,8 @@ struct Row {
     bytes_per_rank: u64,
     predicted_comm: f64,
     predicted_bytes: f64,
+    /// ‖θ − θ₁‖/‖θ₁‖ after the run against the same steps on one device.
+    diff: f64,
 }
 
 impl Row {
@@ -177,70 +178,58 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         flops / 1e9
     );
     let bar = progress::bar(degrees.len() as u64);
-    let mut batcher = Batcher::new(1);
+    let cfg = engine_steps::train_config(model, micro, a.microbatches, a.steps + 1, 1.0);
+    let measure = |t: usize, link: &Link| {
+        let mesh = Mesh {
+            tp: t,
+            microbatches: a.microbatches,
+            ..Mesh::default()
+        };
+        let opts = EngineOptions {
+            tp_link: link.clone(),
+            serial: true,
+            ..EngineOptions::default()
+        };
+        engine_steps::run(&gpus, cfg.clone(), mesh, opts, &corpus, 1)
+    };
+    // the one-device run: the reference of every layout, and the t = 1 rows (no all-reduce,
+    // so no link to cost)
+    let one = measure(1, &links[0])?;
+    let one_device = one.engine.state()?;
     let mut rows: Vec<Row> = Vec::new();
     for &t in &degrees {
         bar.set_message(format!("t={t}"));
-        let cfg = TrainConfig {
-            model,
-            micro,
-            grad_accum: a.microbatches,
-            steps: a.steps + 1,
-            adam: AdamW::default(),
-            warmup: 1,
-            min_lr_frac: 1.0,
-            seed: 1,
-        };
-        // one run per t: the link only changes how the recorded all-reduces are costed
-        let mut tp = tensor_parallel(&gpus[..t], cfg, links[0].clone(), true)?;
-        let mut got: Vec<(f64, Ledger)> = Vec::new();
-        for s in 0..=a.steps {
-            let batches = (0..a.microbatches)
-                .map(|_| corpus.train_batch(&mut batcher, micro))
-                .collect::<triaxis::Result<Vec<_>>>()?;
-            let rep = tp.step(&batches, s)?;
-            let compute: f64 = rep.events.iter().map(|e| e.compute - e.tp_comm).sum();
-            if s > 0 {
-                got.push((compute, tp.tp_comm()[0].ledger.for_step(s)));
-            }
-        }
-        got.sort_by(|x, y| x.0.total_cmp(&y.0));
-        let (compute, ledger) = got.swap_remove(got.len() / 2);
-        let all_reduces = ledger
-            .entries
-            .iter()
-            .map(|e| e.call)
-            .collect::<std::collections::BTreeSet<_>>()
-            .len();
-        let bytes_per_rank = ledger.sent_by_rank(t).into_iter().max().unwrap_or(0);
         for link in &links {
-            let cost_link = CostLink {
-                bandwidth: link.bandwidth_bytes_per_s,
-                latency: link.latency_s,
+            let fresh;
+            let run = if t == 1 {
+                &one
+            } else {
+                fresh = measure(t, link)?;
+                &fresh
             };
-            let per_block = tp_block_traffic(micro.b, micro.t, model.channels, 4.0, t, cost_link);
+            let r = run.median();
+            let all_reduces =
+                engine_steps::count_ops(&run.engine, |o| matches!(o, Op::TpAllReduce { .. }));
+            let per_block = tp_block_traffic(micro.b, micro.t, model.channels, 4.0, t, cost(link));
             let blocks = (model.layers * a.microbatches) as f64;
             rows.push(Row {
                 t,
                 link: link.name.clone(),
-                compute,
-                comm: link_clock(&ledger, link),
+                // the all-reduces block the compute stream: the rest of the step is compute
+                compute: r.device_step - r.tp_comm,
+                comm: r.tp_comm,
                 all_reduces,
-                bytes_per_rank,
+                bytes_per_rank: r.tp_bytes,
                 predicted_comm: blocks * per_block.time,
                 predicted_bytes: blocks * per_block.bytes,
+                diff: engine_steps::rel_diff(&run.engine.state()?.params, &one_device.params),
             });
         }
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let base = |link: &str| {
-        rows.iter()
-            .find(|r| r.t == 1 && r.link == link)
-            .map(Row::step)
-    };
     println!("\nmeasured on this adapter (device clock, per step; comm = tensor-parallel all-reduces on the link model)");
-    table(&rows, tokens, &base, 1.0);
+    table(&rows, tokens, 1.0);
     let rate = rows
         .iter()
         .find(|r| r.t == 1)
@@ -261,13 +250,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                 ..r.clone()
             })
             .collect();
-        let pbase = |link: &str| {
-            projected
-                .iter()
-                .find(|r| r.t == 1 && r.link == link)
-                .map(Row::step)
-        };
-        table(&projected, tokens, &pbase, scale);
+        table(&projected, tokens, scale);
         chart(
             &a.out.join("step_time_projected.svg"),
             &format!(
@@ -295,14 +278,16 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             json!({"t": r.t, "link": r.link, "compute_device_s": r.compute, "comm_device_s": r.comm,
                 "step_device_s": r.step(), "all_reduces": r.all_reduces, "bytes_per_rank": r.bytes_per_rank,
                 "predicted_comm_s": r.predicted_comm, "predicted_bytes_per_rank": r.predicted_bytes,
-                "tokens_per_s": tokens / r.step()})
+                "tokens_per_s": tokens / r.step(), "rel_diff_one_device": r.diff})
         })
         .collect();
     std::fs::write(&path, serde_json::to_string_pretty(&json_rows)?)?;
     println!(
-        "\nall-reduces: 2 forward + 2 backward per layer per microbatch; bytes: the busiest rank's ring sends per step;"
+        "\ncompute: the device-clock step less its all-reduces (passes, norm, AdamW); all-reduces: one device's \
+         in the lowered step, 2 forward + 2 backward per layer per microbatch; bytes: the busiest rank's ring sends per step;"
     );
-    println!("predicted: the cost model's tp_block_traffic × layers × microbatches (ring, bytes/β + α per round)");
+    println!("predicted: the cost model's tp_block_traffic × layers × microbatches (ring, bytes/β + α per round);");
+    println!("Δ 1 dev: ‖θ − θ₁‖/‖θ₁‖ after the same steps on one device");
     println!(
         "wrote {}, step_time.svg and step_time_projected.svg",
         path.display()
@@ -310,19 +295,12 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The recorded all-reduces on `link`'s device clock: calls and rounds one after another, the
-/// hops of a round concurrently, so a round costs its largest hop (as `Ledger::link_clock`).
-fn link_clock(ledger: &Ledger, link: &Link) -> f64 {
-    let mut rounds: std::collections::BTreeMap<(usize, usize), u64> = Default::default();
-    for e in &ledger.entries {
-        if let Kind::Hop { round, .. } = e.kind {
-            let b = rounds.entry((e.call, round)).or_default();
-            *b = (*b).max(e.bytes);
-        }
+/// The cost model's view of a link preset.
+fn cost(link: &Link) -> CostLink {
+    CostLink {
+        bandwidth: link.bandwidth_bytes_per_s,
+        latency: link.latency_s,
     }
-    rounds
-        .values()
-        .fold(0.0, |acc, &b| acc + link.transfer_time(b))
 }
 
 /// Training FLOPs per token: 6 per weight of the layers and head (forward 2, backward 4) plus
@@ -333,26 +311,21 @@ fn model_flops(m: &GptConfig, seq: usize) -> f64 {
     6.0 * weights + 6.0 * l * 2.0 * seq as f64 * c
 }
 
-fn table(rows: &[Row], tokens: f64, base: &dyn Fn(&str) -> Option<f64>, scale: f64) {
+/// The rows, each step against t = 1's on the same link.
+fn table(rows: &[Row], tokens: f64, scale: f64) {
+    let base = |link: &str| {
+        rows.iter()
+            .find(|r| r.t == 1 && r.link == link)
+            .map(Row::step)
+    };
     println!(
-        "{:>2} {:<9} {:>11} {:>11} {:>11} {:>7} {:>12} {:>9} {:>12} {:>12} {:>13}",
-        "t",
-        "link",
-        "compute",
-        "comm",
-        "step",
-        "comm %",
-        "tokens/s",
-        "vs t=1",
-        "all-reduces",
-        "bytes/rank",
-        "predicted"
+        " t link          compute        comm        step  comm %     tokens/s    vs t=1  all-reduces   bytes/rank             predicted  Δ 1 dev"
     );
     for r in rows {
         let step = r.step();
         let slow = base(&r.link).map_or(f64::NAN, |b| step / b);
         println!(
-            "{:>2} {:<9} {:>9.3}ms {:>9.3}ms {:>9.3}ms {:>6.1}% {:>12.0} {:>8.2}× {:>12} {:>12} {:>8.0} B {:.3}ms",
+            "{:>2} {:<9} {:>9.3}ms {:>9.3}ms {:>9.3}ms {:>6.1}% {:>12.0} {:>8.2}× {:>12} {:>12} {:>8.0} B {:.3}ms {:>8.1e}",
             r.t,
             r.link,
             r.compute * 1e3,
@@ -365,6 +338,7 @@ fn table(rows: &[Row], tokens: f64, base: &dyn Fn(&str) -> Option<f64>, scale: f
             r.bytes_per_rank,
             r.predicted_bytes,
             r.predicted_comm * 1e3,
+            r.diff,
         );
     }
     if scale != 1.0 {
@@ -420,17 +394,7 @@ fn reference(tflops: f64) {
         compute1 * 1e3
     );
     for link in [Link::nvlink(), Link::pcie(), Link::ethernet()] {
-        let tr = tp_block_traffic(
-            b,
-            s,
-            h,
-            2.0,
-            t,
-            CostLink {
-                bandwidth: link.bandwidth_bytes_per_s,
-                latency: link.latency_s,
-            },
-        );
+        let tr = tp_block_traffic(b, s, h, 2.0, t, cost(&link));
         let step = compute1 / t as f64 + tr.time;
         println!(
             "  t = {t} over {:<9} compute {:.2} ms + comm {:.2} ms ({:.0} MB per GPU) = {:.2} ms: {:.1}× faster than one GPU, {:.0} % of the ideal {t}×",

@@ -1,7 +1,9 @@
-//! ZeRO measured: stages 0–3 × d virtual devices. Model-state bytes per device from the memory
-//! ledger next to the formula (f32 Adam: P = 4, G = 4, K = 8 bytes per parameter), activation
-//! and staging peaks beside them, bytes moved per step vs predicted, bit identity with stage 0,
-//! and the N = 7e9, p = 8 mixed-precision reference table from the same cost functions.
+//! ZeRO measured through the engine: stages 0–3 × d virtual devices (`Mesh { dp: d, zero, .. }`,
+//! every figure from `Engine::step`'s `StepCosts` and the memory ledger). Model-state bytes per
+//! device from the memory ledger next to the formula (f32 Adam: P = 4, G = 4, K = 8 bytes per
+//! parameter), activation and staging peaks beside them, bytes the busiest rank moves per step vs
+//! predicted, bit identity with stage 0, and the N = 7e9, p = 8 mixed-precision reference table
+//! from the same cost functions.
 //!
 //! `cargo run --release --example zero` — writes `runs/zero/zero.json`.
 //!
@@ -14,17 +16,17 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::json;
 use triaxis::cost::memory::{zero_state_bytes, ZeroStage};
-use triaxis::cpu::AdamW;
-use triaxis::data::Batcher;
+use triaxis::engine::EngineOptions;
 use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::memory::Usage;
-use triaxis::parallel::data::DpOptions;
-use triaxis::parallel::zero::{self, formula_bytes, Zero};
+use triaxis::mesh::Mesh;
+use triaxis::parallel::zero::{self, formula_bytes, predicted_comm_bytes};
 use triaxis::pipeline::Link;
 use triaxis::progress::{self, say};
-use triaxis::step::TrainConfig;
 
+#[path = "support/engine_steps.rs"]
+mod engine_steps;
 #[path = "support/model_flags.rs"]
 mod model_flags;
 
@@ -143,16 +145,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         micro,
     } = m;
     print_reference();
-    let cfg = TrainConfig {
-        model,
-        micro,
-        grad_accum: a.accum,
-        steps: a.steps + 1,
-        adam: AdamW::default(),
-        warmup: 1,
-        min_lr_frac: 0.1,
-        seed: 1,
-    };
+    let cfg = engine_steps::train_config(model, micro, a.accum, a.steps + 1, 0.1);
     let max_d = degrees.iter().copied().max().unwrap_or(1);
     let gpus = Gpu::open_virtual(&choice, max_d)?;
     let n_flat = model.layout(&model.blocks()).total;
@@ -167,68 +160,69 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         100.0 * (n_flat - model.param_count()) as f64 / n_flat as f64
     );
     println!(
-        "step     {} microbatch(es) of {}×{} tokens per rank; {} MB buckets = shard units; {} link",
+        "step     {} microbatch(es) of {}×{} tokens per rank; {} MB buckets = shard units; {} \
+         link",
         a.accum, a.micro_batch, a.seq, a.bucket_mb, a.link
     );
     let bar = progress::bar((degrees.len() * stages.len()) as u64);
     say(
         &bar,
         format!(
-            "\n{:>2} {:>5} | {:>10} {:>10} {:>7} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>6} {:>6} | {:>8} {:>8} {:>5}",
+            "\n{:>2} {:>5} | {:>10} {:>10} {:>7} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>6} {:>6} | {:>8} {:>8} {:>8} {:>5}",
             "d", "stage", "state MB", "formula", "Δ %", "peak P", "peak G", "act", "staging",
-            "comm MB", "predict", "×st0", "link ms", "step s", "bits=st0", "loss"
+            "MB/rank", "predict", "×st0", "link ms", "step s", "dev s", "bits=st0", "loss"
         ),
     );
-    let opts = DpOptions {
-        bucket_bytes: (a.bucket_mb * 1e6) as usize,
+    let opts = EngineOptions {
         link,
-        ..Default::default()
+        bucket_bytes: (a.bucket_mb * 1e6) as usize,
+        ..EngineOptions::default()
     };
     let mut rows = Vec::new();
-    let mut batcher = Batcher::new(1);
     for &d in &degrees {
-        let data: Vec<Vec<(Vec<u32>, Vec<u32>)>> = (0..=a.steps)
-            .map(|_| {
-                (0..d * a.accum)
-                    .map(|_| corpus.train_batch(&mut batcher, micro))
-                    .collect::<triaxis::Result<_>>()
-            })
-            .collect::<triaxis::Result<_>>()?;
         let (mut base_sum, mut base_comm) = (None, None);
         for &s in &stages {
             let st = zero::stage(s)?;
-            let mut z = Zero::new(&gpus[..d], cfg.clone(), opts.clone(), s)?;
-            let built = z.memory();
-            let mut reports = Vec::new();
-            for (i, b) in data.iter().enumerate() {
-                reports.push(z.step(b, i)?);
+            let mesh = Mesh {
+                dp: d,
+                zero: s,
+                microbatches: a.accum,
+                ..Mesh::default()
+            };
+            // the engine's own verdict on the layout (ZeRO needs a data-parallel group)
+            if let Err(e) = mesh.validate(&model, micro.b, micro.t, d) {
+                say(&bar, format!("{d:>2} {s:>5} | not run: {e}"));
+                bar.inc(1);
+                continue;
             }
-            let last = reports.last().expect("at least one step");
-            let state = max_of(&built, |u| u.current.model_state());
+            let run = engine_steps::run(&gpus, cfg.clone(), mesh, opts.clone(), &corpus, 1)?;
+            let last = run.last();
+            let state = max_of(&run.built, |u| u.current.model_state());
             let formula = formula_bytes(st, n_flat, d);
-            let sum = z.checksum()?;
+            // the whole group's bytes over the ranks: every rank of a ring sends the same share
+            let predicted = predicted_comm_bytes(st, n_flat, d, a.accum) as f64 / d as f64;
+            let sum = run.engine.checksum()?;
             if s == 0 {
                 base_sum = Some(sum.clone());
-                base_comm = Some(last.comm_bytes);
+                base_comm = Some(last.dp_bytes);
             }
             let same = base_sum.as_ref().map(|b| *b == sum);
             let ratio = base_comm
                 .filter(|&c| c > 0)
-                .map(|c| last.comm_bytes as f64 / c as f64);
+                .map(|c| last.dp_bytes as f64 / c as f64);
             let mem = &last.memory;
             let row = json!({
                 "d": d, "stage": s, "model_state_bytes": state, "formula_bytes": formula,
                 "peak": mem.iter().map(|u| &u.peak).collect::<Vec<_>>(),
-                "comm_bytes": last.comm_bytes, "predicted_bytes": last.predicted_bytes,
-                "comm_link_s": last.comm_link, "comm_wall_s": last.comm_wall,
-                "step_wall_s": last.step_wall, "bits_equal_stage0": same,
-                "max_shard_excess_elements": z.grid.max_shard_excess(),
-                "units": z.grid.units.len(), "loss": last.stats.loss, "checksum": sum,
+                "comm_bytes_busiest_rank": last.dp_bytes, "predicted_bytes_per_rank": predicted,
+                "comm_link_s": last.dp_comm, "step_wall_s": last.wall,
+                "step_device_s": last.device_step, "bits_equal_stage0": same,
+                "loss": last.stats.loss, "checksum": sum, "costs": last,
             });
             say(
                 &bar,
                 format!(
-                    "{:>2} {:>5} | {:>10} {:>10} {:>+7.3} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>6} {:>6.2} | {:>8.3} {:>8} {:>5.3}",
+                    "{:>2} {:>5} | {:>10} {:>10} {:>+7.3} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>6} {:>6.2} | {:>8.3} {:>8} {:>8} {:>5.3}",
                     d,
                     s,
                     mb(state),
@@ -238,11 +232,16 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                     mb(max_of(mem, |u| u.peak.gradients)),
                     mb(max_of(mem, |u| u.peak.activations)),
                     mb(max_of(mem, |u| u.peak.staging)),
-                    mb(last.comm_bytes as f64),
-                    mb(last.predicted_bytes as f64),
+                    mb(last.dp_bytes as f64),
+                    mb(predicted),
                     ratio.map_or("-".into(), |r| format!("{r:.2}")),
-                    1e3 * last.comm_link + 0.0, // an empty sum is -0.0
-                    last.step_wall,
+                    1e3 * last.dp_comm + 0.0, // an empty sum is -0.0
+                    last.wall,
+                    if last.device_step > 0.0 {
+                        format!("{:.3}", last.device_step)
+                    } else {
+                        "-".into()
+                    },
                     match same {
                         Some(true) => "yes",
                         Some(false) => "NO",
@@ -264,8 +263,12 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
          stage 3 two block-sized parameter slots);"
     );
     println!(
-        "comm = bytes sent rank to rank per step, all ranks together; predicted: (d-1)·4N per \
-         reduce-scatter or all-gather: stage 0 = 2, stages 1-2 = 2, stage 3 = 1 + 2·accum."
+        "MB/rank = bytes the busiest rank sent per step; predicted: (d-1)/d·4N per reduce-scatter or \
+         all-gather: stage 0 = 2, stages 1-2 = 2, stage 3 = 1 + 2·accum;"
+    );
+    println!(
+        "link ms = the busiest device's data-parallel comm on the link model; dev s = the \
+         device-clock step (- where the engine does not measure it)."
     );
     let path = a.out.join("zero.json");
     std::fs::write(
