@@ -7,12 +7,15 @@ use triaxis::cost::comm::{
 };
 use triaxis::cost::divisors;
 use triaxis::cost::memory::{activation_bytes_per_layer, zero_state_bytes};
+use triaxis::cost::pipeline::{bubble, label};
 use triaxis::cost::plan::{enumerate, SIMPLICITY_MARGIN};
 use triaxis::cost::step::estimate;
 use triaxis::cost::{
-    plan, Cluster, Convention, Family, Layout, Link, ModelShape, Overlap, PlanRequest, Precision,
-    Schedule, ZeroStage, GB,
+    plan, Cluster, Convention, Family, Link, MeshCost, ModelShape, Overlap, PlanRequest, Precision,
+    ZeroStage, GB,
 };
+use triaxis::mesh::Mesh;
+use triaxis::pipeline::ScheduleKind;
 use triaxis::Error;
 
 const N7B: f64 = 7e9;
@@ -97,39 +100,43 @@ fn golden_allreduce_volume_time_and_fraction() {
 
 #[test]
 fn golden_pipeline_bubble() {
-    for s in [Schedule::GPipe, Schedule::OneFOneB] {
-        assert!(close(s.bubble(8, 8), 7.0 / 15.0, 1e-15));
-        assert!(close(s.bubble(8, 64), 7.0 / 71.0, 1e-15));
-        assert_eq!(format!("{:.1}", 100.0 * s.bubble(8, 8)), "46.7");
-        assert_eq!(format!("{:.1}", 100.0 * s.bubble(8, 64)), "9.9");
+    for (kind, v) in [(ScheduleKind::GPipe, 1), (ScheduleKind::OneFOneB, 1)] {
+        assert!(close(bubble(kind, v, 8, 8), 7.0 / 15.0, 1e-15));
+        assert!(close(bubble(kind, v, 8, 64), 7.0 / 71.0, 1e-15));
+        assert_eq!(format!("{:.1}", 100.0 * bubble(kind, v, 8, 8)), "46.7");
+        assert_eq!(format!("{:.1}", 100.0 * bubble(kind, v, 8, 64)), "9.9");
     }
     // Interleaved: (p−1)/(v·m + p − 1); v = 1 is 1F1B.
     assert!(close(
-        Schedule::Interleaved { v: 2 }.bubble(8, 8),
+        bubble(ScheduleKind::Interleaved, 2, 8, 8),
         7.0 / 23.0,
         1e-15
     ));
     assert_eq!(
-        Schedule::Interleaved { v: 1 }.bubble(8, 8),
-        Schedule::OneFOneB.bubble(8, 8)
+        bubble(ScheduleKind::Interleaved, 1, 8, 8),
+        bubble(ScheduleKind::OneFOneB, 1, 8, 8)
     );
     // ZB-H1: idle (p−1) units of 3m work units: (p−1)/(3m + p − 1); idle time a third of 1F1B's.
-    assert!(close(Schedule::ZbH1.bubble(8, 8), 7.0 / 31.0, 1e-15));
+    assert!(close(
+        bubble(ScheduleKind::ZeroBubbleH1, 1, 8, 8),
+        7.0 / 31.0,
+        1e-15
+    ));
     let work = 3.0 * 8.0;
     let idle = |f: f64| work * f / (1.0 - f);
     assert!(close(
-        idle(Schedule::ZbH1.bubble(8, 8)),
-        idle(Schedule::OneFOneB.bubble(8, 8)) / 3.0,
+        idle(bubble(ScheduleKind::ZeroBubbleH1, 1, 8, 8)),
+        idle(bubble(ScheduleKind::OneFOneB, 1, 8, 8)) / 3.0,
         1e-12
     ));
     // One stage: no bubble.
-    for s in [
-        Schedule::GPipe,
-        Schedule::OneFOneB,
-        Schedule::Interleaved { v: 4 },
-        Schedule::ZbH1,
+    for (kind, v) in [
+        (ScheduleKind::GPipe, 1),
+        (ScheduleKind::OneFOneB, 1),
+        (ScheduleKind::Interleaved, 4),
+        (ScheduleKind::ZeroBubbleH1, 1),
     ] {
-        assert_eq!(s.bubble(1, 5), 0.0);
+        assert_eq!(bubble(kind, v, 1, 5), 0.0);
     }
 }
 
@@ -205,9 +212,9 @@ fn step_estimate_terms() {
     // 7B, ZeRO-1 over 8 devices: step = compute (6·N·tokens / (8 · 300 TFLOP/s)), the
     // all-reduce hides behind the backward pass.
     let (m, c) = (seven_b(), cluster(1, 80.0));
-    let layout = Layout {
-        zero: ZeroStage::Stage1,
-        ..Layout::data_parallel(8, 8)
+    let layout = Mesh {
+        zero: 1,
+        ..Mesh::data_parallel(8, 8)
     };
     let st = estimate(
         &m,
@@ -235,13 +242,14 @@ fn step_estimate_terms() {
     let none = estimate(&m, &Precision::mixed_adam(), &c, &layout, 64, Overlap::None).unwrap();
     assert!(close(none.step, compute + none.dp_comm, 1e-12));
     // A pipeline multiplies its work by 1/(1 − bubble).
-    let pl = Layout {
+    let pl = Mesh {
         dp: 2,
         pp: 4,
-        zero: ZeroStage::Stage0,
-        schedule: Schedule::OneFOneB,
+        zero: 0,
+        schedule: ScheduleKind::OneFOneB,
         microbatches: 8,
         tp: 1,
+        chunks: 1,
     };
     let st = estimate(&m, &Precision::mixed_adam(), &c, &pl, 64, Overlap::None).unwrap();
     let work = st.compute + st.tp_comm + st.pp_comm;
@@ -257,8 +265,8 @@ fn guide_small_model_is_pure_data_parallel() {
     let m = ModelShape::gpt(12, 768, 12, 1024, 50257).unwrap(); // GPT-2 small
     let p = plan(&request(m, cluster(1, 80.0), 64)).unwrap();
     let l = p.recommended.layout;
-    assert_eq!(p.recommended.family(), Family::PureDp, "{l}");
-    assert_eq!((l.dp, l.tp, l.pp, l.zero), (8, 1, 1, ZeroStage::Stage0));
+    assert_eq!(p.recommended.family(), Family::PureDp, "{}", l.label());
+    assert_eq!((l.dp, l.tp, l.pp, l.zero), (8, 1, 1, 0));
     assert!(p.verdicts[0].chosen && p.verdicts[0].reason.starts_with("chosen"));
 }
 
@@ -275,9 +283,9 @@ fn guide_optimizer_state_too_big_is_zero() {
     assert_eq!(replicated, 112.0 * GB);
     let p = plan(&request(m, c, 64)).unwrap();
     let l = p.recommended.layout;
-    assert_eq!(p.recommended.family(), Family::Zero, "{l}");
+    assert_eq!(p.recommended.family(), Family::Zero, "{}", l.label());
     assert_eq!((l.dp, l.tp, l.pp), (8, 1, 1));
-    assert_ne!(l.zero, ZeroStage::Stage0);
+    assert_ne!(l.zero, 0);
     assert!(
         p.verdicts[0].reason.starts_with("does not fit"),
         "{}",
@@ -304,7 +312,7 @@ fn guide_layer_too_big_is_tensor_parallel_inside_a_node() {
     );
     let p = plan(&request(m, c.clone(), 64)).unwrap();
     let l = p.recommended.layout;
-    assert_eq!(p.recommended.family(), Family::Tensor, "{l}");
+    assert_eq!(p.recommended.family(), Family::Tensor, "{}", l.label());
     assert_eq!(l.pp, 1);
     assert!(l.tp > 1 && l.tp <= c.devices_per_node);
     for f in [0, 1, 3] {
@@ -329,8 +337,8 @@ fn guide_very_deep_model_is_pipeline_with_many_microbatches() {
     let c = cluster(4, 80.0);
     let p = plan(&request(m, c.clone(), 64)).unwrap();
     let l = p.recommended.layout;
-    assert_eq!(p.recommended.family(), Family::Pipeline, "{l}");
-    assert!(l.pp > 1 && l.microbatches >= 4 * l.pp, "{l}");
+    assert_eq!(p.recommended.family(), Family::Pipeline, "{}", l.label());
+    assert!(l.pp > 1 && l.microbatches >= 4 * l.pp, "{}", l.label());
     assert!(l.tp <= c.devices_per_node);
     // ZeRO alone does not fit; ZeRO-3 + TP fits but is far slower than the margin.
     assert!(
@@ -343,7 +351,7 @@ fn guide_very_deep_model_is_pipeline_with_many_microbatches() {
         .iter()
         .find(|c| c.family() == Family::Tensor)
         .expect("a TP layout fits");
-    assert_eq!(tp_best.layout.zero, ZeroStage::Stage3);
+    assert_eq!(tp_best.layout.zero, 3);
     assert!(tp_best.step.step > 2.0 * p.recommended.step.step);
 }
 
@@ -418,11 +426,11 @@ fn more_devices_never_raise_zero3_memory() {
     for nodes in 1..=16 {
         let c = cluster(nodes, 80.0);
         let d = c.devices();
-        let layout = Layout {
-            zero: ZeroStage::Stage3,
-            ..Layout::data_parallel(d, 1)
+        let layout = Mesh {
+            zero: 3,
+            ..Mesh::data_parallel(d, 1)
         };
-        let b = layout.validate(&m, &c, d).unwrap();
+        let b = layout.validate_on(&m, &c, d).unwrap();
         let mem = layout.memory(&m, &Precision::mixed_adam(), b).total;
         assert!(mem <= last, "{nodes} nodes: {mem} > {last}");
         last = mem;
@@ -432,18 +440,22 @@ fn more_devices_never_raise_zero3_memory() {
 #[test]
 fn more_microbatches_never_raise_the_bubble() {
     let schedules = [
-        Schedule::GPipe,
-        Schedule::OneFOneB,
-        Schedule::Interleaved { v: 2 },
-        Schedule::Interleaved { v: 4 },
-        Schedule::ZbH1,
+        (ScheduleKind::GPipe, 1),
+        (ScheduleKind::OneFOneB, 1),
+        (ScheduleKind::Interleaved, 2),
+        (ScheduleKind::Interleaved, 4),
+        (ScheduleKind::ZeroBubbleH1, 1),
     ];
-    for s in schedules {
+    for (kind, v) in schedules {
         for p in 1..=32 {
             let mut last = 1.0;
             for m in 1..=256 {
-                let b = s.bubble(p, m);
-                assert!((0.0..1.0).contains(&b) && b <= last, "{s} p={p} m={m}");
+                let b = bubble(kind, v, p, m);
+                assert!(
+                    (0.0..1.0).contains(&b) && b <= last,
+                    "{} p={p} m={m}",
+                    label(kind, v)
+                );
                 last = b;
             }
         }
@@ -452,9 +464,9 @@ fn more_microbatches_never_raise_the_bubble() {
     for p in 1..=16 {
         for m in 1..=64 {
             let (z, i, o) = (
-                Schedule::ZbH1.bubble(p, m),
-                Schedule::Interleaved { v: 2 }.bubble(p, m),
-                Schedule::OneFOneB.bubble(p, m),
+                bubble(ScheduleKind::ZeroBubbleH1, 1, p, m),
+                bubble(ScheduleKind::Interleaved, 2, p, m),
+                bubble(ScheduleKind::OneFOneB, 1, p, m),
             );
             assert!(z <= i && i <= o);
         }
@@ -502,29 +514,29 @@ fn bad_inputs_are_config_errors_that_say_what_to_change() {
     is_config(prec.validate().unwrap_err(), "(K)");
 
     let (m, c, mixed) = (seven_b(), cluster(1, 80.0), Precision::mixed_adam());
-    let est =
-        |l: Layout, batch| estimate(&m, &mixed, &c, &l, batch, Overlap::Backward).unwrap_err();
-    is_config(est(Layout::data_parallel(4, 1), 64), "product is 8");
+    let est = |l: Mesh, batch| estimate(&m, &mixed, &c, &l, batch, Overlap::Backward).unwrap_err();
+    is_config(est(Mesh::data_parallel(4, 1), 64), "product is 8");
     is_config(
         est(
-            Layout {
+            Mesh {
                 tp: 3,
                 dp: 1,
                 pp: 1,
-                ..Layout::data_parallel(1, 1)
+                ..Mesh::data_parallel(1, 1)
             },
             64,
         ),
         "product",
     );
-    is_config(est(Layout::data_parallel(8, 3), 64), "multiple of 24");
+    is_config(est(Mesh::data_parallel(8, 3), 64), "multiple of 24");
     is_config(
         est(
-            Layout {
+            Mesh {
                 dp: 1,
                 pp: 8,
-                schedule: Schedule::Interleaved { v: 2 },
-                ..Layout::data_parallel(1, 12)
+                schedule: ScheduleKind::Interleaved,
+                chunks: 2,
+                ..Mesh::data_parallel(1, 12)
             },
             96,
         ),
@@ -532,11 +544,12 @@ fn bad_inputs_are_config_errors_that_say_what_to_change() {
     );
     is_config(
         est(
-            Layout {
+            Mesh {
                 dp: 1,
                 pp: 8,
-                schedule: Schedule::Interleaved { v: 8 },
-                ..Layout::data_parallel(1, 8)
+                schedule: ScheduleKind::Interleaved,
+                chunks: 8,
+                ..Mesh::data_parallel(1, 8)
             },
             64,
         ),
@@ -544,10 +557,10 @@ fn bad_inputs_are_config_errors_that_say_what_to_change() {
     );
     is_config(
         est(
-            Layout {
+            Mesh {
                 dp: 1,
                 tp: 8,
-                ..Layout::data_parallel(1, 1)
+                ..Mesh::data_parallel(1, 1)
             },
             0,
         ),

@@ -10,10 +10,10 @@
 
 use triaxis::cost::comm::ring_allreduce_bytes;
 use triaxis::cost::validate::{
-    calibrate, cluster, compare, expect, measure, mesh_of, predicted_tp_bytes,
-    ring_formula_dp_bytes, select, shape_of, step_flops, Conventions, Expected, Measured, Row,
+    calibrate, cluster, compare, expect, measure, predicted_tp_bytes, ring_formula_dp_bytes,
+    runnable, select, shape_of, step_flops, Conventions, Expected, Measured, Row,
 };
-use triaxis::cost::{plan, Layout, Overlap, PlanRequest, Precision, Schedule, ZeroStage};
+use triaxis::cost::{plan, MeshCost, Overlap, PlanRequest, Precision};
 use triaxis::data::Corpus;
 use triaxis::gpu;
 use triaxis::mesh::Mesh;
@@ -141,21 +141,23 @@ fn tensor_parallel_bytes_match_the_cost_model_and_zero_is_refused() {
     };
     let e = expect(&gpt(), &mesh, 2, 32).unwrap();
     assert_eq!(e.devices.len(), 4);
-    let layout = Layout {
+    let layout = Mesh {
         dp: 1,
         tp: 2,
         pp: 2,
-        zero: ZeroStage::Stage0,
-        schedule: Schedule::OneFOneB,
+        zero: 0,
+        schedule: ScheduleKind::OneFOneB,
         microbatches: 4,
+        chunks: 1,
     };
     let shape = shape_of(&gpt()).unwrap();
     let p = predicted_tp_bytes(&shape, &Precision::f32_adam(), &layout, 2);
     assert_eq!(e.tp_bytes as f64, p);
-    assert_eq!(mesh_of(&layout).unwrap(), mesh);
-    for zero in [ZeroStage::Stage1, ZeroStage::Stage2, ZeroStage::Stage3] {
-        let z = Layout { zero, ..layout };
-        let err = mesh_of(&z).unwrap_err().to_string();
+    assert_eq!(layout, mesh);
+    runnable(&layout).unwrap();
+    for zero in [1, 2, 3] {
+        let z = Mesh { zero, ..layout };
+        let err = runnable(&z).unwrap_err().to_string();
         assert!(err.contains("not available"), "{err}");
     }
 }
@@ -172,7 +174,7 @@ fn calibration_inverts_the_compute_term() {
 
 /// The checks every measured row must pass.
 fn check(row: &Row, exp: &Expected, got: &Measured, layers: usize) {
-    let name = row.candidate.layout.to_string();
+    let name = row.candidate.layout.label().to_string();
     assert!(row.exact, "{name}: {:?}", row.mismatch);
     // data parallel: the bytes the ledgers measured are the ring formula on the engine's own
     // buffers, exact per rank here: d = 2 always, d = 4 divides the 236 blocks of 64 elements
@@ -229,10 +231,14 @@ fn the_planners_top_layouts_run_and_send_the_predicted_bytes() {
     let p = plan(&req).unwrap();
     let (run, skipped) = select(&p, 5);
     assert_eq!(run.len(), 5, "dp·tp·pp ∈ 4·1·1, 2·2·1, 2·1·2, 1·2·2, 1·1·4");
-    assert!(skipped.iter().all(|c| c.layout.zero.index() > 0));
+    assert!(skipped.iter().all(|c| c.layout.zero > 0));
     for c in &run {
-        let mesh = mesh_of(&c.layout).unwrap();
-        let b = c.layout.validate(&req.model, &req.cluster, global).unwrap();
+        let mesh = c.layout;
+        runnable(&mesh).unwrap();
+        let b = c
+            .layout
+            .validate_on(&req.model, &req.cluster, global)
+            .unwrap();
         assert_eq!(b, c.step.micro_batch);
         mesh.validate(&m, b, m.ctx, 4).unwrap();
         let exp = expect(&m, &mesh, b, m.ctx).unwrap();
@@ -240,7 +246,7 @@ fn the_planners_top_layouts_run_and_send_the_predicted_bytes() {
         let row = compare(c, &shape, &req.precision, &mesh, &exp, &got);
         println!(
             "{}: step {:.1} / {:.1} ms, dp ledger {} B (ring formula {} B), tp {} B, state {} B",
-            c.layout,
+            c.layout.label(),
             row.step.predicted * 1e3,
             row.step.measured * 1e3,
             got.dp_bytes,

@@ -35,18 +35,17 @@ use std::process::ExitCode;
 use triaxis::cost::comm::{fraction_lost, large_p_allreduce_bytes, ring_allreduce_bytes};
 use triaxis::cost::memory::zero_state_bytes;
 use triaxis::cost::validate::{
-    calibrate, cluster, compare, expect, measure, mesh_of, select, shape_of, step_flops,
-    Conventions, Row,
+    calibrate, cluster, compare, expect, measure, select, shape_of, step_flops, Conventions, Row,
 };
 use triaxis::cost::{
-    plan, Cluster, Convention, Link, ModelShape, Overlap, Plan, PlanRequest, Precision, Schedule,
-    ZeroStage, GB,
+    pipeline, plan, Cluster, Convention, Link, MeshCost, ModelShape, Overlap, Plan, PlanRequest,
+    Precision, ZeroStage, GB,
 };
 use triaxis::data::Corpus;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::GptConfig;
-use triaxis::pipeline::Link as PipeLink;
+use triaxis::pipeline::{Link as PipeLink, ScheduleKind};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Preset {
@@ -272,15 +271,15 @@ fn print_reference() {
         100.0 * fraction_lost(t_large, 0.2, Overlap::Backward),
         Overlap::Backward
     );
-    let b = |sch: Schedule, m| 100.0 * sch.bubble(p, m);
+    let b = |kind: ScheduleKind, m| 100.0 * pipeline::bubble(kind, 1, p, m);
     println!(
         "  bubble p=8 [GPipe/1F1B {}]: m=8 {:.1} %, m=64 {:.1} %   [ZB-H1 {}]: {:.1} %, {:.1} %",
-        Schedule::OneFOneB.formula(),
-        b(Schedule::OneFOneB, 8),
-        b(Schedule::OneFOneB, 64),
-        Schedule::ZbH1.formula(),
-        b(Schedule::ZbH1, 8),
-        b(Schedule::ZbH1, 64)
+        pipeline::formula(ScheduleKind::OneFOneB),
+        b(ScheduleKind::OneFOneB, 8),
+        b(ScheduleKind::OneFOneB, 64),
+        pipeline::formula(ScheduleKind::ZeroBubbleH1),
+        b(ScheduleKind::ZeroBubbleH1, 8),
+        b(ScheduleKind::ZeroBubbleH1, 64)
     );
     let rows: Vec<String> = ZeroStage::ALL
         .iter()
@@ -355,7 +354,7 @@ fn print_plan(req: &PlanRequest, plan: &Plan, top: usize) {
         let link = |inter: bool| if inter { "x" } else { " " };
         println!(
             "  {mark} {:<34} {:>3} {:>7.1} ({:>5.1}+{:>5.1}) {:>10.1} ({:>6.1}){} {:>7.1}{} {:>7.1}{} {:>6.1}% {:>8.3}",
-            cand.layout.to_string(),
+            cand.layout.label().to_string(),
             st.micro_batch,
             mem.total / GB,
             (mem.states + mem.gather_buffer) / GB,
@@ -381,7 +380,7 @@ fn print_plan(req: &PlanRequest, plan: &Plan, top: usize) {
         "\nrecommendation: {} — {} with microbatches of b={}: {:.1} GB per device; step {:.3} s \
          (compute {:.3} s, tp {:.1} ms, p2p {:.1} ms, bubble {:.1} %, dp {:.1} ms of which {:.1} ms exposed)",
         r.family().name(),
-        r.layout,
+        r.layout.label(),
         r.step.micro_batch,
         r.memory.total / GB,
         r.step.step,
@@ -527,7 +526,10 @@ fn validate(cli: &Cli) -> anyhow::Result<bool> {
     print_plan(&req, &planned, cli.top);
     let (run, skipped) = select(&planned, cli.top);
     if !skipped.is_empty() {
-        let names: Vec<String> = skipped.iter().map(|c| c.layout.to_string()).collect();
+        let names: Vec<String> = skipped
+            .iter()
+            .map(|c| c.layout.label().to_string())
+            .collect();
         println!(
             "\nskipped (ZeRO is not in the layout engine yet): {}",
             names.join("; ")
@@ -535,7 +537,7 @@ fn validate(cli: &Cli) -> anyhow::Result<bool> {
     }
     let mut rows: Vec<Row> = Vec::new();
     for (i, c) in run.iter().enumerate() {
-        let mesh = mesh_of(&c.layout)?;
+        let mesh = c.layout;
         println!(
             "running {}/{}: {} (b = {})",
             i + 1,
@@ -584,7 +586,7 @@ fn print_rows(rows: &[Row], conv: &Conventions, model: &GptConfig, steps: usize)
         };
         println!(
             "  {:<34} {:>3} {:>7.1} {:>7.1} {:>5.2}  {:>6.3} {:>6.3}  {:>8}  {:>5.1} {:>5}",
-            r.candidate.layout.to_string(),
+            r.candidate.layout.label().to_string(),
             r.candidate.step.micro_batch,
             r.step.predicted * 1e3,
             r.step.measured * 1e3,
@@ -615,7 +617,7 @@ fn print_rows(rows: &[Row], conv: &Conventions, model: &GptConfig, steps: usize)
     for r in rows {
         println!(
             "  {:<38} {:>6.3} {:>6.3} {:>6.3} {:>5.3}   {:>6.3} {:>6.3} {:>5.3}   {:>6.3} {:>6.3} {:>5.3}",
-            r.candidate.layout.to_string(),
+            r.candidate.layout.label().to_string(),
             mb(r.dp_bytes.predicted),
             mb(r.dp_ring_formula),
             mb(r.dp_bytes.measured),

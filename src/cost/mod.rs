@@ -6,10 +6,10 @@
 //! ```text
 //! model      ModelShape (params, layers, hidden, heads, seq, vocab), Precision (P, G, K, act bytes)
 //! comm       ring all-reduce 2(p−1)/p·S, link time S/β + α, step fraction lost, TP traffic per block
-//! pipeline   bubble per schedule (GPipe, 1F1B, interleaved, ZB-H1), microbatches held per stage
+//! pipeline   bubble per ScheduleKind (GPipe, 1F1B, interleaved v, ZB-H1), microbatches held
 //! memory     ZeRO 0–3 for any (P, G, K), GPT activations per layer (Korthikanti et al.)
 //! cluster    nodes × devices, links, rank placement (tp innermost, then pp, then dp)
-//! layout     dp × tp × pp + ZeRO stage + schedule + microbatches, checked against model and cluster
+//! layout     the trainer's Mesh on paper (MeshCost): checked against model and cluster, memory
 //! step       step time = pipeline work / (1 − bubble) + exposed data-parallel traffic
 //! plan       enumerate layouts, filter by memory, rank by step time, apply the decision guide
 //! validate   a plan run on the trainer: calibrated rate, layouts on the engine, exact bytes
@@ -45,10 +45,9 @@ pub mod validate;
 
 pub use cluster::Cluster;
 pub use comm::{Convention, Link, Overlap};
-pub use layout::Layout;
+pub use layout::MeshCost;
 pub use memory::{MemoryBreakdown, ZeroStage};
 pub use model::{ModelShape, Precision};
-pub use pipeline::Schedule;
 pub use plan::{plan, Candidate, Family, FamilyVerdict, Plan, PlanRequest};
 pub use step::StepEstimate;
 

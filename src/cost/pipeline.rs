@@ -24,109 +24,113 @@
 //! so ZB-H1's idle time is a third of 1F1B's, at the same peak activation memory as 1F1B.
 
 use crate::error::{Error, Result};
+use crate::pipeline::ScheduleKind;
 use std::fmt;
 
-/// A pipeline schedule.
+/// Idle fraction of each device's time for schedule `kind` (`v` model chunks per device,
+/// read for interleaved only), p stages, m microbatches; 0 when p ≤ 1.
+///
+/// - GPipe, 1F1B: `(p−1) / (m + p − 1)`
+/// - interleaved: `(p−1) / (v·m + p − 1)`
+/// - ZB-H1: `(p−1) / (3m + p − 1)` (unit F = B = W; see the module doc)
+pub fn bubble(kind: ScheduleKind, v: usize, p: usize, m: usize) -> f64 {
+    if p <= 1 {
+        return 0.0;
+    }
+    let (p, m) = ((p - 1) as f64, m as f64);
+    let slots = match kind {
+        ScheduleKind::GPipe | ScheduleKind::OneFOneB => m,
+        ScheduleKind::Interleaved => v as f64 * m,
+        ScheduleKind::ZeroBubbleH1 => 3.0 * m,
+    };
+    p / (slots + p)
+}
+
+/// Microbatches whose activations stage 0 holds at the peak, in units of "one microbatch
+/// through the device's L/p layers" (Korthikanti et al. 2022, §4.2.3):
+///
+/// - p = 1 (plain gradient accumulation): 1
+/// - GPipe: m
+/// - 1F1B, ZB-H1: min(m, p)
+/// - interleaved: min(m, p·(1 + (p−1)/(p·v))) = min(m, p + (p−1)/v)
+pub fn held_microbatches(kind: ScheduleKind, v: usize, p: usize, m: usize) -> f64 {
+    if p <= 1 {
+        return 1.0;
+    }
+    let (pf, mf) = (p as f64, m as f64);
+    match kind {
+        ScheduleKind::GPipe => mf,
+        ScheduleKind::OneFOneB | ScheduleKind::ZeroBubbleH1 => mf.min(pf),
+        ScheduleKind::Interleaved => mf.min(pf + (pf - 1.0) / v as f64),
+    }
+}
+
+/// Model chunks per device (v for interleaved, else 1): the number of stage boundaries
+/// each microbatch crosses on a device, for point-to-point traffic.
+pub fn chunks(kind: ScheduleKind, v: usize) -> usize {
+    match kind {
+        ScheduleKind::Interleaved => v,
+        _ => 1,
+    }
+}
+
+/// The bubble formula as text, for printing.
+pub fn formula(kind: ScheduleKind) -> &'static str {
+    match kind {
+        ScheduleKind::GPipe | ScheduleKind::OneFOneB => "(p-1)/(m+p-1)",
+        ScheduleKind::Interleaved => "(p-1)/(v·m+p-1)",
+        ScheduleKind::ZeroBubbleH1 => "(p-1)/(3m+p-1)",
+    }
+}
+
+/// Checks schedule `kind` (`v` chunks when interleaved) against p stages, m microbatches and
+/// L layers: L divisible by p (by p·v when interleaved), m divisible by p when interleaved
+/// (Megatron's rule), and one chunk per device for the other schedules.
+pub fn validate(kind: ScheduleKind, v: usize, p: usize, m: usize, layers: usize) -> Result<()> {
+    if kind != ScheduleKind::Interleaved && v > 1 {
+        return Err(Error::Config(format!(
+            "v = {v} model chunks per device need the interleaved schedule ({kind} runs one chunk \
+             per device); use the interleaved schedule or v = 1"
+        )));
+    }
+    let chunks = chunks(kind, v);
+    if chunks == 0 {
+        return Err(Error::Config(
+            "interleaved schedule needs v ≥ 1 model chunks per device; use v = 2 or more".into(),
+        ));
+    }
+    if !layers.is_multiple_of(p.saturating_mul(chunks)) {
+        return Err(Error::Config(format!(
+            "{layers} layers do not split into pp·v = {p}·{chunks} equal stages; choose pp (and v) dividing the layer count"
+        )));
+    }
+    if kind == ScheduleKind::Interleaved && p > 1 && !m.is_multiple_of(p) {
+        return Err(Error::Config(format!(
+            "the interleaved schedule needs microbatches m = {m} to be a multiple of pp = {p}; choose m = {}",
+            m.div_ceil(p).saturating_mul(p)
+        )));
+    }
+    Ok(())
+}
+
+/// The planner's short name of schedule `kind` with `v` chunks: "gpipe", "1f1b", "interl.v2",
+/// "zb-h1".
+pub fn label(kind: ScheduleKind, v: usize) -> Label {
+    Label { kind, v }
+}
+
+/// A schedule as the planner prints it (see [`label`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Schedule {
-    /// All forwards, then all backwards: holds every microbatch.
-    GPipe,
-    /// One forward, one backward (PipeDream-flush): stage i holds p − i microbatches.
-    OneFOneB,
-    /// Interleaved 1F1B with `v` model chunks (virtual stages) per device.
-    Interleaved { v: usize },
-    /// Zero-bubble ZB-H1: B split into B + W, same memory as 1F1B.
-    ZbH1,
+pub struct Label {
+    pub kind: ScheduleKind,
+    pub v: usize,
 }
 
-impl Schedule {
-    /// Idle fraction of each device's time (p stages, m microbatches); 0 when p ≤ 1.
-    ///
-    /// - GPipe, 1F1B: `(p−1) / (m + p − 1)`
-    /// - interleaved: `(p−1) / (v·m + p − 1)`
-    /// - ZB-H1: `(p−1) / (3m + p − 1)` (unit F = B = W; see the module doc)
-    pub fn bubble(self, p: usize, m: usize) -> f64 {
-        if p <= 1 {
-            return 0.0;
-        }
-        let (p, m) = ((p - 1) as f64, m as f64);
-        let slots = match self {
-            Schedule::GPipe | Schedule::OneFOneB => m,
-            Schedule::Interleaved { v } => v as f64 * m,
-            Schedule::ZbH1 => 3.0 * m,
-        };
-        p / (slots + p)
-    }
-
-    /// Microbatches whose activations stage 0 holds at the peak, in units of "one microbatch
-    /// through the device's L/p layers" (Korthikanti et al. 2022, §4.2.3):
-    ///
-    /// - p = 1 (plain gradient accumulation): 1
-    /// - GPipe: m
-    /// - 1F1B, ZB-H1: min(m, p)
-    /// - interleaved: min(m, p·(1 + (p−1)/(p·v))) = min(m, p + (p−1)/v)
-    pub fn held_microbatches(self, p: usize, m: usize) -> f64 {
-        if p <= 1 {
-            return 1.0;
-        }
-        let (pf, mf) = (p as f64, m as f64);
-        match self {
-            Schedule::GPipe => mf,
-            Schedule::OneFOneB | Schedule::ZbH1 => mf.min(pf),
-            Schedule::Interleaved { v } => mf.min(pf + (pf - 1.0) / v as f64),
-        }
-    }
-
-    /// Model chunks per device (v for interleaved, else 1): the number of stage boundaries
-    /// each microbatch crosses on a device, for point-to-point traffic.
-    pub fn chunks(self) -> usize {
-        match self {
-            Schedule::Interleaved { v } => v,
-            _ => 1,
-        }
-    }
-
-    /// The bubble formula as text, for printing.
-    pub fn formula(self) -> &'static str {
-        match self {
-            Schedule::GPipe | Schedule::OneFOneB => "(p-1)/(m+p-1)",
-            Schedule::Interleaved { .. } => "(p-1)/(v·m+p-1)",
-            Schedule::ZbH1 => "(p-1)/(3m+p-1)",
-        }
-    }
-
-    /// Checks the schedule against p stages, m microbatches and L layers: L divisible by
-    /// p (by p·v when interleaved), and m divisible by p when interleaved (Megatron's rule).
-    pub fn validate(self, p: usize, m: usize, layers: usize) -> Result<()> {
-        let chunks = self.chunks();
-        if chunks == 0 {
-            return Err(Error::Config(
-                "interleaved schedule needs v ≥ 1 model chunks per device; use v = 2 or more"
-                    .into(),
-            ));
-        }
-        if !layers.is_multiple_of(p.saturating_mul(chunks)) {
-            return Err(Error::Config(format!(
-                "{layers} layers do not split into pp·v = {p}·{chunks} equal stages; choose pp (and v) dividing the layer count"
-            )));
-        }
-        if matches!(self, Schedule::Interleaved { .. }) && p > 1 && !m.is_multiple_of(p) {
-            return Err(Error::Config(format!(
-                "the interleaved schedule needs microbatches m = {m} to be a multiple of pp = {p}; choose m = {}",
-                m.div_ceil(p).saturating_mul(p)
-            )));
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Display for Schedule {
+impl fmt::Display for Label {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Schedule::GPipe => f.write_str("gpipe"),
-            Schedule::OneFOneB => f.write_str("1f1b"),
-            Schedule::Interleaved { v } => write!(f, "interl.v{v}"),
-            Schedule::ZbH1 => f.write_str("zb-h1"),
+        match self.kind {
+            ScheduleKind::Interleaved => write!(f, "interl.v{}", self.v),
+            kind => f.write_str(kind.name()),
         }
     }
 }

@@ -28,13 +28,14 @@
 use super::cluster::Cluster;
 use super::comm::Overlap;
 use super::divisors;
-use super::layout::Layout;
+use super::layout::MeshCost;
 use super::memory::{MemoryBreakdown, ZeroStage};
 use super::model::{ModelShape, Precision};
-use super::pipeline::Schedule;
 use super::step::{estimate_unchecked, StepEstimate};
 use super::GB;
 use crate::error::{Error, Result};
+use crate::mesh::Mesh;
+use crate::pipeline::ScheduleKind;
 use std::cmp::Ordering;
 
 /// The largest global batch (sequences) the planner enumerates, 2²⁰, so that planning stays fast.
@@ -74,12 +75,12 @@ impl Family {
 
     /// The family a layout belongs to: pp > 1 → PP; else tp > 1 → TP; else ZeRO ≥ 1 with
     /// dp > 1 → ZeRO; else pure DP.
-    pub fn of(layout: &Layout) -> Family {
+    pub fn of(layout: &Mesh) -> Family {
         if layout.pp > 1 {
             Family::Pipeline
         } else if layout.tp > 1 {
             Family::Tensor
-        } else if layout.zero != ZeroStage::Stage0 && layout.dp > 1 {
+        } else if layout.zero != 0 && layout.dp > 1 {
             Family::Zero
         } else {
             Family::PureDp
@@ -112,7 +113,7 @@ impl Family {
 /// One evaluated layout.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Candidate {
-    pub layout: Layout,
+    pub layout: Mesh,
     pub memory: MemoryBreakdown,
     pub step: StepEstimate,
 }
@@ -177,32 +178,30 @@ pub fn enumerate(req: &PlanRequest) -> Result<Vec<Candidate>> {
             if !req.global_batch.is_multiple_of(dp) {
                 continue;
             }
-            let zeros: &[ZeroStage] = if dp > 1 {
-                &ZeroStage::ALL
-            } else {
-                &ZeroStage::ALL[..1]
-            };
-            let schedules: &[Schedule] = if pp > 1 {
+            let zeros = if dp > 1 { ZeroStage::ALL.len() } else { 1 };
+            // (kind, chunks v)
+            let schedules: &[(ScheduleKind, usize)] = if pp > 1 {
                 &[
-                    Schedule::OneFOneB,
-                    Schedule::Interleaved { v: 2 },
-                    Schedule::ZbH1,
+                    (ScheduleKind::OneFOneB, 1),
+                    (ScheduleKind::Interleaved, 2),
+                    (ScheduleKind::ZeroBubbleH1, 1),
                 ]
             } else {
-                &[Schedule::OneFOneB]
+                &[(ScheduleKind::OneFOneB, 1)]
             };
-            for &zero in zeros {
-                for &schedule in schedules {
+            for zero in 0..zeros {
+                for &(schedule, chunks) in schedules {
                     for m in divisors(req.global_batch / dp) {
-                        let layout = Layout {
+                        let layout = Mesh {
                             dp,
                             tp,
                             pp,
                             zero,
                             schedule,
                             microbatches: m,
+                            chunks,
                         };
-                        let Ok(b) = layout.validate(model, cluster, req.global_batch) else {
+                        let Ok(b) = layout.validate_on(model, cluster, req.global_batch) else {
                             continue;
                         };
                         out.push(Candidate {
@@ -248,7 +247,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan> {
             "no layout fits in {:.1} GB per device: the smallest, {} (b={}), needs {:.1} GB, {:.1} GB over; \
              add devices or memory per device, or shorten the sequence",
             cap / GB,
-            least.layout,
+            least.layout.label(),
             least.step.micro_batch,
             least.memory.total / GB,
             (least.memory.total - cap) / GB
@@ -335,7 +334,7 @@ fn verdict(
         format!(
             "chosen: {} needs {:.1} of {:.1} GB per device, step {:.3} s; the simplest family within {:.0} % \
              of the fastest (DESIGN.md: {}){extra}",
-            l,
+            l.label(),
             rec.memory.total / GB,
             cluster.mem_per_device / GB,
             rec.step.step,
@@ -367,7 +366,7 @@ fn verdict(
         if best.step.step > fastest * (1.0 + SIMPLICITY_MARGIN) || f < chosen {
             format!(
                 "fits but slower: best {} takes {:.3} s, +{:.1} % over the chosen {:.3} s",
-                best.layout,
+                best.layout.label(),
                 best.step.step,
                 100.0 * (best.step.step / rec.step.step - 1.0),
                 rec.step.step
@@ -376,7 +375,7 @@ fn verdict(
             format!(
                 "fits and is within {:.0} % ({} at {:.3} s), but the guide prefers the simpler {}",
                 100.0 * SIMPLICITY_MARGIN,
-                best.layout,
+                best.layout.label(),
                 best.step.step,
                 chosen.name()
             )
@@ -385,7 +384,7 @@ fn verdict(
         let least = smallest(&mine);
         format!(
             "does not fit: the smallest, {} (b={}), needs {:.1} GB per device, {:.1} GB over {:.1} GB",
-            least.layout,
+            least.layout.label(),
             least.step.micro_batch,
             least.memory.total / GB,
             (least.memory.total - cluster.mem_per_device) / GB,

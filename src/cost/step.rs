@@ -7,7 +7,7 @@
 //! tp        T  = m · L/pp · 4 · (2(t−1)·α + 2(t−1)/t · b·s·h·act / β)     not overlapped
 //! p2p       Q  = m · v · 2 · (b·s·h·act / β + α)          activations forward, gradients back,
 //!                                                         at each of the device's v chunks
-//! pipeline  W  = C + T + Q;   step_pp = W / (1 − bubble)  bubble = Schedule::bubble(pp, m)
+//! pipeline  W  = C + T + Q;   step_pp = W / (1 − bubble)  bubble = pipeline::bubble(kind, v, pp, m)
 //! dp        D  = data-parallel traffic of the ZeRO stage over the dp group (n = device params):
 //!              stage 0   all-reduce of n·G once                       2(d−1)/d·n·G
 //!              stage 1   reduce-scatter n·G + all-gather n·P, once    (d−1)/d·n·(G + P)
@@ -25,10 +25,12 @@
 
 use super::cluster::Cluster;
 use super::comm::{exposed, ring_allreduce_time, ring_collective_time, tp_block_traffic, Overlap};
-use super::layout::Layout;
+use super::layout::MeshCost;
 use super::memory::ZeroStage;
 use super::model::{ModelShape, Precision};
+use super::pipeline;
 use crate::error::Result;
+use crate::mesh::Mesh;
 
 /// The terms of one step's predicted time, in seconds (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -73,14 +75,14 @@ pub fn estimate(
     model: &ModelShape,
     prec: &Precision,
     cluster: &Cluster,
-    layout: &Layout,
+    layout: &Mesh,
     global_batch: usize,
     overlap: Overlap,
 ) -> Result<StepEstimate> {
     model.validate()?;
     prec.validate()?;
     cluster.validate()?;
-    let b = layout.validate(model, cluster, global_batch)?;
+    let b = layout.validate_on(model, cluster, global_batch)?;
     Ok(estimate_unchecked(
         model,
         prec,
@@ -97,19 +99,21 @@ pub(crate) fn estimate_unchecked(
     model: &ModelShape,
     prec: &Precision,
     cluster: &Cluster,
-    layout: &Layout,
+    layout: &Mesh,
     b: usize,
     global_batch: usize,
     overlap: Overlap,
 ) -> StepEstimate {
-    let Layout {
+    let Mesh {
         dp,
         tp,
         pp,
-        zero,
         schedule,
         microbatches: m,
+        chunks,
+        ..
     } = *layout;
+    let zero = layout.zero_stage();
     let mf = m as f64;
     let tokens = global_batch as f64 * model.seq_len as f64;
     let compute = 6.0 * model.params * tokens / (cluster.devices() as f64 * cluster.flops);
@@ -121,13 +125,13 @@ pub(crate) fn estimate_unchecked(
     let (pp_link, pp_inter) = cluster.group_link(tp, pp);
     let pp_comm = if pp > 1 {
         let msg = b as f64 * model.seq_len as f64 * model.hidden as f64 * prec.act;
-        mf * schedule.chunks() as f64 * 2.0 * pp_link.message_time(msg)
+        mf * pipeline::chunks(schedule, chunks) as f64 * 2.0 * pp_link.message_time(msg)
     } else {
         0.0
     };
 
     let work = compute + tp_comm + pp_comm;
-    let bubble = schedule.bubble(pp, m);
+    let bubble = pipeline::bubble(schedule, chunks, pp, m);
     let pipeline = work / (1.0 - bubble);
 
     let (dp_link, dp_inter) = cluster.group_link(tp * pp, dp);

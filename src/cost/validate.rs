@@ -1,11 +1,11 @@
-//! The planner checked against the trainer: a planned [`Layout`] mapped onto the layout
-//! engine's [`Mesh`], the device's compute rate calibrated in the cost model's own FLOP count,
+//! The planner checked against the trainer: a planned layout (the engine's own [`Mesh`]) run on
+//! the layout engine, the device's compute rate calibrated in the cost model's own FLOP count,
 //! and the exact figures the engine's buffers and ledgers must show for that layout.
 //!
 //! ```text
 //! calibrate   rate = 6·N·tokens / measured seconds of one device's step   (N: the cost model's
 //!             count, so that C = 6·N·tokens/(devices·rate) reproduces the measured step)
-//! mesh_of     Layout {dp, tp, pp, zero, schedule, m} ─▶ Mesh (ZeRO > 0: not in the engine yet)
+//! runnable    a planned Mesh the engine runs here (ZeRO > 0: not in the layout engine yet)
 //! expect      the engine's stages (its own partition of embedding, L layers, head) ─▶ per device:
 //!               state bytes   16 · padded local parameters        (params + grads + Adam m, v)
 //!               dp bytes      Σ over its stages' gradient buffers of the ring all-reduce volume
@@ -25,9 +25,8 @@
 
 use super::cluster::Cluster;
 use super::comm::{ring_allreduce_bytes, tp_block_traffic, Link};
-use super::layout::Layout;
+use super::layout::MeshCost;
 use super::model::{ModelShape, Precision};
-use super::pipeline::Schedule as CostSchedule;
 use super::plan::{Candidate, Plan};
 use super::positive;
 use crate::collective::{ring_all_reduce_bytes, ring_all_reduce_rank_bytes};
@@ -35,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::mesh::Mesh;
 use crate::model::{Block, GptConfig};
 use crate::pipeline::partition::{stage_blocks, Balance};
-use crate::pipeline::{Link as PipeLink, Schedule, ScheduleKind};
+use crate::pipeline::{Link as PipeLink, Schedule};
 
 pub mod measure;
 pub use measure::{measure, median, train_config, Measured};
@@ -101,39 +100,17 @@ pub fn cluster(devices: usize, link: &PipeLink, mem_gb: f64, flops: f64) -> Resu
     Ok(c)
 }
 
-/// The engine's schedule kind for a cost-model schedule: `(kind, chunks per device)`.
-pub fn schedule_kind(s: CostSchedule) -> (ScheduleKind, usize) {
-    match s {
-        CostSchedule::GPipe => (ScheduleKind::GPipe, 1),
-        CostSchedule::OneFOneB => (ScheduleKind::OneFOneB, 1),
-        CostSchedule::Interleaved { v } => (ScheduleKind::Interleaved, v),
-        CostSchedule::ZbH1 => (ScheduleKind::ZeroBubbleH1, 1),
-    }
-}
-
-/// The engine's mesh for a planned layout. ZeRO stages > 0 are refused: the engine does not
-/// run them yet.
-pub fn mesh_of(layout: &Layout) -> Result<Mesh> {
-    if layout.zero.index() > 0 {
+/// `Ok` when the layout engine runs the planned `mesh` for `--validate`. ZeRO stages > 0 are
+/// refused: the engine does not run them yet.
+pub fn runnable(mesh: &Mesh) -> Result<()> {
+    if mesh.zero > 0 {
         return Err(Error::Config(format!(
-            "{layout}: ZeRO stage {} is not available in the layout engine yet",
-            layout.zero
+            "{}: ZeRO stage {} is not available in the layout engine yet",
+            mesh.label(),
+            mesh.zero
         )));
     }
-    let (schedule, chunks) = if layout.pp > 1 {
-        schedule_kind(layout.schedule)
-    } else {
-        (ScheduleKind::OneFOneB, 1)
-    };
-    Ok(Mesh {
-        dp: layout.dp,
-        tp: layout.tp,
-        pp: layout.pp,
-        zero: 0,
-        schedule,
-        microbatches: layout.microbatches,
-        chunks,
-    })
+    Ok(())
 }
 
 /// Parameter counts under both conventions.
@@ -284,7 +261,7 @@ pub fn expect(model: &GptConfig, mesh: &Mesh, micro_b: usize, seq: usize) -> Res
 
 /// The cost model's tensor-parallel bytes per device per step: `m · L/pp` blocks of
 /// [`tp_block_traffic`] (ring volumes).
-pub fn predicted_tp_bytes(shape: &ModelShape, prec: &Precision, layout: &Layout, b: usize) -> f64 {
+pub fn predicted_tp_bytes(shape: &ModelShape, prec: &Precision, layout: &Mesh, b: usize) -> f64 {
     let per_block = tp_block_traffic(
         b,
         shape.seq_len,
@@ -315,7 +292,7 @@ pub fn select(plan: &Plan, k: usize) -> (Vec<Candidate>, Vec<Candidate>) {
         if run.len() == k {
             break;
         }
-        if mesh_of(&c.layout).is_ok() {
+        if runnable(&c.layout).is_ok() {
             run.push(*c);
         } else {
             skipped.push(*c);

@@ -17,9 +17,9 @@
 use serde_json::json;
 
 use super::executor::StepReport;
-use super::schedule::{Action, Kind, Schedule, ScheduleKind};
+use super::schedule::{Action, Kind, Schedule};
 use super::simulate::{replay, Replay};
-use crate::cost::pipeline::Schedule as Theory;
+use crate::cost::pipeline::bubble;
 use crate::error::{Error, Result};
 use crate::link::Link;
 
@@ -58,13 +58,7 @@ pub struct Summary {
 
 /// The analytic bubble of `s` (the planner's formula).
 pub fn theory(s: &Schedule) -> f64 {
-    let t = match s.kind {
-        ScheduleKind::GPipe => Theory::GPipe,
-        ScheduleKind::OneFOneB => Theory::OneFOneB,
-        ScheduleKind::Interleaved => Theory::Interleaved { v: s.v },
-        ScheduleKind::ZeroBubbleH1 => Theory::ZbH1,
-    };
-    t.bubble(s.p, s.m)
+    bubble(s.kind, s.v, s.p, s.m)
 }
 
 fn find<'a>(r: &'a StepReport, device: usize, a: &Action) -> Option<&'a super::executor::Event> {

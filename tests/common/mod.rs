@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod example;
+pub mod tiny;
 
 use triaxis::gpu::{Gpu, View};
 use triaxis::pipeline::{gpipe, interleaved, one_f_one_b, zero_bubble_h1, Schedule};
