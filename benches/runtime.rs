@@ -167,15 +167,15 @@ fn exposure(gpus: &[Gpu], corpus: &Corpus, link: &Link) -> anyhow::Result<()> {
         &Balance::Params,
         popts,
     )?;
-    old.link = link.clone();
+    old.link = *link;
     let eopts = EngineOptions {
-        link: link.clone(),
+        link: *link,
         serial: true,
         ..EngineOptions::default()
     };
     let mut engine = Engine::new(gpus, cfg.clone(), mesh, eopts)?;
     let ropts = RuntimeOptions {
-        link: link.clone(),
+        link: *link,
         serial: true,
         bucket_bytes: 32 << 10,
         ..RuntimeOptions::default()
@@ -239,7 +239,7 @@ fn zero3_prefetch(gpus: &[Gpu], corpus: &Corpus, link: &Link) -> anyhow::Result<
     let mut runs = Vec::new();
     for prefetch in [false, true] {
         let opts = RuntimeOptions {
-            link: link.clone(),
+            link: *link,
             serial: true,
             prefetch,
             ..RuntimeOptions::default()

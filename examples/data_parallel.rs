@@ -19,8 +19,7 @@ use clap::Parser;
 use serde_json::json;
 use triaxis::collective::Algo;
 use triaxis::cost::comm::{
-    fraction_lost, large_p_allreduce_bytes, ring_allreduce_bytes, Convention, Link as CostLink,
-    Overlap,
+    fraction_lost, large_p_allreduce_bytes, ring_allreduce_bytes, Convention, Overlap,
 };
 use triaxis::data::{Batcher, Corpus};
 use triaxis::engine::EngineOptions;
@@ -246,7 +245,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             // wall clock: replicas concurrently; device clock: one at a time (clean kernel times)
             let engine_run = |serial: bool| {
                 let opts = EngineOptions {
-                    link: link.clone(),
+                    link: *link,
                     serial,
                     bucket_bytes: (a.bucket_mb * 1e6) as usize,
                     ..EngineOptions::default()
@@ -379,7 +378,7 @@ fn tree_cost(
 fn print_reference() {
     let s = 7e9 * 2.0;
     let (ring, large) = (ring_allreduce_bytes(s, 8), large_p_allreduce_bytes(s));
-    let t = CostLink::gbps(400.0).time(large);
+    let t = Link::gbps(400.0).time(large);
     println!(
         "reference: 7e9 parameters in bf16 → S = {:.0} GB of gradients per step",
         s / 1e9

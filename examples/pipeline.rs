@@ -292,7 +292,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             };
             let opts = EngineOptions {
                 serial: a.serial,
-                link: link.clone(),
+                link,
                 balance: balance.clone(),
                 ..Default::default()
             };

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use serde_json::json;
-use triaxis::cost::comm::{tp_block_traffic, Link as CostLink};
+use triaxis::cost::comm::tp_block_traffic;
 use triaxis::engine::EngineOptions;
 use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
@@ -186,7 +186,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             ..Mesh::default()
         };
         let opts = EngineOptions {
-            tp_link: link.clone(),
+            tp_link: *link,
             serial: true,
             ..EngineOptions::default()
         };
@@ -210,11 +210,11 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             let r = run.median();
             let all_reduces =
                 engine_steps::count_ops(&run.engine, |o| matches!(o, Op::TpAllReduce { .. }));
-            let per_block = tp_block_traffic(micro.b, micro.t, model.channels, 4.0, t, cost(link));
+            let per_block = tp_block_traffic(micro.b, micro.t, model.channels, 4.0, t, *link);
             let blocks = (model.layers * a.microbatches) as f64;
             rows.push(Row {
                 t,
-                link: link.name.clone(),
+                link: link.name.to_string(),
                 // the all-reduces block the compute stream: the rest of the step is compute
                 compute: r.device_step - r.tp_comm,
                 comm: r.tp_comm,
@@ -293,14 +293,6 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         path.display()
     );
     Ok(())
-}
-
-/// The cost model's view of a link preset.
-fn cost(link: &Link) -> CostLink {
-    CostLink {
-        bandwidth: link.bandwidth_bytes_per_s,
-        latency: link.latency_s,
-    }
 }
 
 /// Training FLOPs per token: 6 per weight of the layers and head (forward 2, backward 4) plus
@@ -394,7 +386,7 @@ fn reference(tflops: f64) {
         compute1 * 1e3
     );
     for link in [Link::nvlink(), Link::pcie(), Link::ethernet()] {
-        let tr = tp_block_traffic(b, s, h, 2.0, t, cost(&link));
+        let tr = tp_block_traffic(b, s, h, 2.0, t, link);
         let step = compute1 / t as f64 + tr.time;
         println!(
             "  t = {t} over {:<9} compute {:.2} ms + comm {:.2} ms ({:.0} MB per GPU) = {:.2} ms: {:.1}× faster than one GPU, {:.0} % of the ideal {t}×",

@@ -135,8 +135,8 @@ impl Engine {
         }
         let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
         let ro = RuntimeOptions {
-            link: opts.link.clone(),
-            tp_link: opts.tp_link.clone(),
+            link: opts.link,
+            tp_link: opts.tp_link,
             serial: opts.serial,
             fault: opts.fault,
             reduce_fault: opts.reduce_fault,

@@ -318,10 +318,10 @@ fn print_plan(req: &PlanRequest, plan: &Plan, top: usize) {
         c.nodes,
         c.devices_per_node,
         c.mem_per_device / GB,
-        c.intra.bandwidth / GB,
-        c.intra.latency * 1e6,
-        c.inter.bandwidth / GB,
-        c.inter.latency * 1e6,
+        c.intra.bandwidth_bytes_per_s / GB,
+        c.intra.latency_s * 1e6,
+        c.inter.bandwidth_bytes_per_s / GB,
+        c.inter.latency_s * 1e6,
         rate(c.flops)
     );
     println!(

@@ -112,7 +112,7 @@ pub fn local_group(devices: &[usize], opts: &GroupOptions) -> Vec<LocalComm> {
             LocalComm {
                 rank,
                 devices: devices.clone(),
-                link: opts.link.clone(),
+                link: opts.link,
                 switch: switch.clone(),
                 up: up.clone(),
                 leader: if rank == 0 { leader.take() } else { None },

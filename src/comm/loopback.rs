@@ -103,7 +103,7 @@ pub fn loopback_group(devices: &[usize], opts: &GroupOptions) -> Vec<LoopbackCom
             LoopbackComm {
                 rank,
                 devices: devices.clone(),
-                link: opts.link.clone(),
+                link: opts.link,
                 switch: switch.clone(),
                 coll,
                 msgs,

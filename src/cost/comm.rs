@@ -14,8 +14,6 @@
 //! As p grows the volume approaches `2·S` (the **large-p** convention, DESIGN.md's "≈ 28 GB"
 //! for S = 14 GB); at p = 8 it is 24.5 GB (the **ring** convention).
 
-use super::positive;
-use crate::error::Result;
 use std::fmt;
 
 /// Which all-reduce volume a figure uses; printed next to every communication figure.
@@ -63,65 +61,15 @@ pub fn ring_collective_bytes(s: f64, p: usize) -> f64 {
     }
 }
 
-/// A link: bandwidth β (bytes/s, per device and direction) and latency α (s per message).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Link {
-    /// β in bytes/s.
-    pub bandwidth: f64,
-    /// α in seconds per message (per ring step).
-    pub latency: f64,
-}
-
-impl Link {
-    /// A link of `gb_per_s` GB/s (10⁹ bytes/s) and no latency.
-    pub fn gbps(gb_per_s: f64) -> Self {
-        Link {
-            bandwidth: gb_per_s * 1e9,
-            latency: 0.0,
-        }
-    }
-
-    /// The same link with `micros` µs of latency per message.
-    pub fn with_latency_us(self, micros: f64) -> Self {
-        Link {
-            latency: micros * 1e-6,
-            ..self
-        }
-    }
-
-    /// Pure bandwidth time `bytes / β` (no latency): the DESIGN.md reference convention.
-    pub fn time(&self, bytes: f64) -> f64 {
-        bytes / self.bandwidth
-    }
-
-    /// One message: `bytes / β + α`.
-    pub fn message_time(&self, bytes: f64) -> f64 {
-        bytes / self.bandwidth + self.latency
-    }
-
-    /// Checks β > 0 and α ≥ 0; `name` says which link (e.g. "intra-node").
-    pub fn validate(&self, name: &str) -> Result<()> {
-        positive(
-            &format!("the {name} bandwidth (GB/s)"),
-            self.bandwidth / 1e9,
-            &format!("pass the {name} link speed in GB/s, e.g. 400"),
-        )?;
-        if !(self.latency.is_finite() && self.latency >= 0.0) {
-            return Err(crate::Error::Config(format!(
-                "the {name} latency must be ≥ 0, got {} µs; pass microseconds, e.g. 5",
-                self.latency * 1e6
-            )));
-        }
-        Ok(())
-    }
-}
+/// The link model (bandwidth β, latency α): the crate's one [`Link`].
+pub use crate::link::Link;
 
 /// Ring all-reduce time of S bytes over p devices: `2(p−1)·α + 2(p−1)/p·S/β`; 0 for p ≤ 1.
 pub fn ring_allreduce_time(s: f64, p: usize, link: Link) -> f64 {
     if p <= 1 {
         return 0.0;
     }
-    2.0 * (p - 1) as f64 * link.latency + link.time(ring_allreduce_bytes(s, p))
+    2.0 * (p - 1) as f64 * link.latency_s + link.time(ring_allreduce_bytes(s, p))
 }
 
 /// Ring reduce-scatter or all-gather time: `(p−1)·α + (p−1)/p·S/β`; 0 for p ≤ 1.
@@ -129,7 +77,7 @@ pub fn ring_collective_time(s: f64, p: usize, link: Link) -> f64 {
     if p <= 1 {
         return 0.0;
     }
-    (p - 1) as f64 * link.latency + link.time(ring_collective_bytes(s, p))
+    (p - 1) as f64 * link.latency_s + link.time(ring_collective_bytes(s, p))
 }
 
 /// How much of a collective can hide behind computation.

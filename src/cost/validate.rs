@@ -77,17 +77,9 @@ pub fn calibrate(shape: &ModelShape, tokens: usize, seconds: f64) -> Result<f64>
     Ok(rate)
 }
 
-/// The cost model's link for a trainer link preset (same bandwidth and latency).
-pub fn cost_link(link: &PipeLink) -> Link {
-    Link {
-        bandwidth: link.bandwidth_bytes_per_s,
-        latency: link.latency_s,
-    }
-}
-
 /// One node of `devices` devices of `mem_gb` GB joined by `link`, each computing at `flops`.
 pub fn cluster(devices: usize, link: &PipeLink, mem_gb: f64, flops: f64) -> Result<Cluster> {
-    let l = cost_link(link);
+    let l = *link;
     let c = Cluster {
         nodes: 1,
         devices_per_node: devices,

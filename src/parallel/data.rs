@@ -223,7 +223,7 @@ impl DataParallel {
             self.opts.overlap,
             self.opts.algo,
             self.opts.collective,
-            self.opts.link.clone(),
+            self.opts.link,
         );
         let buckets = &self.buckets;
         let (serial, lock) = (self.opts.serial, std::sync::Mutex::new(()));

@@ -298,7 +298,7 @@ impl Pipeline {
                     peak: 0,
                 });
             }
-            let mut comm = TpComm::new(opts.tp_link.clone());
+            let mut comm = TpComm::new(opts.tp_link);
             comm.ledger.group = (d * t..(d + 1) * t).collect();
             devices.push(Device {
                 gpus: group.to_vec(),

@@ -137,7 +137,7 @@ pub fn summarize(s: &Schedule, r: &StepReport, link: &Link, tokens: usize) -> Re
         tokens_per_s_device: tokens as f64 / dev.makespan.max(1e-12),
         peak_held: r.peak_held.clone(),
         memory: r.memory.clone(),
-        link: link.name.clone(),
+        link: link.name.to_string(),
     })
 }
 

@@ -303,7 +303,7 @@ fn groups(mesh: &Mesh, opts: &RuntimeOptions) -> Vec<Comms> {
         let o = GroupOptions {
             timeout: opts.recv_timeout,
             channel_bound: opts.channel_bound,
-            link: link.clone(),
+            link: *link,
         };
         match opts.comm {
             CommKind::Local => comm::local_group(devices, &o)

@@ -1,6 +1,6 @@
 //! The step IR: for every device of a layout, the ordered list of everything it does in one
 //! training step — compute, pipeline messages, tensor- and data-parallel collectives, the
-//! gradient norm and the optimizer. Built by [`super::lower`], checked by [`super::check`],
+//! gradient norm and the optimizer. Built by [`super::lower()`], checked by [`super::check()`],
 //! run by one worker per device, replayed on the device clock.
 //!
 //! A compute op is a part of a pass: a pass (F, B or W of a microbatch on a local chunk) is cut

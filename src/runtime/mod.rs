@@ -1,5 +1,5 @@
 //! One runtime for every layout: a [`crate::mesh::Mesh`] is lowered to one list of ops per
-//! device ([`ir`], [`lower`]), the lists are checked ([`check`]), and one worker per device runs
+//! device ([`ir`], [`lower()`]), the lists are checked ([`check()`]), and one worker per device runs
 //! its list, owning only its device and talking to other devices only through communicators
 //! ([`crate::comm`]).
 //!

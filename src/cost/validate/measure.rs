@@ -127,8 +127,8 @@ fn run(
     let cfg = train_config(model, micro_b, mesh.microbatches, steps);
     let micro = cfg.micro;
     let opts = EngineOptions {
-        link: link.clone(),
-        tp_link: link.clone(),
+        link: *link,
+        tp_link: *link,
         serial: true,
         ..EngineOptions::default()
     };
