@@ -256,3 +256,44 @@ fn tensor_parallel_stays_within_tolerance_of_one_device() {
         assert!(err < 1e-5, "{}", mesh.describe());
     }
 }
+
+#[test]
+fn interleaved_over_four_devices_gives_one_devices_bits_on_both_communicators() {
+    let Some(gpus) = gpu::test_gpus(4) else {
+        return;
+    };
+    // 8 stages (embedding, 6 layers, head) over 4 devices, 2 chunks each: activations and
+    // gradients of different chunks share each link
+    let m = 4;
+    let six = |accum: usize| TrainConfig {
+        model: GptConfig {
+            layers: 6,
+            ..cfg(accum).model
+        },
+        ..cfg(accum)
+    };
+    let data = data(m);
+    let mut one = Trainer::new(&gpus[0], six(m)).unwrap();
+    for (s, b) in data.iter().enumerate() {
+        one.step(&b[..m], s).unwrap();
+    }
+    let want = one.checksum().unwrap();
+    let mesh = Mesh {
+        schedule: ScheduleKind::Interleaved,
+        chunks: 2,
+        ..mesh(1, 4, m)
+    };
+    for comm in [CommKind::Local, CommKind::Loopback] {
+        let opts = RuntimeOptions {
+            comm,
+            ..Default::default()
+        };
+        let mut rt = Runtime::new(&gpus, six(m), mesh, opts).unwrap();
+        for (s, b) in data.iter().enumerate() {
+            rt.step(&b[..m], s).unwrap();
+        }
+        let got = rt.checksum().unwrap();
+        println!("{} {comm:?}: {got}", mesh.describe());
+        assert_eq!(got, want, "{} {comm:?}", mesh.describe());
+    }
+}

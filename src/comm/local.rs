@@ -10,6 +10,7 @@
 //!   rank a ──(tag, data)──▶ channel (a → b, bound k) ──▶ rank b
 //! ```
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,6 +60,8 @@ pub struct LocalComm {
     down: Receiver<Answer>,
     to: Vec<Option<Sender<Message>>>,
     from: Vec<Option<Receiver<Message>>>,
+    /// Messages that arrived before their receive, by (sender, tag).
+    early: HashMap<(usize, Tag), Vec<f32>>,
     ledger: Ledger,
 }
 
@@ -119,6 +122,7 @@ pub fn local_group(devices: &[usize], opts: &GroupOptions) -> Vec<LocalComm> {
                 down,
                 to,
                 from,
+                early: HashMap::new(),
                 ledger,
             }
         })
@@ -368,15 +372,29 @@ impl Communicator for LocalComm {
                 self.size()
             )));
         };
-        let what = || format!("rank {} waiting for {tag:?} from rank {from}", self.rank);
-        let (got, data) = self.switch.recv(rx, &what)?;
-        if got != tag {
-            return Err(Error::Config(format!(
-                "rank {} expected {tag:?} from rank {from} but got {got:?}",
-                self.rank
-            )));
+        if let Some(data) = self.early.remove(&(from, tag)) {
+            return Ok(data);
         }
-        Ok(data)
+        let what = || format!("rank {} waiting for {tag:?} from rank {from}", self.rank);
+        loop {
+            let (got, data) = self.switch.recv(rx, &what)?;
+            if got == tag {
+                return Ok(data);
+            }
+            if got.flow == tag.flow {
+                return Err(Error::Config(format!(
+                    "rank {} expected {tag:?} from rank {from} but got {got:?}",
+                    self.rank
+                )));
+            }
+            // another flow's message, ahead of this one on the link: kept for its receive
+            if self.early.insert((from, got), data).is_some() {
+                return Err(Error::Config(format!(
+                    "rank {} got {got:?} from rank {from} twice",
+                    self.rank
+                )));
+            }
+        }
     }
 
     fn abort(&self, why: &str) {

@@ -9,6 +9,7 @@
 //! algorithm (the same order as in process) and send the result back; each rank's ledger then
 //! records its gather hop (rank 0: the hops back).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -63,6 +64,8 @@ pub struct LoopbackComm {
     switch: Arc<Switch>,
     coll: Lanes,
     msgs: Lanes,
+    /// Messages that arrived before their receive, by (sender, tag).
+    early: HashMap<(usize, Tag), Vec<u8>>,
     ledger: Ledger,
 }
 
@@ -107,6 +110,7 @@ pub fn loopback_group(devices: &[usize], opts: &GroupOptions) -> Vec<LoopbackCom
                 switch: switch.clone(),
                 coll,
                 msgs,
+                early: HashMap::new(),
                 ledger,
             }
         })
@@ -297,31 +301,45 @@ impl Communicator for LoopbackComm {
     }
 
     fn recv(&mut self, from: usize, tag: Tag) -> Result<Vec<f32>> {
-        let msg = self.msgs.take(from)?;
-        if msg.len() < 17 {
-            return Err(Error::Config(format!(
-                "rank {} got a {}-byte message from rank {from}: too short",
-                self.rank,
-                msg.len()
-            )));
+        if let Some(msg) = self.early.remove(&(from, tag)) {
+            return Ok(from_bytes(&msg[17..]));
         }
-        let word = |i: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&msg[i..i + 8]);
-            u64::from_le_bytes(b) as usize
-        };
-        let got = Tag {
-            flow: msg[0],
-            micro: word(1),
-            stage: word(9),
-        };
-        if got != tag {
-            return Err(Error::Config(format!(
-                "rank {} expected {tag:?} from rank {from} but got {got:?}",
-                self.rank
-            )));
+        loop {
+            let msg = self.msgs.take(from)?;
+            if msg.len() < 17 {
+                return Err(Error::Config(format!(
+                    "rank {} got a {}-byte message from rank {from}: too short",
+                    self.rank,
+                    msg.len()
+                )));
+            }
+            let word = |i: usize| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&msg[i..i + 8]);
+                u64::from_le_bytes(b) as usize
+            };
+            let got = Tag {
+                flow: msg[0],
+                micro: word(1),
+                stage: word(9),
+            };
+            if got == tag {
+                return Ok(from_bytes(&msg[17..]));
+            }
+            if got.flow == tag.flow {
+                return Err(Error::Config(format!(
+                    "rank {} expected {tag:?} from rank {from} but got {got:?}",
+                    self.rank
+                )));
+            }
+            // another flow's message, ahead of this one on the link: kept for its receive
+            if self.early.insert((from, got), msg).is_some() {
+                return Err(Error::Config(format!(
+                    "rank {} got {got:?} from rank {from} twice",
+                    self.rank
+                )));
+            }
         }
-        Ok(from_bytes(&msg[17..]))
     }
 
     fn abort(&self, why: &str) {

@@ -39,7 +39,9 @@ use crate::error::{Error, Result};
 
 /// What a point-to-point message carries: `flow` (0 activation, 1 gradient, others free for
 /// callers), the microbatch and the stage that produced it. A receive names the tag it
-/// expects; a different one is an error (messages between two ranks are in order).
+/// expects: a message of another flow that arrives first is kept until its own receive
+/// (flows between two ranks interleave), one of the same flow with another tag is an error
+/// (each flow is in order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Tag {
     pub flow: u8,
