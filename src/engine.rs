@@ -242,6 +242,11 @@ impl Engine {
         self.rt.set_state(st)
     }
 
+    /// Whether every data-parallel replica holds the same parameters, bit for bit.
+    pub fn replicas_agree(&self) -> Result<bool> {
+        self.rt.replicas_agree()
+    }
+
     /// SHA-256 of the parameters in the one-device layout.
     pub fn checksum(&self) -> Result<String> {
         self.rt.checksum()

@@ -309,10 +309,8 @@ fn buckets_follow_the_order_backward_finishes_gradients() {
 
 #[test]
 fn dp_by_pp_trains_and_matches_one_device() {
-    use triaxis::parallel::hybrid::DpPipeline;
-    use triaxis::pipeline::executor::Options;
-    use triaxis::pipeline::partition::Balance;
-    use triaxis::pipeline::{Schedule, ScheduleKind};
+    use triaxis::engine::{Engine, EngineOptions};
+    use triaxis::mesh::Mesh;
     let Some(gpus) = gpu::test_gpus(4) else {
         return;
     };
@@ -324,18 +322,15 @@ fn dp_by_pp_trains_and_matches_one_device() {
         losses.push(one.step(b, s).unwrap().loss);
     }
     let reference = one.model.params().unwrap();
-    let sched = Schedule::new(ScheduleKind::OneFOneB, 2, m, 1).unwrap();
-    let mut hy = DpPipeline::new(
-        &gpus,
-        2,
-        cfg(m),
-        sched,
-        &Balance::Params,
-        Options::default(),
-    )
-    .unwrap();
+    let mesh = Mesh {
+        dp: 2,
+        pp: 2,
+        microbatches: m,
+        ..Mesh::default()
+    };
+    let mut hy = Engine::new(&gpus, cfg(m), mesh, EngineOptions::default()).unwrap();
     for (s, b) in data.iter().enumerate() {
-        let st = hy.step(b, s).unwrap();
+        let st = hy.step(b, s).unwrap().stats;
         assert!(
             (st.loss - losses[s]).abs() / losses[s] < 1e-5,
             "step {s}: loss {} vs {}",
@@ -343,23 +338,13 @@ fn dp_by_pp_trains_and_matches_one_device() {
             losses[s]
         );
     }
-    let p = hy.pipes[0].gather_params().unwrap();
-    assert_eq!(
-        p,
-        hy.pipes[1].gather_params().unwrap(),
+    let p = hy.state().unwrap().params;
+    assert!(
+        hy.replicas_agree().unwrap(),
         "replicas must agree bit for bit"
     );
     let err = max_rel(&p, &reference);
     println!("dp × pp = 2 × 2: max |Δ| / max |p| vs one device = {err:.2e}");
     assert!(err < 1e-5);
-    let bad = Schedule::new(ScheduleKind::OneFOneB, 2, m, 1).unwrap();
-    assert!(DpPipeline::new(
-        &gpus[..3],
-        2,
-        cfg(m),
-        bad,
-        &Balance::Params,
-        Options::default()
-    )
-    .is_err());
+    assert!(Engine::new(&gpus[..3], cfg(m), mesh, EngineOptions::default()).is_err());
 }

@@ -12,7 +12,6 @@ use triaxis::cpu::AdamW;
 use triaxis::gpu;
 use triaxis::link::Link;
 use triaxis::model::{GptConfig, Micro};
-use triaxis::parallel::hybrid::DpPipeline;
 use triaxis::parallel::tensor::{gather, shard, split_of, tensor_parallel, Split};
 use triaxis::pipeline::executor::{Options, Pipeline};
 use triaxis::pipeline::partition::Balance;
@@ -280,20 +279,24 @@ fn tensor_parallel_composes_with_pipeline_schedules() {
 
 #[test]
 fn dp_tp_pp_2x2x2_trains_and_matches_one_device() {
+    use triaxis::engine::{Engine, EngineOptions};
+    use triaxis::mesh::Mesh;
     let Some(gpus) = gpu::test_gpus(8) else {
         return;
     };
     let m = 2; // microbatches per pipeline replica
     let data = batches(2 * m, 3, cfg(1).micro);
     let (reference, losses) = one_device(&data, 2 * m);
-    let sched = Schedule::new(ScheduleKind::OneFOneB, 2, m, 1).unwrap();
-    let opts = Options {
+    let mesh = Mesh {
+        dp: 2,
         tp: 2,
-        ..Options::default()
+        pp: 2,
+        microbatches: m,
+        ..Mesh::default()
     };
-    let mut hy = DpPipeline::new(&gpus, 2, cfg(m), sched, &Balance::Params, opts).unwrap();
+    let mut hy = Engine::new(&gpus, cfg(m), mesh, EngineOptions::default()).unwrap();
     for (s, b) in data.iter().enumerate() {
-        let st = hy.step(b, s).unwrap();
+        let st = hy.step(b, s).unwrap().stats;
         assert!(
             (st.loss - losses[s]).abs() / losses[s] < 1e-5,
             "step {s}: loss {} vs {}",
@@ -301,21 +304,15 @@ fn dp_tp_pp_2x2x2_trains_and_matches_one_device() {
             losses[s]
         );
     }
-    let p = hy.pipes[0].gather_params().unwrap();
-    assert_eq!(
-        p,
-        hy.pipes[1].gather_params().unwrap(),
+    let p = hy.state().unwrap().params;
+    assert!(
+        hy.replicas_agree().unwrap(),
         "data-parallel replicas must agree bit for bit"
     );
     let err = rel_err("dp × tp × pp = 2 × 2 × 2", &p, &reference);
     assert!(err < 1e-5);
-    let sched = Schedule::new(ScheduleKind::OneFOneB, 2, m, 1).unwrap();
-    let opts = Options {
-        tp: 2,
-        ..Options::default()
-    };
-    match DpPipeline::new(&gpus[..6], 2, cfg(m), sched, &Balance::Params, opts) {
-        Err(Error::Config(msg)) => assert!(msg.contains("needs 8 devices"), "{msg}"),
+    match Engine::new(&gpus[..6], cfg(m), mesh, EngineOptions::default()) {
+        Err(Error::Config(msg)) => assert!(msg.contains("8 devices, but 6 are given"), "{msg}"),
         other => panic!("expected a config error, got {:?}", other.map(|_| ())),
     }
 }

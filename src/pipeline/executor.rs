@@ -60,9 +60,9 @@ pub struct Options {
     pub tp: usize,
     /// Link model of the tensor-parallel all-reduces (inside a group).
     pub tp_link: Link,
-    /// The AdamW moments live elsewhere (sharded over a data-parallel group by
-    /// [`crate::parallel::hybrid::DpPipeline`] for ZeRO-1): allocate none here and build no
-    /// optimizer; [`Pipeline::apply`] and [`Pipeline::tensor_sq`] do nothing.
+    /// The AdamW moments live elsewhere (sharded by a caller over a data-parallel group):
+    /// allocate none here and build no optimizer; [`Pipeline::apply`] and
+    /// [`Pipeline::tensor_sq`] do nothing.
     pub external_optimizer: bool,
     /// Global index of this pipeline's first GPU: errors name devices by `device_base + d·tp`
     /// (a data-parallel replica r of a dp × tp × pp layout sets r·pp·tp).

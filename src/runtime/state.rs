@@ -142,6 +142,28 @@ impl Runtime {
         self.gather(Which::Params)
     }
 
+    /// Whether every replica holds replica 0's parameters bit for bit (ZeRO-3 holds one
+    /// sharded copy: always true).
+    pub fn replicas_agree(&self) -> Result<bool> {
+        for (s, _) in self.stages.iter().enumerate() {
+            for k in 0..self.mesh.tp {
+                let (gpu, c) = self.chunk_at(0, s, k);
+                if c.params_sharded {
+                    continue;
+                }
+                let p0: Vec<f32> = gpu.download(&c.buffers.params)?;
+                for r in 1..self.mesh.dp {
+                    let (gpu, c) = self.chunk_at(r, s, k);
+                    let p: Vec<f32> = gpu.download(&c.buffers.params)?;
+                    if p.iter().zip(&p0).any(|(a, b)| a.to_bits() != b.to_bits()) {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+
     /// SHA-256 of the parameters in the one-device layout.
     pub fn checksum(&self) -> Result<String> {
         Ok(checksum(&self.params()?))
