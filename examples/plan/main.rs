@@ -531,7 +531,7 @@ fn validate(cli: &Cli) -> anyhow::Result<bool> {
             .map(|c| c.layout.label().to_string())
             .collect();
         println!(
-            "\nskipped (ZeRO is not in the layout engine yet): {}",
+            "\nskipped (ZeRO layouts: their expected bytes and memory are not derived for --validate yet): {}",
             names.join("; ")
         );
     }

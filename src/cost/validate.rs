@@ -5,7 +5,7 @@
 //! ```text
 //! calibrate   rate = 6·N·tokens / measured seconds of one device's step   (N: the cost model's
 //!             count, so that C = 6·N·tokens/(devices·rate) reproduces the measured step)
-//! runnable    a planned Mesh the engine runs here (ZeRO > 0: not in the layout engine yet)
+//! runnable    a planned Mesh --validate can check (ZeRO > 0: its expected bytes not derived yet)
 //! expect      the engine's stages (its own partition of embedding, L layers, head) ─▶ per device:
 //!               state bytes   16 · padded local parameters        (params + grads + Adam m, v)
 //!               dp bytes      Σ over its stages' gradient buffers of the ring all-reduce volume
@@ -97,7 +97,8 @@ pub fn cluster(devices: usize, link: &PipeLink, mem_gb: f64, flops: f64) -> Resu
 pub fn runnable(mesh: &Mesh) -> Result<()> {
     if mesh.zero > 0 {
         return Err(Error::Config(format!(
-            "{}: ZeRO stage {} is not available in the layout engine yet",
+            "{}: ZeRO stage {} is not available to --validate yet (the engine trains it, but the \
+             expected bytes and memory of sharded layouts are not derived here)",
             mesh.label(),
             mesh.zero
         )));
