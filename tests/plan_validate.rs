@@ -119,13 +119,17 @@ fn uneven_aligned_chunks_make_the_busiest_rank_exceed_the_ring_formula() {
     let ring = ring_formula_dp_bytes(&exp, d);
     println!(
         "dp 3: ledger {} B, 64-aligned ring {busiest} B, ring formula {ring:.2} B \
-         (+{:.2} B), expect (element chunks) {} B; shards {:?} of {n}",
+         (+{:.2} B), expect {} B; shards {:?} of {n}",
         got.dp_bytes,
         got.dp_bytes as f64 - ring,
         exp.dp_bytes_ledger,
         (0..d).map(|r| grid.shard_len(r)).collect::<Vec<_>>()
     );
     assert_eq!(got.dp_bytes, busiest, "measured vs the 64-aligned ring");
+    assert_eq!(
+        exp.dp_bytes_ledger, busiest,
+        "expected bytes count the same chunks"
+    );
     assert!(got.dp_bytes as f64 > ring);
     // the two chunks a rank keeps are each at most 64 elements short of n/d
     assert!(got.dp_bytes as f64 - ring < 2.0 * 64.0 * 4.0);

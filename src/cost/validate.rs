@@ -33,6 +33,7 @@ use crate::collective::{ring_all_reduce_bytes, ring_all_reduce_rank_bytes};
 use crate::error::{Error, Result};
 use crate::mesh::Mesh;
 use crate::model::{Block, GptConfig};
+use crate::parallel::shard::Grid;
 use crate::pipeline::partition::{stage_blocks, Balance};
 use crate::pipeline::{Link as PipeLink, Schedule};
 
@@ -104,6 +105,23 @@ pub fn runnable(mesh: &Mesh) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Bytes rank `r` sends all-reducing a stage's `n` gradients the way the runtime does: one
+/// bucket cut into 64-aligned chunks ([`Grid`]), so rank r sends `4·(2n − |c_r| − |c_(r+1)|)`.
+/// A stage larger than one bucket is cut by its backward's bucket plan, which only a built
+/// model knows: counted by element chunks then (exact when d divides each bucket's blocks).
+fn aligned_ring_rank_bytes(n: usize, d: usize, r: usize) -> u64 {
+    if d <= 1 || 4 * n > crate::parallel::data::BUCKET_BYTES {
+        return ring_all_reduce_rank_bytes(n, d, r);
+    }
+    match Grid::new(std::slice::from_ref(&(0..n)), n, d) {
+        Ok(g) => {
+            let c = |q: usize| g.chunk(0, q).len();
+            4 * (2 * n - c(r) - c((r + 1) % d)) as u64
+        }
+        Err(_) => ring_all_reduce_rank_bytes(n, d, r),
+    }
 }
 
 /// Parameter counts under both conventions.
@@ -220,7 +238,7 @@ pub fn expect(model: &GptConfig, mesh: &Mesh, micro_b: usize, seq: usize) -> Res
     let sent = |dev: &DeviceShare, r: usize| -> u64 {
         dev.chunks
             .iter()
-            .map(|c| ring_all_reduce_rank_bytes(model.layout_tp(c, t).total, d, r))
+            .map(|c| aligned_ring_rank_bytes(model.layout_tp(c, t).total, d, r))
             .sum()
     };
     let dp_bytes_device = (0..d)
