@@ -183,8 +183,8 @@ pub struct Gpu {
     /// Label of this virtual device ("dev0", …), used in errors and timelines.
     pub label: String,
     errors: Arc<Mutex<Vec<String>>>,
-    /// Timestamp query set + resolve buffer of `run_timed`, made once.
-    timer: Arc<Mutex<Option<(wgpu::QuerySet, View)>>>,
+    /// Timestamp query set, resolve buffer and mapped readback of `run_timed`, made once.
+    timer: Arc<Mutex<Option<Timer>>>,
     pub(crate) kernels: Arc<crate::kernels::Cache>,
     /// Bytes allocated on this device, by category (shared by every clone).
     memory: Arc<MemoryLedger>,
@@ -403,34 +403,41 @@ impl Gpu {
     /// Runs `ops` and returns their device duration: GPU timestamps around the pass where the
     /// adapter has them, else the wall time from submit to completion (device otherwise idle).
     pub fn run_timed(&self, ops: &[crate::kernels::Op]) -> Result<Duration> {
-        self.sync()?;
         if !self.has_timestamps() {
+            self.sync()?;
             let t0 = std::time::Instant::now();
             self.run(ops)?;
             self.sync()?;
             return Ok(t0.elapsed());
         }
-        // one query set and resolve buffer per device, made on first use (this runs per action)
+        // the timestamps bracket the pass itself, so earlier queued work needs no wait; one
+        // query set, resolve buffer and readback per device, made on first use (this runs per
+        // action): one submit and one wait per timed pass
         let mut timer = self
             .timer
             .lock()
             .map_err(|_| Error::Device("timer poisoned".into()))?;
-        let (qs, resolve) = timer.get_or_insert_with(|| {
-            let qs = self.device.create_query_set(&wgpu::QuerySetDescriptor {
+        let t = timer.get_or_insert_with(|| Timer {
+            queries: self.device.create_query_set(&wgpu::QuerySetDescriptor {
                 label: Some("pass time"),
                 ty: wgpu::QueryType::Timestamp,
                 count: 2,
-            });
-            let resolve =
-                self.buffer_with_usage("timestamps", 16, wgpu::BufferUsages::QUERY_RESOLVE);
-            (qs, resolve)
+            }),
+            resolve: self.buffer_with_usage("timestamps", 16, wgpu::BufferUsages::QUERY_RESOLVE),
+            readback: self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("timestamps readback"),
+                size: 16,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+            _counted: Allocation::new(&self.memory, Category::Staging, 16),
         });
         let mut enc = self.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("timed ops"),
                 timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
-                    query_set: qs,
+                    query_set: &t.queries,
                     beginning_of_pass_write_index: Some(0),
                     end_of_pass_write_index: Some(1),
                 }),
@@ -439,9 +446,28 @@ impl Gpu {
                 op.record(&mut pass);
             }
         }
-        enc.resolve_query_set(qs, 0..2, &resolve.buf, 0);
+        enc.resolve_query_set(&t.queries, 0..2, &t.resolve.buf, 0);
+        enc.copy_buffer_to_buffer(&t.resolve.buf, t.resolve.byte_offset(), &t.readback, 0, 16);
         self.queue.submit([enc.finish()]);
-        let ticks: Vec<u64> = self.download(resolve)?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        t.readback
+            .slice(..)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send(r);
+            });
+        self.sync()?;
+        rx.recv_timeout(Duration::from_secs(60))
+            .map_err(|_| Error::Device(format!("{}: timestamps never read back", self.label)))?
+            .map_err(|e| Error::Device(format!("{}: map failed: {e}", self.label)))?;
+        let ticks: Vec<u64> = {
+            let view = t
+                .readback
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| Error::Device(format!("{}: mapped range: {e}", self.label)))?;
+            bytemuck::cast_slice::<u8, u64>(&view).to_vec()
+        };
+        t.readback.unmap();
         let ns =
             ticks[1].saturating_sub(ticks[0]) as f64 * self.queue.get_timestamp_period() as f64;
         Ok(Duration::from_nanos(ns as u64))
@@ -540,4 +566,14 @@ pub fn test_gpus(n: usize) -> Option<Vec<Gpu>> {
             None
         }
     }
+}
+
+/// What `run_timed` keeps per device: the query set, the buffer it resolves into, and a mapped
+/// readback the resolve is copied to in the same submit.
+struct Timer {
+    queries: wgpu::QuerySet,
+    resolve: View,
+    readback: wgpu::Buffer,
+    /// The readback's 16 bytes in the memory ledger.
+    _counted: Allocation,
 }
