@@ -53,7 +53,7 @@ struct Args {
     /// step with its comm serialised after compute).
     #[arg(long)]
     no_overlap: bool,
-    /// All-reduce algorithm: ring, naive or tree (checked; the engine reduces with the ring).
+    /// All-reduce algorithm of the gradient buckets: ring, naive or tree.
     #[arg(long, default_value = "ring")]
     algo: String,
     /// Global batch in sequences (split over d replicas × microbatches of --micro-batch; a
@@ -182,9 +182,11 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         grad_bytes as f64 / 1e6
     );
     println!(
-        "batch    {} sequences × {} tokens per step; the engine's ring all-reduce over {} MB \
-         buckets (asked: {algo:?}; the engine reduces with the ring)",
-        a.global_batch, a.seq, a.bucket_mb
+        "batch    {} sequences × {} tokens per step; {} all-reduce over {} MB buckets",
+        a.global_batch,
+        a.seq,
+        algo.name(),
+        a.bucket_mb
     );
     // the one-device reference: the whole global batch accumulated on one device
     let k1 = accumulation(a.global_batch, 1, a.micro_batch)?;
@@ -248,6 +250,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                     link: *link,
                     serial,
                     bucket_bytes: (a.bucket_mb * 1e6) as usize,
+                    dp_algo: algo,
                     ..EngineOptions::default()
                 };
                 engine_steps::run(&gpus, cfg.clone(), mesh, opts, &corpus, 1)

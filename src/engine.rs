@@ -50,6 +50,8 @@ pub struct EngineOptions {
     /// Largest data-parallel gradient bucket in bytes (smaller buckets start reducing sooner,
     /// each pays the link latency).
     pub bucket_bytes: usize,
+    /// The data-parallel all-reduce (ring, naive or pairwise tree; ZeRO needs the ring).
+    pub dp_algo: crate::collective::Algo,
 }
 
 impl Default for EngineOptions {
@@ -63,6 +65,7 @@ impl Default for EngineOptions {
             recv_timeout: std::time::Duration::from_secs(60),
             balance: Balance::Params,
             bucket_bytes: crate::parallel::data::BUCKET_BYTES,
+            dp_algo: crate::collective::Algo::Ring,
         }
     }
 }
@@ -143,6 +146,7 @@ impl Engine {
             recv_timeout: opts.recv_timeout,
             balance: opts.balance.clone(),
             bucket_bytes: opts.bucket_bytes,
+            dp_algo: opts.dp_algo,
             ..RuntimeOptions::default()
         };
         let rt = Box::new(Runtime::new(

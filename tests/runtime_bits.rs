@@ -297,3 +297,43 @@ fn interleaved_over_four_devices_gives_one_devices_bits_on_both_communicators() 
         assert_eq!(got, want, "{} {comm:?}", mesh.describe());
     }
 }
+
+#[test]
+fn every_all_reduce_algorithm_trains_and_zero_keeps_the_ring() {
+    use triaxis::collective::Algo;
+    let Some(gpus) = gpu::test_gpus(4) else {
+        return;
+    };
+    let m = 1;
+    let data = data(4 * m);
+    let ring = run(&gpus, mesh(4, 1, m), RuntimeOptions::default(), &data);
+    for algo in [Algo::Naive, Algo::Tree] {
+        let opts = RuntimeOptions {
+            dp_algo: algo,
+            ..Default::default()
+        };
+        let (stats, sum) = run(&gpus, mesh(4, 1, m), opts, &data);
+        println!("dp 4 {}: {sum} (ring {})", algo.name(), ring.1);
+        for (s, (x, y)) in stats.iter().zip(&ring.0).enumerate() {
+            let dl = (x.loss - y.loss).abs() / y.loss;
+            assert!(dl < 1e-6, "{}: loss of step {s}", algo.name());
+            let rel = (x.grad_norm - y.grad_norm).abs() / y.grad_norm;
+            assert!(rel < 1e-5, "{}: grad norm of step {s}", algo.name());
+        }
+    }
+    let zero = Mesh {
+        zero: 1,
+        ..mesh(2, 1, m)
+    };
+    let opts = RuntimeOptions {
+        dp_algo: Algo::Tree,
+        ..Default::default()
+    };
+    let e = Runtime::new(&gpus[..2], cfg(m), zero, opts)
+        .err()
+        .expect("refused");
+    assert!(
+        e.to_string().contains("reduce-scatters with the ring"),
+        "{e}"
+    );
+}

@@ -17,6 +17,7 @@ use super::lower::lower_with;
 use super::replay::{replay, Clock};
 use super::report::op_costs;
 use super::worker::{Comms, StepIn, Worker, WorkerRun};
+use crate::collective::Algo;
 use crate::comm::{self, Communicator, GroupOptions};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -63,6 +64,9 @@ pub struct RuntimeOptions {
     pub balance: Balance,
     /// ZeRO-3: gather each block one block ahead of its compute.
     pub prefetch: bool,
+    /// The data-parallel all-reduce of unsharded gradients (ZeRO reduce-scatters with the
+    /// ring).
+    pub dp_algo: Algo,
 }
 
 impl Default for RuntimeOptions {
@@ -79,6 +83,7 @@ impl Default for RuntimeOptions {
             comm: CommKind::Local,
             balance: Balance::Params,
             prefetch: true,
+            dp_algo: Algo::Ring,
         }
     }
 }
@@ -114,6 +119,14 @@ impl Runtime {
     ) -> Result<Runtime> {
         cfg.validate()?;
         mesh.validate(&cfg.model, cfg.micro.b, cfg.micro.t, gpus.len())?;
+        if mesh.zero > 0 && mesh.dp > 1 && opts.dp_algo != Algo::Ring {
+            return Err(Error::Config(format!(
+                "ZeRO-{} reduce-scatters with the ring; the {} all-reduce applies to unsharded \
+                 gradients (--zero 0)",
+                mesh.zero,
+                opts.dp_algo.name()
+            )));
+        }
         if cfg.grad_accum != mesh.microbatches {
             return Err(Error::Config(format!(
                 "the configuration accumulates {} microbatches but the layout runs {} per replica",
@@ -192,6 +205,7 @@ impl Runtime {
                 cfg: cfg.clone(),
                 mesh,
                 canonical: cfg.model.canonical_names(),
+                dp_algo: opts.dp_algo,
             })
             .collect();
         Ok(Runtime {

@@ -99,6 +99,8 @@ pub struct Worker {
     pub(super) cfg: TrainConfig,
     pub(super) mesh: Mesh,
     pub(super) canonical: Vec<String>,
+    /// The all-reduce of unsharded gradient buckets.
+    pub(super) dp_algo: Algo,
 }
 
 /// The step's working state of one worker.

@@ -4,7 +4,6 @@
 
 use super::super::norm::{verdict, Share};
 use super::{comm_call, Scratch, StepIn, Worker};
-use crate::collective::Algo;
 use crate::error::{Error, Result};
 use crate::parallel::tensor::{split_of, Split};
 use crate::pipeline::executor::FaultKind;
@@ -37,6 +36,7 @@ impl Worker {
                 sc.local_bad = Some((stage, name));
             }
         }
+        let algo = self.dp_algo;
         let link = if scatter {
             let l = comm_call(&mut *self.comms.dp, |d| {
                 d.reduce_scatter(&mut host, &rel, false)
@@ -50,7 +50,7 @@ impl Worker {
             l
         } else {
             let l = comm_call(&mut *self.comms.dp, |d| {
-                d.all_reduce(&mut host, Algo::Ring, Some(&rel), false)
+                d.all_reduce(&mut host, algo, Some(&rel), false)
             })?;
             self.gpu.upload(&view, &host)?;
             l
