@@ -7,37 +7,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::tiny::{no_thread_left, threads};
-use triaxis::cpu::AdamW;
+use common::tiny::{cfg, no_thread_left, threads};
 use triaxis::engine::{Engine, EngineOptions};
 use triaxis::error::Error;
 use triaxis::gpu;
 use triaxis::mesh::Mesh;
-use triaxis::model::{GptConfig, Micro};
 use triaxis::pipeline::executor::{Fault, FaultKind};
-use triaxis::step::TrainConfig;
-
-fn cfg(accum: usize) -> TrainConfig {
-    TrainConfig {
-        model: GptConfig {
-            vocab: 13,
-            ctx: 8,
-            channels: 16,
-            heads: 2,
-            layers: 2,
-        },
-        micro: Micro { b: 2, t: 8 },
-        grad_accum: accum,
-        steps: 4,
-        adam: AdamW {
-            lr: 1e-2,
-            ..Default::default()
-        },
-        warmup: 1,
-        min_lr_frac: 0.1,
-        seed: 5,
-    }
-}
 
 fn mesh(dp: usize, tp: usize, pp: usize, zero: usize) -> Mesh {
     Mesh {

@@ -10,12 +10,12 @@
 //!   rank a ──(tag, data)──▶ channel (a → b, bound k) ──▶ rank b
 //! ```
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
+use super::early::Early;
 use super::wait::Switch;
 use super::{check_bounds, Communicator, Tag};
 use crate::collective::{self, host, Algo, Entry, Kind, Ledger, Opts, Phases};
@@ -60,8 +60,8 @@ pub struct LocalComm {
     down: Receiver<Answer>,
     to: Vec<Option<Sender<Message>>>,
     from: Vec<Option<Receiver<Message>>>,
-    /// Messages that arrived before their receive, by (sender, tag).
-    early: HashMap<(usize, Tag), Vec<f32>>,
+    /// Messages of another flow that arrived before their receive.
+    early: Early<Vec<f32>>,
     ledger: Ledger,
 }
 
@@ -122,7 +122,7 @@ pub fn local_group(devices: &[usize], opts: &GroupOptions) -> Vec<LocalComm> {
                 down,
                 to,
                 from,
-                early: HashMap::new(),
+                early: Early::default(),
                 ledger,
             }
         })
@@ -372,29 +372,10 @@ impl Communicator for LocalComm {
                 self.size()
             )));
         };
-        if let Some(data) = self.early.remove(&(from, tag)) {
-            return Ok(data);
-        }
         let what = || format!("rank {} waiting for {tag:?} from rank {from}", self.rank);
-        loop {
-            let (got, data) = self.switch.recv(rx, &what)?;
-            if got == tag {
-                return Ok(data);
-            }
-            if got.flow == tag.flow {
-                return Err(Error::Config(format!(
-                    "rank {} expected {tag:?} from rank {from} but got {got:?}",
-                    self.rank
-                )));
-            }
-            // another flow's message, ahead of this one on the link: kept for its receive
-            if self.early.insert((from, got), data).is_some() {
-                return Err(Error::Config(format!(
-                    "rank {} got {got:?} from rank {from} twice",
-                    self.rank
-                )));
-            }
-        }
+        let switch = &self.switch;
+        self.early
+            .take(self.rank, from, tag, || switch.recv(rx, &what))
     }
 
     fn abort(&self, why: &str) {

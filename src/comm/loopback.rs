@@ -9,12 +9,12 @@
 //! algorithm (the same order as in process) and send the result back; each rank's ledger then
 //! records its gather hop (rank 0: the hops back).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
+use super::early::Early;
 use super::p2p::{self, from_bytes, to_bytes, Wire};
 use super::wait::Switch;
 use super::{check_bounds, Communicator, GroupOptions, Tag};
@@ -64,8 +64,8 @@ pub struct LoopbackComm {
     switch: Arc<Switch>,
     coll: Lanes,
     msgs: Lanes,
-    /// Messages that arrived before their receive, by (sender, tag).
-    early: HashMap<(usize, Tag), Vec<u8>>,
+    /// Messages of another flow that arrived before their receive.
+    early: Early<Vec<u8>>,
     ledger: Ledger,
 }
 
@@ -110,7 +110,7 @@ pub fn loopback_group(devices: &[usize], opts: &GroupOptions) -> Vec<LoopbackCom
                 switch: switch.clone(),
                 coll,
                 msgs,
-                early: HashMap::new(),
+                early: Early::default(),
                 ledger,
             }
         })
@@ -301,15 +301,12 @@ impl Communicator for LoopbackComm {
     }
 
     fn recv(&mut self, from: usize, tag: Tag) -> Result<Vec<f32>> {
-        if let Some(msg) = self.early.remove(&(from, tag)) {
-            return Ok(from_bytes(&msg[17..]));
-        }
-        loop {
-            let msg = self.msgs.take(from)?;
+        let (rank, msgs) = (self.rank, &mut self.msgs);
+        let msg = self.early.take(rank, from, tag, || {
+            let msg = msgs.take(from)?;
             if msg.len() < 17 {
                 return Err(Error::Config(format!(
-                    "rank {} got a {}-byte message from rank {from}: too short",
-                    self.rank,
+                    "rank {rank} got a {}-byte message from rank {from}: too short",
                     msg.len()
                 )));
             }
@@ -323,23 +320,9 @@ impl Communicator for LoopbackComm {
                 micro: word(1),
                 stage: word(9),
             };
-            if got == tag {
-                return Ok(from_bytes(&msg[17..]));
-            }
-            if got.flow == tag.flow {
-                return Err(Error::Config(format!(
-                    "rank {} expected {tag:?} from rank {from} but got {got:?}",
-                    self.rank
-                )));
-            }
-            // another flow's message, ahead of this one on the link: kept for its receive
-            if self.early.insert((from, got), msg).is_some() {
-                return Err(Error::Config(format!(
-                    "rank {} got {got:?} from rank {from} twice",
-                    self.rank
-                )));
-            }
-        }
+            Ok((got, msg))
+        })?;
+        Ok(from_bytes(&msg[17..]))
     }
 
     fn abort(&self, why: &str) {

@@ -26,6 +26,7 @@
 //! so through [`Communicator::abort`]) or after the group's timeout, with
 //! [`Error::Aborted`] naming the peer and the call.
 
+mod early;
 pub mod local;
 pub mod loopback;
 mod p2p;
