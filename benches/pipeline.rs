@@ -1,17 +1,17 @@
-//! Executor overhead per action: a pipeline step of a tiny model (where kernels cost little and
-//! the executor's own work — threads, channels, host staging, timing — dominates) next to the
-//! same microbatches on one device, in one run. Overhead per action =
-//! (pipeline step − one-device step) / actions per step.
+//! Executor overhead per action: a pipeline step of a tiny model on the runtime, through the
+//! engine (where kernels cost little and the runtime's own work — threads, communicators, host
+//! staging, timing — dominates) next to the same microbatches on one device, in one run.
+//! Overhead per action = (pipeline step − one-device step) / actions per step.
 //!
 //! Run: `cargo bench --bench pipeline`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use triaxis::cpu::AdamW;
 use triaxis::data::{AdditionSpec, Batcher, Corpus};
+use triaxis::engine::{Engine, EngineOptions};
 use triaxis::gpu::{AdapterChoice, Gpu};
+use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
-use triaxis::pipeline::executor::{Options, Pipeline};
-use triaxis::pipeline::partition::Balance;
 use triaxis::pipeline::{Schedule, ScheduleKind};
 use triaxis::step::TrainConfig;
 use triaxis::train::Trainer;
@@ -55,9 +55,15 @@ fn bench(c: &mut Criterion) {
         .collect();
     let mut one = Trainer::new(&gpus[0], cfg.clone()).expect("trainer");
     let sched = Schedule::new(ScheduleKind::OneFOneB, p, m, 1).expect("schedule");
-    let actions = 2 * p * m;
-    let mut pipe =
-        Pipeline::new(&gpus, cfg, sched, &Balance::Params, Options::default()).expect("pipeline");
+    let actions: usize = sched.actions.iter().map(Vec::len).sum();
+    assert_eq!(actions, 2 * p * m);
+    let mesh = Mesh {
+        pp: p,
+        microbatches: m,
+        schedule: ScheduleKind::OneFOneB,
+        ..Mesh::default()
+    };
+    let mut pipe = Engine::new(&gpus, cfg, mesh, EngineOptions::default()).expect("pipeline");
     let mut g = c.benchmark_group("executor");
     g.sample_size(20);
     let mut t_one = Vec::new();

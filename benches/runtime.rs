@@ -1,4 +1,5 @@
-//! The one runtime against the runners it replaced, in one run, medians over several steps.
+//! The one runtime, against figures of the runners it replaced (measured when it replaced
+//! them), in one run, medians over several steps.
 //!
 //! 1. **Exposed data-parallel communication on the device clock** (dp = 2 × pp = 2, 1F1B,
 //!    m = 8, a small GPT, devices one at a time for clean kernel times, a 1 GB/s + 10 µs link:
@@ -16,13 +17,14 @@
 //!    backward, is left exposed). `exp/comm` is the figure of merit (goal ≤ 10 %); `step` is
 //!    the device-clock step, the norm and AdamW included.
 //! 2. **Executor overhead per action** (pp = 4, 1F1B, m = 8, the tiny model of
-//!    `benches/pipeline.rs`, devices concurrent): (wall of a step − wall of one device's
-//!    `Trainer` step over the same microbatches) / passes per step (2·p·m), for the old
-//!    `pipeline::executor::Pipeline` and for the runtime, the three run in turn step by step
-//!    so that load on the shared machine falls on all alike; `(best)` is the same from each
-//!    one's fastest step. Virtual devices share one CPU, so kernels cost what they cost on one
-//!    device and the difference is the executor's: threads, channels, host staging, timing
-//!    (goal ≤ 100 µs). The last line is the floor the device primitives set: wall per call of
+//!    `benches/pipeline.rs`, devices concurrent): (wall of a runtime step − wall of one
+//!    device's `Trainer` step over the same microbatches) / passes per step (2·p·m), the two
+//!    run in turn step by step so that load on the shared machine falls on both alike;
+//!    `(best)` is the same from each one's fastest step. (The replaced
+//!    `pipeline::executor::Pipeline` is gone from the library, and its row from this table.)
+//!    Virtual devices share one CPU, so kernels cost what they cost on one device and the
+//!    difference is the executor's: threads, communicators, host staging, timing (goal
+//!    ≤ 100 µs). The last line is the floor the device primitives set: wall per call of
 //!    an upload, an untimed and a timed empty pass, and a download on one idle device. A
 //!    pipeline pass makes one of each (the one-device step: an upload pair, one untimed pass
 //!    and one small download per microbatch), so these, not the executor's logic, are most of
@@ -44,8 +46,6 @@ use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::link::Link;
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
-use triaxis::pipeline::executor::{Options, Pipeline};
-use triaxis::pipeline::partition::Balance;
 use triaxis::pipeline::{Schedule, ScheduleKind};
 use triaxis::runtime::{Runtime, RuntimeOptions};
 use triaxis::step::TrainConfig;
@@ -252,15 +252,8 @@ fn overhead(gpus: &[Gpu], corpus: &Corpus) -> anyhow::Result<()> {
         ..Mesh::default()
     };
     let mut one = Trainer::new(&gpus[0], cfg.clone())?;
-    let mut pipe = Pipeline::new(
-        gpus,
-        cfg.clone(),
-        sched,
-        &Balance::Params,
-        Options::default(),
-    )?;
     let mut rt = Runtime::new(gpus, cfg, mesh, RuntimeOptions::default())?;
-    let (mut t_one, mut t_pipe, mut t_rt) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut t_one, mut t_rt) = (Vec::new(), Vec::new());
     let time = |v: &mut Vec<f64>, s: usize, f: &mut dyn FnMut() -> anyhow::Result<()>| {
         let t = Instant::now();
         f()?;
@@ -271,7 +264,6 @@ fn overhead(gpus: &[Gpu], corpus: &Corpus) -> anyhow::Result<()> {
     };
     for s in 0..WARM + STEPS_OVERHEAD {
         time(&mut t_one, s, &mut || Ok(one.step(&data, 0).map(drop)?))?;
-        time(&mut t_pipe, s, &mut || Ok(pipe.step(&data, 0).map(drop)?))?;
         time(&mut t_rt, s, &mut || Ok(rt.step(&data, 0).map(drop)?))?;
     }
     let base = median(t_one.clone());
@@ -286,20 +278,16 @@ fn overhead(gpus: &[Gpu], corpus: &Corpus) -> anyhow::Result<()> {
         "", "step ms", "µs per action", "(best)"
     );
     println!("{:<38} {:>9.2}", "one device (Trainer)", base * 1e3);
-    for (name, t) in [
-        ("before: pipeline::executor", t_pipe),
-        ("after: runtime", t_rt),
-    ] {
-        let min = t.iter().copied().fold(f64::INFINITY, f64::min);
-        let t = median(t);
-        let per = |a: f64, b: f64| (a - b) / actions as f64 * 1e6;
-        println!(
-            "{name:<38} {:>9.2} {:>14.0} {:>9.0}",
-            t * 1e3,
-            per(t, base),
-            per(min, best)
-        );
-    }
+    let min = t_rt.iter().copied().fold(f64::INFINITY, f64::min);
+    let t = median(t_rt);
+    let per = |a: f64, b: f64| (a - b) / actions as f64 * 1e6;
+    println!(
+        "{:<38} {:>9.2} {:>14.0} {:>9.0}",
+        "after: runtime",
+        t * 1e3,
+        per(t, base),
+        per(min, best)
+    );
     // the floor the device primitives set: what one pass's host staging and timing cost
     let g = &gpus[0];
     let probe = g.buffer("probe", 256);

@@ -21,7 +21,7 @@ use triaxis::collective::Algo;
 use triaxis::cost::comm::{
     fraction_lost, large_p_allreduce_bytes, ring_allreduce_bytes, Convention, Overlap,
 };
-use triaxis::data::{Batcher, Corpus};
+use triaxis::data::Corpus;
 use triaxis::engine::EngineOptions;
 use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
@@ -31,7 +31,6 @@ use triaxis::pipeline::Link;
 use triaxis::progress::{self, say};
 use triaxis::runtime::Op;
 use triaxis::step::TrainConfig;
-use triaxis::train::Trainer;
 
 #[path = "support/engine_steps.rs"]
 mod engine_steps;
@@ -334,44 +333,39 @@ fn tree_cost(
     micro: Micro,
     corpus: &Corpus,
 ) -> anyhow::Result<()> {
-    use triaxis::parallel::accumulate::{Accumulation, TreeAccumulator};
+    use triaxis::parallel::accumulate::Accumulation;
     let d = 1;
     let k = accumulation(a.global_batch, d, a.micro_batch)?;
     if !k.is_power_of_two() {
         println!("\nlayout-invariant mode skipped: needs power-of-two d and accumulation (d = {d}, k = {k})");
         return Ok(());
     }
-    let cfg = train_config(model, micro, k, 4);
-    let mut wall = Vec::new();
-    for acc in [Accumulation::Sequential, Accumulation::PairwiseTree] {
-        let mut tr = Trainer::with_accumulation(&gpus[0], cfg.clone(), acc)?;
-        let mut b = Batcher::new(9);
-        let mut t = Vec::new();
-        for s in 0..4 {
-            let batches = (0..d * k)
-                .map(|_| corpus.train_batch(&mut b, micro))
-                .collect::<triaxis::Result<Vec<_>>>()?;
-            let t0 = std::time::Instant::now();
-            tr.step(&batches, s)?;
-            gpus[0].sync()?;
-            t.push(t0.elapsed().as_secs_f64());
-        }
+    let cfg = train_config(model, micro, k, 5);
+    let mesh = Mesh {
+        dp: d,
+        microbatches: k,
+        ..Mesh::default()
+    };
+    let (mut wall, mut grads) = (Vec::new(), Vec::new());
+    for accumulation in [Accumulation::Sequential, Accumulation::PairwiseTree] {
+        let opts = EngineOptions {
+            dp_algo: Algo::Tree,
+            accumulation,
+            ..EngineOptions::default()
+        };
+        let run = engine_steps::run(gpus, cfg.clone(), mesh, opts, corpus, 9)?;
+        let mut t: Vec<f64> = run.costs.iter().map(|c| c.wall).collect();
         t.sort_by(f64::total_cmp);
-        wall.push(t[2]);
+        wall.push(t[t.len() / 2]);
+        grads.push(run.last().memory[0].peak.gradients);
     }
-    let extra = TreeAccumulator::new(
-        &gpus[0],
-        &gpus[0].buffer("probe", model.layout(&model.blocks()).total),
-        k,
-    )?
-    .bytes();
     println!(
-        "\nlayout-invariant mode (d = {d}, k = {k}, one-device trainer): step {:.1} ms vs {:.1} ms sequential on the wall clock ({:+.0} %), \
+        "\nlayout-invariant mode (d = {d}, k = {k}, pairwise tree): step {:.1} ms vs {:.1} ms sequential on the wall clock ({:+.0} %), \
          {:.2} MB more gradient memory per device ({} tree levels)",
         wall[1] * 1e3,
         wall[0] * 1e3,
         100.0 * (wall[1] / wall[0] - 1.0),
-        extra as f64 / 1e6,
+        grads[1].saturating_sub(grads[0]) as f64 / 1e6,
         k.trailing_zeros() + 1
     );
     Ok(())

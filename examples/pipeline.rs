@@ -19,7 +19,7 @@ use triaxis::flags;
 use triaxis::gpu::{self, AdapterChoice, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::{fit, GptConfig, Micro};
-use triaxis::pipeline::executor::describe_stages;
+use triaxis::pipeline::partition::describe_stages;
 use triaxis::pipeline::partition::{measure_block_times, stage_blocks, Balance};
 use triaxis::pipeline::timeline::{chrome_trace, summarize, Summary};
 use triaxis::pipeline::{Link, Schedule, ScheduleKind};

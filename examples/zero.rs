@@ -16,12 +16,12 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::json;
 use triaxis::cost::memory::{zero_state_bytes, ZeroStage};
+use triaxis::cost::zero::{self, formula_bytes, predicted_comm_bytes};
 use triaxis::engine::EngineOptions;
 use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::memory::Usage;
 use triaxis::mesh::Mesh;
-use triaxis::parallel::zero::{self, formula_bytes, predicted_comm_bytes};
 use triaxis::pipeline::Link;
 use triaxis::progress::{self, say};
 

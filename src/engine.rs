@@ -22,10 +22,11 @@ use crate::link::Link;
 use crate::memory::Usage;
 use crate::mesh::{Coords, Mesh};
 use crate::model::Block;
-use crate::pipeline::executor::{Fault, StepReport};
+use crate::pipeline::event::StepReport;
 use crate::pipeline::partition::Balance;
 use crate::pipeline::timeline::theory;
 use crate::pipeline::Schedule;
+use crate::runtime::Fault;
 use crate::runtime::{Runtime, RuntimeOptions, RuntimeStep};
 use crate::step::{ModelState, StepStats, TrainConfig};
 
@@ -52,6 +53,9 @@ pub struct EngineOptions {
     pub bucket_bytes: usize,
     /// The data-parallel all-reduce (ring, naive or pairwise tree; ZeRO needs the ring).
     pub dp_algo: crate::collective::Algo,
+    /// How microbatch gradients accumulate: `grads +=` in order, or the pairwise tree that
+    /// gives the same bits for dp = 1, 2, 4, … (with the tree all-reduce).
+    pub accumulation: crate::parallel::accumulate::Accumulation,
 }
 
 impl Default for EngineOptions {
@@ -64,8 +68,9 @@ impl Default for EngineOptions {
             reduce_fault: None,
             recv_timeout: std::time::Duration::from_secs(60),
             balance: Balance::Params,
-            bucket_bytes: crate::parallel::data::BUCKET_BYTES,
+            bucket_bytes: crate::parallel::bucket::BUCKET_BYTES,
             dp_algo: crate::collective::Algo::Ring,
+            accumulation: crate::parallel::accumulate::Accumulation::Sequential,
         }
     }
 }
@@ -147,6 +152,7 @@ impl Engine {
             balance: opts.balance.clone(),
             bucket_bytes: opts.bucket_bytes,
             dp_algo: opts.dp_algo,
+            accumulation: opts.accumulation,
             ..RuntimeOptions::default()
         };
         let rt = Box::new(Runtime::new(
@@ -190,6 +196,11 @@ impl Engine {
     /// Microbatches one step takes: dp × m (replica r takes the r-th contiguous share).
     pub fn batches_per_step(&self) -> usize {
         self.mesh.dp * self.mesh.microbatches
+    }
+
+    /// The runtime underneath: its plan, workers and their communicators' ledgers.
+    pub fn runtime(&self) -> &Runtime {
+        &self.rt
     }
 
     /// Where every device's work sits.

@@ -13,21 +13,23 @@
 //!              explicit forward/backward pair; a stage owns any contiguous range of blocks
 //! optim        layout-invariant global-norm clipping + AdamW over whole buffers or shards
 //! step         what every runner shares: TrainConfig, StepStats, ModelState, the checksum
-//! train        one-device training loop: microbatch accumulation, clipping, AdamW; evaluation
+//! train        the one-device reference step the runtime is tested against; evaluation, generation
 //! data         built-in addition corpus and byte-level text files; seeded batches; version
 //! link         the link model (bandwidth, latency, presets) every clock and cost uses
 //! collective   host-staged ring / tree / naive collectives over devices, and their ledger
 //! comm         the Communicator: one rank's handle on a group (in-process, loopback double)
-//! parallel     data (replicas, buckets), tensor (Megatron pair), ZeRO 0–3 and ZeRO-1 in stages
-//! pipeline     schedules as data, validator, simulators, partition, executor, timeline
+//! parallel     what the axes are made of: buckets, ZeRO's shard grid, the block chain, the
+//!              Megatron split, pairwise-tree accumulation (the runtime runs them)
+//! pipeline     schedules as data, validator, simulators, partition, step events, timeline
 //! mesh         a dp × tp × pp layout: validation with alternatives, rank ↔ coordinates
-//! runtime      every layout lowered to per-device op lists, checked, run by one worker each
+//! runtime      every layout lowered to per-device op lists, checked, run by one worker each;
+//!              the fault hooks every fault test goes through
 //! engine       one entry point for every layout: placement, steps, per-axis costs, state
 //! session      a run: data cursor, checkpoints every N steps, resume under any layout
 //! checkpoint   params + Adam moments + step + data cursor in one safetensors file, atomically
 //! record       the run record: config, adapter, shader hashes, dataset, losses, how it stopped
 //! interrupt    graceful stop on SIGINT / SIGTERM
-//! cost         the analytic cost model and the planner (and its validation on real devices)
+//! cost         the analytic cost model, ZeRO's figures, the planner (and its validation)
 //! flags        checks of command-line values and paths shared by the examples
 //! plot         SVG charts; progress  the examples' progress bars; rng  the seeded generator
 //! error        the one error type

@@ -181,6 +181,14 @@ impl Mesh {
                 self.microbatches, self.pp
             ));
         }
+        self.zero_offered()?;
+        Ok(())
+    }
+
+    /// Whether the ZeRO stage exists and is offered with this layout's other axes (ZeRO-2/3
+    /// only on a flat data-parallel group).
+    pub fn zero_offered(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::Config(msg));
         if self.zero > 3 {
             return bad(format!(
                 "ZeRO stage {} does not exist: stages are 0 (off), 1 (optimizer state), 2 (+ \

@@ -131,14 +131,16 @@ impl Buffers {
     }
 
     /// Parameters and gradients only: the AdamW moments live elsewhere (ZeRO-1 shards them
-    /// over a data-parallel group); `m` and `v` are one-element placeholders.
+    /// over a data-parallel group); `m` and `v` are empty views that hold no memory of their
+    /// own, so the memory ledger counts only the real shards.
     pub fn without_moments(gpu: &Gpu, layout: &Layout) -> Buffers {
+        let grads = gpu.buffer_in(Category::Gradients, "grads", layout.total);
         Buffers {
             layout: layout.clone(),
             params: gpu.buffer_in(Category::Parameters, "params", layout.total),
-            grads: gpu.buffer_in(Category::Gradients, "grads", layout.total),
-            m: gpu.buffer_in(Category::OptimizerState, "adam.m (sharded elsewhere)", 1),
-            v: gpu.buffer_in(Category::OptimizerState, "adam.v (sharded elsewhere)", 1),
+            m: grads.slice(0, 0),
+            v: grads.slice(0, 0),
+            grads,
         }
     }
 

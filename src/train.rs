@@ -1,6 +1,9 @@
-//! Training on one device: gradient accumulation over microbatches, global-norm clipping and
-//! AdamW, all on the GPU with the op lists built once. Also evaluation, greedy generation, the
-//! model checksum, and the CPU twin of one step for tests.
+//! The whole model on one device, written as plainly as a step can be: gradient accumulation
+//! over microbatches, global-norm clipping and AdamW, all on the GPU with the op lists built
+//! once. No example trains with it — every layout, one device included, trains on
+//! [`crate::runtime`] through [`crate::engine::Engine`] — it is the independent one-device
+//! reference the runtime's bits are tested against (like the CPU twin of one step here), and
+//! the evaluator and generator of the examples.
 //!
 //! One step: zero grads ─▶ for each microbatch: upload tokens/targets, forward+backward
 //! (parameter grads accumulate) ─▶ Σg² ─▶ AdamW with clip scale min(1, clip/‖g‖).

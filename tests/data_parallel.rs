@@ -2,11 +2,13 @@
 //! bytes, and reject impossible batches.
 mod common;
 
-use triaxis::collective::{ring_all_reduce_bytes, ring_all_reduce_rank_bytes, Algo};
+use triaxis::collective::{chunk, ring_all_reduce_bytes, ring_all_reduce_rank_bytes, Algo};
 use triaxis::cpu::AdamW;
-use triaxis::gpu;
+use triaxis::engine::{Engine, EngineOptions};
+use triaxis::gpu::{self, Gpu};
+use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
-use triaxis::parallel::data::{DataParallel, DpOptions};
+use triaxis::runtime::{Fault, FaultKind};
 use triaxis::step::TrainConfig;
 use triaxis::train::Trainer;
 
@@ -44,6 +46,15 @@ fn max_rel(a: &[f32], b: &[f32]) -> f32 {
         / scale
 }
 
+fn engine(gpus: &[Gpu], d: usize, k: usize, opts: EngineOptions) -> Engine {
+    let mesh = Mesh {
+        dp: d,
+        microbatches: k,
+        ..Mesh::default()
+    };
+    Engine::new(&gpus[..d], cfg(k), mesh, opts).unwrap_or_else(|e| panic!("dp {d}: {e}"))
+}
+
 #[test]
 fn replicas_match_one_device_and_repeat_bit_for_bit() {
     let Some(gpus) = gpu::test_gpus(4) else {
@@ -59,16 +70,16 @@ fn replicas_match_one_device_and_repeat_bit_for_bit() {
     for d in [2, 4] {
         for algo in [Algo::Ring, Algo::Naive] {
             let run = || {
-                let opts = DpOptions {
-                    algo,
+                let opts = EngineOptions {
+                    dp_algo: algo,
                     ..Default::default()
                 };
-                let mut dp = DataParallel::new(&gpus[..d], cfg(global / d), opts).unwrap();
+                let mut dp = engine(&gpus, d, global / d, opts);
                 for (s, b) in data.iter().enumerate() {
                     dp.step(b, s).unwrap();
                 }
                 assert!(dp.replicas_agree().unwrap(), "d={d}: replicas diverged");
-                (dp.params(0).unwrap(), dp.checksum().unwrap())
+                (dp.state().unwrap().params, dp.checksum().unwrap())
             };
             let (p, c1) = run();
             let (_, c2) = run();
@@ -83,91 +94,124 @@ fn replicas_match_one_device_and_repeat_bit_for_bit() {
     }
 }
 
+/// Bytes rank `r` sends in a ring all-reduce over the chunk bounds `b` (d + 1 offsets): every
+/// chunk but its own in the reduce-scatter, every chunk but (r + 1)'s in the all-gather.
+fn ring_rank_bytes(b: &[usize], r: usize) -> u64 {
+    let d = b.len() - 1;
+    let (n, len) = (b[d] - b[0], |k: usize| b[k + 1] - b[k]);
+    4 * (2 * n - len(r) - len((r + 1) % d)) as u64
+}
+
 #[test]
 fn ledger_bytes_equal_the_ring_formula() {
     let Some(gpus) = gpu::test_gpus(4) else {
         return;
     };
     for d in [2, 3, 4] {
-        let opts = DpOptions {
+        let opts = EngineOptions {
             bucket_bytes: 8 << 10,
             ..Default::default()
         };
-        let mut dp = DataParallel::new(&gpus[..d], cfg(1), opts).unwrap();
+        let mut dp = engine(&gpus, d, 1, opts);
+        let info = dp.runtime().chunks(0).remove(0);
         assert!(
-            dp.buckets.len() > 1,
+            info.buckets.len() > 1,
             "small buckets must split the gradients"
         );
         let data = global_batches(d, 1, cfg(1).micro);
-        let r = dp.step(&data[0], 0).unwrap();
-        for rank in 0..d {
-            let want: u64 = dp
-                .buckets
+        dp.step(&data[0], 0).unwrap();
+        let sent: Vec<u64> = (0..d)
+            .map(|r| dp.runtime().workers[r].comms.dp.ledger().hop_bytes())
+            .collect();
+        let even = info.grid.units.iter().all(|u| {
+            let n = u.range.len();
+            (0..d).all(|k| u.bounds[k + 1] - u.bounds[k] == chunk(n, d, k).len())
+        });
+        for (rank, &got) in sent.iter().enumerate() {
+            // each bucket's chunks are the shard grid's (64-element aligned) bounds
+            let want: u64 = info
+                .grid
+                .units
                 .iter()
-                .map(|b| ring_all_reduce_rank_bytes(b.range.len(), d, rank))
+                .map(|u| ring_rank_bytes(&u.bounds, rank))
                 .sum();
-            assert_eq!(r.bytes_per_rank[rank], want, "d={d} rank {rank}");
+            assert_eq!(got, want, "d={d} rank {rank}");
+            // with even chunks that is the ledger's own formula, bucket by bucket
+            if even {
+                let even: u64 = info
+                    .buckets
+                    .iter()
+                    .map(|b| ring_all_reduce_rank_bytes(b.len(), d, rank))
+                    .sum();
+                assert_eq!(got, even, "d={d} rank {rank}: even chunks");
+            }
         }
-        // the busiest rank moves 2(d−1)/d·S (exactly, when d divides every bucket)
-        let s_bytes: u64 = dp.buckets.iter().map(|b| 4 * b.range.len() as u64).sum();
-        let busiest: u64 = dp
-            .buckets
-            .iter()
-            .map(|b| ring_all_reduce_bytes(b.range.len(), d))
-            .sum();
+        // the whole group moves exactly 2(d−1)·S; the busiest rank 2(d−1)/d·S within the
+        // chunks' 64-element alignment
+        let s_bytes: u64 = info.buckets.iter().map(|b| 4 * b.len() as u64).sum();
         let formula = 2.0 * (d as f64 - 1.0) / d as f64 * s_bytes as f64;
         println!(
-            "d={d}: {} buckets, per rank {:?} bytes; 2(d-1)/d*S = {formula:.0}",
-            dp.buckets.len(),
-            r.bytes_per_rank
+            "d={d}: {} buckets, per rank {sent:?} bytes; 2(d-1)/d*S = {formula:.0}",
+            info.buckets.len()
         );
-        assert_eq!(*r.bytes_per_rank.iter().max().unwrap(), busiest);
-        assert!((busiest as f64 - formula).abs() <= 8.0 * dp.buckets.len() as f64);
+        assert_eq!(sent.iter().sum::<u64>(), 2 * (d as u64 - 1) * s_bytes);
+        let busiest = *sent.iter().max().unwrap();
+        if even {
+            let want: u64 = info
+                .buckets
+                .iter()
+                .map(|b| ring_all_reduce_bytes(b.len(), d))
+                .sum();
+            assert_eq!(busiest, want, "d={d}: the busiest rank");
+        }
+        let slack = 2.0 * 4.0 * 64.0 * info.buckets.len() as f64;
+        assert!((busiest as f64 - formula).abs() <= slack);
     }
 }
 
 #[test]
 fn impossible_batches_are_clear_errors() {
-    let e = DataParallel::accumulation(10, 4, 2).unwrap_err();
-    assert!(
-        e.to_string().contains("not divisible by d × microbatch"),
-        "{e}"
-    );
-    let e = DataParallel::accumulation(8, 0, 2).unwrap_err();
-    assert!(e.to_string().contains("at least 1"), "{e}");
-    assert_eq!(DataParallel::accumulation(16, 4, 2).unwrap(), 2);
-    let e = DataParallel::new(&[], cfg(1), DpOptions::default())
-        .err()
-        .unwrap();
-    assert!(e.to_string().contains("d = 0"), "{e}");
+    let mesh = Mesh {
+        dp: 0,
+        ..Mesh::default()
+    };
+    let e = mesh.validate(&cfg(1).model, 2, 8, 1).unwrap_err();
+    assert!(e.to_string().contains("--dp must be at least 1"), "{e}");
     let Some(gpus) = gpu::test_gpus(2) else {
         return;
     };
-    let mut dp = DataParallel::new(&gpus, cfg(1), DpOptions::default()).unwrap();
+    let mesh = Mesh {
+        dp: 2,
+        ..Mesh::default()
+    };
+    let e = Engine::new(&gpus, cfg(2), mesh, EngineOptions::default())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("accumulates 2 microbatches"), "{e}");
+    let mut dp = engine(&gpus, 2, 1, EngineOptions::default());
     let data = global_batches(3, 1, cfg(1).micro);
-    assert!(dp.step(&data[0], 0).is_err());
+    let e = dp.step(&data[0], 0).unwrap_err();
+    assert!(e.to_string().contains("needs 2 microbatches, got 3"), "{e}");
 }
 
 #[test]
 fn a_failing_replica_ends_the_step_with_a_named_error() {
-    use triaxis::collective::{Fault, Opts};
     let Some(gpus) = gpu::test_gpus(3) else {
         return;
     };
-    let collective = Opts {
-        fault: Some(Fault { rank: 1, round: 2 }),
+    let opts = EngineOptions {
+        // replica 1 fails in its third gradient reduction
+        reduce_fault: Some(Fault {
+            device: 1,
+            action: 2,
+            step: 0,
+            kind: FaultKind::Error,
+        }),
+        bucket_bytes: 8 << 10,
         recv_timeout: std::time::Duration::from_secs(20),
         ..Default::default()
     };
-    let mut dp = DataParallel::new(
-        &gpus,
-        cfg(1),
-        DpOptions {
-            collective,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut dp = engine(&gpus, 3, 1, opts);
     let data = global_batches(3, 1, cfg(1).micro);
     let t = std::time::Instant::now();
     let e = dp.step(&data[0], 0).unwrap_err();
@@ -204,13 +248,14 @@ fn pairwise_tree_accumulation_is_bit_identical_across_layouts() {
         "one device: pairwise tree {tree_time:?} vs sequential {:?} for 3 steps",
         t.elapsed()
     );
-    for d in [2, 4] {
-        let opts = DpOptions {
-            algo: Algo::Tree,
-            accumulation: Accumulation::PairwiseTree,
-            ..Default::default()
-        };
-        let mut dp = DataParallel::new(&gpus[..d], cfg(global / d), opts).unwrap();
+    let tree = EngineOptions {
+        dp_algo: Algo::Tree,
+        accumulation: Accumulation::PairwiseTree,
+        bucket_bytes: 8 << 10,
+        ..Default::default()
+    };
+    for d in [1, 2, 4] {
+        let mut dp = engine(&gpus, d, global / d, tree.clone());
         for (s, b) in data.iter().enumerate() {
             dp.step(b, s).unwrap();
         }
@@ -222,13 +267,25 @@ fn pairwise_tree_accumulation_is_bit_identical_across_layouts() {
         );
     }
     // the sequential ring layout is not bit-identical to one device (that is the point of the mode)
-    let bad = DpOptions {
-        algo: Algo::Ring,
-        accumulation: Accumulation::PairwiseTree,
-        ..Default::default()
+    let bad = EngineOptions {
+        dp_algo: Algo::Ring,
+        ..tree.clone()
     };
-    let e = DataParallel::new(&gpus[..2], cfg(4), bad).err().unwrap();
+    let mesh = Mesh {
+        dp: 2,
+        microbatches: 4,
+        ..Mesh::default()
+    };
+    let e = Engine::new(&gpus[..2], cfg(4), mesh, bad).err().unwrap();
     assert!(e.to_string().contains("tree all-reduce"), "{e}");
+    let mesh = Mesh {
+        microbatches: 3,
+        ..Mesh::default()
+    };
+    let e = Engine::new(&gpus[..1], cfg(3), mesh, tree.clone())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("power-of-two"), "{e}");
     let e = Trainer::with_accumulation(&gpus[0], cfg(3), Accumulation::PairwiseTree)
         .err()
         .unwrap();
@@ -242,22 +299,30 @@ fn overlap_changes_timing_not_bits() {
     };
     let data = global_batches(4, 2, cfg(1).micro);
     let mut sums = Vec::new();
-    for overlap in [false, true] {
-        let opts = DpOptions {
-            overlap,
-            bucket_bytes: 8 << 10,
+    // one bucket: reduced after the whole backward (no overlap); small buckets: each reduced
+    // as soon as backward finishes it
+    for bucket_bytes in [usize::MAX / 2, 8 << 10] {
+        let opts = EngineOptions {
+            bucket_bytes,
             ..Default::default()
         };
-        let mut dp = DataParallel::new(&gpus, cfg(2), opts).unwrap();
+        let mut dp = engine(&gpus, 2, 2, opts);
+        let buckets = dp.runtime().chunks(0)[0].buckets.len();
         for (s, b) in data.iter().enumerate() {
             let r = dp.step(b, s).unwrap();
-            assert_eq!(r.buckets.len(), dp.buckets.len());
-            assert!(r.exposed_device <= r.comm_device + 1e-12);
-            if !overlap {
+            println!(
+                "{buckets} bucket(s): dp comm {:.3} ms, exposed {:.3} ms",
+                r.dp_comm * 1e3,
+                r.dp_exposed * 1e3
+            );
+            assert!(r.dp_exposed <= r.dp_comm + 1e-12);
+            if buckets == 1 {
                 assert!(
-                    (r.exposed_device - r.comm_device).abs() < 1e-9,
+                    (r.dp_exposed - r.dp_comm).abs() < 1e-9,
                     "without overlap all comm is exposed"
                 );
+            } else {
+                assert!(r.dp_exposed < r.dp_comm, "small buckets hide some comm");
             }
         }
         sums.push(dp.checksum().unwrap());
@@ -309,8 +374,6 @@ fn buckets_follow_the_order_backward_finishes_gradients() {
 
 #[test]
 fn dp_by_pp_trains_and_matches_one_device() {
-    use triaxis::engine::{Engine, EngineOptions};
-    use triaxis::mesh::Mesh;
     let Some(gpus) = gpu::test_gpus(4) else {
         return;
     };

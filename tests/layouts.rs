@@ -11,7 +11,7 @@ use triaxis::engine::{Engine, EngineOptions};
 use triaxis::gpu;
 use triaxis::mesh::Mesh;
 
-use triaxis::pipeline::executor::{Fault, FaultKind};
+use triaxis::runtime::{Fault, FaultKind};
 
 use triaxis::train::Trainer;
 use triaxis::Error;

@@ -3,10 +3,11 @@
 mod common;
 
 use triaxis::cpu::AdamW;
+use triaxis::engine::{Engine, EngineOptions};
 use triaxis::gpu;
 use triaxis::memory::Category;
+use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
-use triaxis::parallel::data::{DataParallel, DpOptions};
 use triaxis::params::Buffers;
 use triaxis::step::TrainConfig;
 
@@ -96,7 +97,11 @@ fn data_parallel_steps_report_peaks_per_device() {
         min_lr_frac: 0.1,
         seed: 1,
     };
-    let mut dp = DataParallel::new(&gpus, cfg, DpOptions::default()).unwrap();
+    let mesh = Mesh {
+        dp: 2,
+        ..Mesh::default()
+    };
+    let mut dp = Engine::new(&gpus, cfg, mesh, EngineOptions::default()).unwrap();
     let batch: Vec<(Vec<u32>, Vec<u32>)> = (0..2)
         .map(|i| {
             (
@@ -105,6 +110,11 @@ fn data_parallel_steps_report_peaks_per_device() {
             )
         })
         .collect();
+    // the step's peaks are its own, as the data-parallel runner's steps reset them
+    for g in &gpus {
+        g.sync().unwrap();
+        g.reset_memory_peaks();
+    }
     let r = dp.step(&batch, 0).unwrap();
     let n = model.layout(&model.blocks()).total as u64;
     assert_eq!(r.memory.len(), 2);

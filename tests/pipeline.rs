@@ -1,14 +1,16 @@
-//! The executor: every schedule reproduces one-device training bit for bit, a fault in one stage
-//! ends the run with a named error, bad layouts are clear errors.
+//! Pipeline schedules on the one runtime (through the engine): every schedule reproduces
+//! one-device training bit for bit, a fault in one stage ends the run with a named error, bad
+//! layouts are clear errors.
 use std::time::{Duration, Instant};
 
 use triaxis::cpu::AdamW;
 use triaxis::data::{AdditionSpec, Batcher, Corpus};
-use triaxis::gpu;
+use triaxis::engine::{Engine, EngineOptions};
+use triaxis::gpu::{self, Gpu};
+use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
-use triaxis::pipeline::executor::{Fault, FaultKind, Options, Pipeline};
-use triaxis::pipeline::partition::Balance;
 use triaxis::pipeline::{Schedule, ScheduleKind};
+use triaxis::runtime::{Fault, FaultKind};
 use triaxis::step::TrainConfig;
 use triaxis::train::Trainer;
 use triaxis::Error;
@@ -46,6 +48,39 @@ fn batches(c: &Corpus, cfg: &TrainConfig, steps: usize) -> Vec<Vec<(Vec<u32>, Ve
         .collect()
 }
 
+/// A pipeline of `p` devices (dp = tp = 1) running `kind` over `m` microbatches, `v` chunks
+/// per device.
+fn pipeline(kind: ScheduleKind, p: usize, m: usize, v: usize) -> Mesh {
+    Mesh {
+        pp: p,
+        microbatches: m,
+        schedule: kind,
+        chunks: v,
+        ..Mesh::default()
+    }
+}
+
+fn engine(
+    gpus: &[Gpu],
+    cfg: TrainConfig,
+    mesh: Mesh,
+    opts: EngineOptions,
+) -> triaxis::Result<Engine> {
+    Engine::new(&gpus[..mesh.devices().min(gpus.len())], cfg, mesh, opts)
+}
+
+/// Activation slots the runtime allocated per model stage (read from its chunks).
+fn slots(e: &Engine) -> Vec<usize> {
+    let rt = e.runtime();
+    let mut out = vec![0; rt.schedule.stages()];
+    for d in 0..rt.mesh.devices() {
+        for c in rt.chunks(d) {
+            out[c.stage] = c.slots;
+        }
+    }
+    out
+}
+
 fn corpus() -> Corpus {
     Corpus::addition(AdditionSpec {
         digits: 2,
@@ -76,18 +111,17 @@ fn every_schedule_is_bit_identical_to_one_device() {
         let cfg = cfg(m);
         let data = batches(&c, &cfg, cfg.steps);
         let mut one = Trainer::new(&gpus[0], cfg.clone()).unwrap();
-        let sched = Schedule::new(kind, p, m, v).unwrap();
-        let mut pipe = Pipeline::new(
-            &gpus[..p],
+        let mut pipe = engine(
+            &gpus,
             cfg.clone(),
-            sched,
-            &Balance::Params,
-            Options::default(),
+            pipeline(kind, p, m, v),
+            EngineOptions::default(),
         )
         .unwrap();
         for (s, b) in data.iter().enumerate() {
             let a = one.step(b, s).unwrap();
             let r = pipe.step(b, s).unwrap();
+            let report = pipe.report().unwrap().expect("a step was run");
             assert_eq!(
                 a.loss.to_bits(),
                 r.stats.loss.to_bits(),
@@ -103,12 +137,12 @@ fn every_schedule_is_bit_identical_to_one_device() {
             } else {
                 2
             };
-            assert_eq!(r.events.len(), p * v * per_micro * m);
+            assert_eq!(report.events.len(), p * v * per_micro * m);
         }
         let (ca, cb) = (one.checksum().unwrap(), pipe.checksum().unwrap());
         println!(
             "{kind:?} p={p} m={m} v={v}: {cb} (one device {ca}), slots {:?}",
-            pipe.slots()
+            slots(&pipe)
         );
         assert_eq!(
             ca, cb,
@@ -129,20 +163,28 @@ fn activation_slots_follow_the_schedule() {
         (ScheduleKind::GPipe, vec![8, 8, 8, 8]),
         (ScheduleKind::OneFOneB, vec![4, 3, 2, 1]),
     ] {
-        let sched = Schedule::new(kind, 4, 8, 1).unwrap();
-        let mut pipe = Pipeline::new(
+        let mut pipe = engine(
             &gpus,
             cfg.clone(),
-            sched,
-            &Balance::Params,
-            Options::default(),
+            pipeline(kind, 4, 8, 1),
+            EngineOptions::default(),
         )
         .unwrap();
-        assert_eq!(pipe.slots(), want, "{kind:?}");
-        let r = pipe.step(&data[0], 0).unwrap();
+        assert_eq!(slots(&pipe), want, "{kind:?}");
+        pipe.step(&data[0], 0).unwrap();
+        let r = pipe.report().unwrap().expect("a step was run");
         assert_eq!(
             r.peak_held, want,
             "{kind:?}: peak activations held per stage"
+        );
+        // the same figure from each device's chunks
+        let per_device: Vec<usize> = (0..4)
+            .flat_map(|d| pipe.runtime().chunks(d))
+            .map(|c| c.peak_held)
+            .collect();
+        assert_eq!(
+            per_device, want,
+            "{kind:?}: peak held by the runtime's chunks"
         );
     }
 }
@@ -155,19 +197,18 @@ fn a_fault_in_one_stage_ends_the_run_with_a_named_error() {
     let c = corpus();
     let cfg = cfg(4);
     let data = batches(&c, &cfg, 2);
-    let sched = Schedule::new(ScheduleKind::OneFOneB, 4, 4, 1).unwrap();
     let fault = Fault {
         device: 2,
         action: 3,
         step: 1,
         kind: FaultKind::Error,
     };
-    let opts = Options {
+    let opts = EngineOptions {
         fault: Some(fault),
         recv_timeout: Duration::from_secs(20),
         ..Default::default()
     };
-    let mut pipe = Pipeline::new(&gpus, cfg, sched, &Balance::Params, opts).unwrap();
+    let mut pipe = engine(&gpus, cfg, pipeline(ScheduleKind::OneFOneB, 4, 4, 1), opts).unwrap();
     pipe.step(&data[0], 0).unwrap();
     let t = Instant::now();
     let e = pipe.step(&data[1], 1).unwrap_err();
@@ -205,27 +246,35 @@ fn bad_layouts_are_clear_errors() {
         ..cfg(4)
     };
     // 1 layer = 3 blocks; 2 devices × 2 chunks = 4 stages
-    let sched = Schedule::new(ScheduleKind::Interleaved, 2, 4, 2).unwrap();
-    let e = Pipeline::new(&gpus, small, sched, &Balance::Params, Options::default())
-        .err()
-        .unwrap();
+    let e = engine(
+        &gpus,
+        small,
+        pipeline(ScheduleKind::Interleaved, 2, 4, 2),
+        EngineOptions::default(),
+    )
+    .err()
+    .unwrap();
     assert!(e.to_string().contains("only 3 blocks"), "{e}");
     let e = Schedule::new(ScheduleKind::Interleaved, 2, 3, 2).unwrap_err();
     assert!(e.to_string().contains("m % p"), "{e}");
     let e = "pipedream".parse::<ScheduleKind>().unwrap_err();
     assert!(e.to_string().contains("1f1b"), "{e}");
-    let sched = Schedule::new(ScheduleKind::OneFOneB, 2, 2, 1).unwrap();
-    let e = Pipeline::new(&gpus, cfg(4), sched, &Balance::Params, Options::default())
-        .err()
-        .unwrap();
+    let e = engine(
+        &gpus,
+        cfg(4),
+        pipeline(ScheduleKind::OneFOneB, 2, 2, 1),
+        EngineOptions::default(),
+    )
+    .err()
+    .unwrap();
     assert!(e.to_string().contains("accumulates 4"), "{e}");
-    let e = triaxis::pipeline::executor::micro_of(10, 4, 8).unwrap_err();
+    let e = triaxis::model::Micro::of(10, 4, 8).unwrap_err();
     assert!(e.to_string().contains("do not divide"), "{e}");
 }
 
 #[test]
 fn device_clock_of_balanced_stages_equals_the_formula() {
-    use triaxis::pipeline::executor::{Event, StepReport};
+    use triaxis::pipeline::event::{Event, StepReport};
     use triaxis::pipeline::timeline::summarize;
     use triaxis::pipeline::{Kind, Link};
     use triaxis::step::StepStats;

@@ -14,7 +14,7 @@ use triaxis::engine::{Engine, EngineOptions};
 use triaxis::gpu::{self, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
-use triaxis::pipeline::executor::{Fault, FaultKind};
+use triaxis::runtime::{Fault, FaultKind};
 use triaxis::session::{CheckpointPolicy, Session};
 use triaxis::step::TrainConfig;
 use triaxis::Error;

@@ -12,7 +12,7 @@ use triaxis::engine::{Engine, EngineOptions};
 use triaxis::error::Error;
 use triaxis::gpu;
 use triaxis::mesh::Mesh;
-use triaxis::pipeline::executor::{Fault, FaultKind};
+use triaxis::runtime::{Fault, FaultKind};
 
 fn mesh(dp: usize, tp: usize, pp: usize, zero: usize) -> Mesh {
     Mesh {

@@ -1,22 +1,24 @@
-//! Megatron tensor parallelism of the whole model: t ∈ {2, 4} ranks train to the parameters
-//! of one device within float tolerance (the row-parallel sums change the summation order);
-//! shard → gather round-trips bit for bit; the ledger shows exactly 2 forward + 2 backward ring
-//! all-reduces of n·C floats per layer per microbatch; tensor parallelism composes with
-//! pipeline and data parallelism (dp × tp × pp = 2 × 2 × 2); a degree that does not divide the
-//! heads is refused with the constraint named.
+//! Megatron tensor parallelism of the whole model, on the one runtime (through the engine):
+//! t ∈ {2, 4} ranks train to the parameters of one device within float tolerance (the
+//! row-parallel sums change the summation order); shard → gather round-trips bit for bit; the
+//! tensor-parallel communicators' ledgers show exactly 2 forward + 2 backward ring all-reduces
+//! of n·C floats per layer per microbatch; tensor parallelism composes with pipeline and data
+//! parallelism (dp × tp × pp = 2 × 2 × 2); a degree that does not divide the heads is refused
+//! with the constraint named.
 
 mod common;
 
-use triaxis::collective::{ring_all_reduce_rank_bytes, Kind};
+use triaxis::collective::{ring_all_reduce_rank_bytes, Ledger};
 use triaxis::cpu::AdamW;
-use triaxis::gpu;
+use triaxis::engine::{Engine, EngineOptions};
+use triaxis::gpu::{self, Gpu};
 use triaxis::link::Link;
+use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
-use triaxis::parallel::tensor::{gather, shard, split_of, tensor_parallel, Split};
-use triaxis::pipeline::executor::{Options, Pipeline};
-use triaxis::pipeline::partition::Balance;
-use triaxis::pipeline::{Schedule, ScheduleKind};
+use triaxis::parallel::tensor::{gather, shard, split_of, Split};
+use triaxis::pipeline::ScheduleKind;
 use triaxis::rng::Rng;
+use triaxis::runtime::Op;
 use triaxis::step::TrainConfig;
 use triaxis::train::Trainer;
 use triaxis::Error;
@@ -83,6 +85,30 @@ fn rel_err(label: &str, a: &[f32], b: &[f32]) -> f32 {
         worst.1, worst.0
     );
     err as f32
+}
+
+/// Tensor parallelism alone: the whole model split over `gpus` (t = `gpus.len()` ranks), one
+/// pipeline stage running `cfg.grad_accum` microbatches (GPipe, as the replaced
+/// `tensor_parallel` runner did), tensor-parallel all-reduces costed on `link`; ranks run
+/// concurrently unless `serial`.
+fn tensor_parallel(
+    gpus: &[Gpu],
+    cfg: TrainConfig,
+    link: Link,
+    serial: bool,
+) -> triaxis::Result<Engine> {
+    let mesh = Mesh {
+        tp: gpus.len(),
+        microbatches: cfg.grad_accum,
+        schedule: ScheduleKind::GPipe,
+        ..Mesh::default()
+    };
+    let opts = EngineOptions {
+        tp_link: link,
+        serial,
+        ..EngineOptions::default()
+    };
+    Engine::new(gpus, cfg, mesh, opts)
 }
 
 /// One device's parameters and per-step losses after training on `data`.
@@ -196,7 +222,7 @@ fn tensor_parallel_trains_like_one_device() {
                 losses[s]
             );
         }
-        let p = tp.gather_params().unwrap();
+        let p = tp.state().unwrap().params;
         let err = rel_err(
             &format!("tp = {t} vs one device after 4 steps"),
             &p,
@@ -211,7 +237,7 @@ fn tensor_parallel_trains_like_one_device() {
         serial.step(b, s).unwrap();
     }
     assert_eq!(
-        serial.gather_params().unwrap(),
+        serial.state().unwrap().params,
         concurrent[0],
         "serial vs concurrent ranks"
     );
@@ -226,8 +252,20 @@ fn ledger_counts_two_plus_two_all_reduces_per_layer_and_microbatch() {
     let c = cfg(accum);
     let data = batches(accum, 1, c.micro);
     let mut tp = tensor_parallel(&gpus, c.clone(), Link::nvlink(), true).unwrap();
-    let rep = tp.step(&data[0], 0).unwrap();
-    let ledger = &tp.tp_comm()[0].ledger;
+    let costs = tp.step(&data[0], 0).unwrap();
+    let rep = tp.report().unwrap().expect("a step was run");
+    // the group's ledger: every rank's communicator records the hops it sent, numbered by the
+    // group's call; rank 0's count of calls is the group's
+    let workers = &tp.runtime().workers[..t];
+    let own: Vec<&Ledger> = workers.iter().map(|w| w.comms.tp.ledger()).collect();
+    assert!(own.iter().all(|l| l.calls == own[0].calls));
+    let ledger = Ledger {
+        entries: own.iter().flat_map(|l| l.entries.iter().cloned()).collect(),
+        step: 0,
+        group: own[0].group.clone(),
+        calls: own[0].calls,
+    };
+    assert_eq!(ledger.group, vec![0, 1], "the group is devices 0 and 1");
     let per_pass = 2 * c.model.layers * accum;
     assert_eq!(
         ledger.calls,
@@ -244,12 +282,26 @@ fn ledger_counts_two_plus_two_all_reduces_per_layer_and_microbatch() {
         .entries
         .iter()
         .all(|e| e.collective == "ring_all_reduce" && e.step == 0));
-    assert!(ledger.entries.iter().any(|e| e.kind == Kind::Download));
-    // the events carry the link-model cost of those all-reduces
+    // host staging (device → host → device around each all-reduce) is the worker's, not the
+    // communicator's: the ledger holds the rank-to-rank hops only, one call per all-reduce op
+    // of every rank's program
+    assert!(ledger.entries.iter().all(|e| e.is_hop()));
+    for d in 0..t {
+        let ops = tp.runtime().plan.programs[d].ops.iter();
+        let all_reduces = ops
+            .filter(|op| matches!(op, Op::TpAllReduce { .. }))
+            .count();
+        assert_eq!(all_reduces, ledger.calls, "device {d}: all-reduce ops");
+    }
+    // the events carry the link-model cost of those all-reduces, and so do the step's costs
     let comm: f64 = rep.events.iter().map(|e| e.tp_comm).sum();
     let clock = ledger.link_clock();
-    println!("tp comm on the device clock: events {comm:.6} s, ledger {clock:.6} s");
+    println!(
+        "tp comm on the device clock: events {comm:.6} s, ledger {clock:.6} s, step costs {:.6} s",
+        costs.tp_comm
+    );
     assert!((comm - clock).abs() <= 1e-9 + 1e-9 * clock);
+    assert!((costs.tp_comm - clock).abs() <= 1e-9 + 1e-9 * clock);
     assert!(comm > 0.0);
 }
 
@@ -262,25 +314,25 @@ fn tensor_parallel_composes_with_pipeline_schedules() {
     let data = batches(m, 3, cfg(m).micro);
     let (reference, _) = one_device(&data, m);
     for kind in [ScheduleKind::OneFOneB, ScheduleKind::ZeroBubbleH1] {
-        let sched = Schedule::new(kind, 2, m, 1).unwrap();
-        let opts = Options {
+        let mesh = Mesh {
             tp: 2,
-            ..Options::default()
+            pp: 2,
+            microbatches: m,
+            schedule: kind,
+            ..Mesh::default()
         };
-        let mut pipe = Pipeline::new(&gpus, cfg(m), sched, &Balance::Params, opts).unwrap();
+        let mut pipe = Engine::new(&gpus, cfg(m), mesh, EngineOptions::default()).unwrap();
         for (s, b) in data.iter().enumerate() {
             pipe.step(b, s).unwrap();
         }
         let label = format!("tp × pp = 2 × 2 ({kind:?})");
-        let err = rel_err(&label, &pipe.gather_params().unwrap(), &reference);
+        let err = rel_err(&label, &pipe.state().unwrap().params, &reference);
         assert!(err < 1e-5, "{kind:?}: {err:.2e}");
     }
 }
 
 #[test]
 fn dp_tp_pp_2x2x2_trains_and_matches_one_device() {
-    use triaxis::engine::{Engine, EngineOptions};
-    use triaxis::mesh::Mesh;
     let Some(gpus) = gpu::test_gpus(8) else {
         return;
     };

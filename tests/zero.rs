@@ -3,13 +3,15 @@
 //! and reject impossible configurations.
 mod common;
 
-use triaxis::cost::memory::ZeroStage;
+use triaxis::cost::zero::{formula_bytes, predicted_comm_bytes, stage as zero_stage};
 use triaxis::cpu::AdamW;
-use triaxis::gpu;
+use triaxis::engine::{Engine, EngineOptions};
+use triaxis::gpu::{self, Gpu};
+use triaxis::memory::Usage;
+use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
-use triaxis::parallel::data::DpOptions;
 use triaxis::parallel::shard::Grid;
-use triaxis::parallel::zero::{formula_bytes, Zero};
+use triaxis::runtime::ChunkInfo;
 use triaxis::step::TrainConfig;
 use triaxis::train::Trainer;
 
@@ -42,6 +44,44 @@ fn tiny() -> GptConfig {
 
 fn global_batches(n: usize, steps: usize, micro: Micro) -> Vec<Vec<(Vec<u32>, Vec<u32>)>> {
     common::addition_batches(4, 6, n, steps, micro)
+}
+
+/// ZeRO stage `stage` over a data-parallel group of `d` replicas, `accum` microbatches each.
+fn mesh(d: usize, stage: usize, accum: usize) -> Mesh {
+    Mesh {
+        dp: d,
+        zero: stage,
+        microbatches: accum,
+        ..Mesh::default()
+    }
+}
+
+/// The engine of `mesh` on the first `mesh.devices()` of `gpus`.
+fn engine(gpus: &[Gpu], cfg: TrainConfig, mesh: Mesh, opts: EngineOptions) -> Engine {
+    Engine::new(&gpus[..mesh.devices()], cfg, mesh, opts).unwrap()
+}
+
+/// Device 0's only chunk: the whole model's flat buffer, its buckets, shard grid and blocks
+/// (every replica's chunk has the same geometry).
+fn chunk(e: &Engine) -> ChunkInfo {
+    let mut c = e.runtime().chunks(0);
+    assert_eq!(c.len(), 1, "one chunk per device without a pipeline");
+    c.remove(0)
+}
+
+/// Bytes sent rank to rank in step `s`, summed over the data-parallel group (each device's
+/// communicator records the hops it sent).
+fn group_bytes(e: &Engine, s: usize) -> u64 {
+    e.runtime()
+        .workers
+        .iter()
+        .map(|w| w.comms.dp.ledger().for_step(s).hop_bytes())
+        .sum()
+}
+
+/// Current and peak memory of every device of the layout.
+fn memory(gpus: &[Gpu], d: usize) -> Vec<Usage> {
+    gpus[..d].iter().map(|g| g.memory()).collect()
 }
 
 #[test]
@@ -89,27 +129,55 @@ fn stages_give_stage_0_bits_even_and_uneven() {
         (4, 25 << 20),
         (4, 3 << 10),
     ] {
-        let opts = DpOptions {
+        let opts = EngineOptions {
             bucket_bytes,
             ..Default::default()
         };
         let mut sums = Vec::new();
         for stage in 0..4 {
-            let mut z = Zero::new(&gpus[..d], cfg(tiny(), accum), opts.clone(), stage).unwrap();
+            if d == 1 && stage > 0 {
+                // the engine shards only over a data-parallel group: with one replica, stages
+                // 1–3 have nothing to shard across and are refused (stage 0 is that layout)
+                let e = Engine::new(
+                    &gpus[..1],
+                    cfg(tiny(), accum),
+                    mesh(1, stage, accum),
+                    opts.clone(),
+                )
+                .err()
+                .unwrap();
+                assert!(e.to_string().contains("nothing to shard across"), "{e}");
+                continue;
+            }
+            let mut z = engine(
+                &gpus,
+                cfg(tiny(), accum),
+                mesh(d, stage, accum),
+                opts.clone(),
+            );
+            let c = chunk(&z);
+            assert_eq!(
+                c.buckets.len(),
+                c.grid.units.len(),
+                "one shard unit per bucket"
+            );
             if stage == 0 {
-                let even = (0..d).all(|r| z.grid.shard_len(r) * d == z.grid.total);
+                let even = (0..d).all(|r| c.grid.shard_len(r) * d == c.grid.total);
                 println!(
                     "d={d}: {} units, shards {:?} of {} ({})",
-                    z.grid.units.len(),
-                    (0..d).map(|r| z.grid.shard_len(r)).collect::<Vec<_>>(),
-                    z.grid.total,
+                    c.grid.units.len(),
+                    (0..d).map(|r| c.grid.shard_len(r)).collect::<Vec<_>>(),
+                    c.grid.total,
                     if even { "even" } else { "uneven" }
                 );
             }
+            let predicted =
+                predicted_comm_bytes(zero_stage(stage).unwrap(), c.grid.total, d, accum);
             for (s, b) in data.iter().enumerate() {
-                let r = z.step(&b[..d * accum], s).unwrap();
+                z.step(&b[..d * accum], s).unwrap();
                 assert_eq!(
-                    r.comm_bytes, r.predicted_bytes,
+                    group_bytes(&z, s),
+                    predicted,
                     "d={d} stage {stage}: bytes moved vs predicted"
                 );
             }
@@ -141,15 +209,21 @@ fn model_state_bytes_match_the_formula() {
     let data = global_batches(4, 1, cfg(model, 1).micro);
     for d in [2, 4] {
         for stage in 0..4 {
-            let mut z = Zero::new(&gpus[..d], cfg(model, 1), DpOptions::default(), stage).unwrap();
-            let n = z.flat_len();
-            let want = formula_bytes(ZeroStage::from_index(stage).unwrap(), n, d);
-            let even = (0..d).all(|r| z.grid.shard_len(r) * d == n);
+            let mut z = engine(
+                &gpus,
+                cfg(model, 1),
+                mesh(d, stage, 1),
+                EngineOptions::default(),
+            );
+            let grid = chunk(&z).grid;
+            let n = grid.total;
+            let want = formula_bytes(zero_stage(stage).unwrap(), n, d);
+            let even = (0..d).all(|r| grid.shard_len(r) * d == n);
             for when in ["built", "after a step"] {
                 if when == "after a step" {
                     z.step(&data[0][..d], 0).unwrap();
                 }
-                for u in z.memory() {
+                for u in memory(&gpus, d) {
                     let got = u.current.model_state() as f64;
                     let rel = (got - want).abs() / want;
                     println!(
@@ -181,52 +255,83 @@ fn stage_3_frees_gathered_parameters() {
     };
     let d = 4;
     let data = global_batches(d, 1, cfg(model, 1).micro);
-    let mut z = Zero::new(&gpus[..d], cfg(model, 1), DpOptions::default(), 3).unwrap();
-    let longest = z.spans.iter().map(|s| s.range.len()).max().unwrap() as u64;
+    let mut z = engine(
+        &gpus,
+        cfg(model, 1),
+        mesh(d, 3, 1),
+        EngineOptions::default(),
+    );
+    let infos: Vec<ChunkInfo> = (0..d).map(|r| z.runtime().chunks(r).remove(0)).collect();
+    let longest = infos[0].block_spans.iter().map(|s| s.len()).max().unwrap() as u64;
+    // the step's peaks are its own, as the runners' steps reset them
+    for g in &gpus[..d] {
+        g.sync().unwrap();
+        g.reset_memory_peaks();
+    }
     let r = z.step(&data[0], 0).unwrap();
+    assert_eq!(r.memory.len(), d);
     for (rank, u) in r.memory.iter().enumerate() {
-        let shard = z.grid.shard_len(rank) as u64;
+        let grid = &infos[rank].grid;
+        let shard = grid.shard_len(rank) as u64;
         println!(
             "{}: peak parameters {} B = shard {} B + 2 block slots of {} B; full model {} B",
             u.device,
             u.peak.parameters,
             4 * shard,
             4 * longest,
-            4 * z.grid.total
+            4 * grid.total
         );
         assert_eq!(u.peak.parameters, 4 * (shard + 2 * longest));
-        assert!(u.peak.parameters < 4 * z.grid.total as u64);
+        assert!(u.peak.parameters < 4 * grid.total as u64);
         assert_eq!(
             u.current.parameters,
             4 * shard,
             "slots freed after the step"
         );
         // the step-scoped full gradient buffer is alive only during backward
-        assert_eq!(u.peak.gradients, 4 * (shard + z.grid.total as u64));
+        assert_eq!(u.peak.gradients, 4 * (shard + grid.total as u64));
         assert_eq!(u.current.gradients, 4 * shard);
     }
 }
 
 #[test]
 fn bad_configurations_are_clear_errors() {
-    let e = Zero::new(&[], cfg(tiny(), 1), DpOptions::default(), 1)
+    // no devices: a data-parallel group of d = 0, and a group of 2 with nothing to run on
+    let e = Engine::new(&[], cfg(tiny(), 1), mesh(0, 1, 1), EngineOptions::default())
         .err()
         .unwrap();
-    assert!(e.to_string().contains("data-parallel group"), "{e}");
+    assert!(e.to_string().contains("--dp must be at least 1"), "{e}");
+    let e = Engine::new(&[], cfg(tiny(), 1), mesh(2, 1, 1), EngineOptions::default())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("no device is available"), "{e}");
     let Some(gpus) = gpu::test_gpus(2) else {
         return;
     };
-    let e = Zero::new(&gpus, cfg(tiny(), 1), DpOptions::default(), 4)
-        .err()
-        .unwrap();
+    let e = Engine::new(
+        &gpus,
+        cfg(tiny(), 1),
+        mesh(2, 4, 1),
+        EngineOptions::default(),
+    )
+    .err()
+    .unwrap();
     assert!(e.to_string().contains("ZeRO stage 4 does not exist"), "{e}");
-    let naive = DpOptions {
-        algo: triaxis::collective::Algo::Naive,
+    let naive = EngineOptions {
+        dp_algo: triaxis::collective::Algo::Naive,
         ..Default::default()
     };
-    let e = Zero::new(&gpus, cfg(tiny(), 1), naive, 2).err().unwrap();
+    let e = Engine::new(&gpus, cfg(tiny(), 1), mesh(2, 2, 1), naive)
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("ring"), "{e}");
-    let mut z = Zero::new(&gpus, cfg(tiny(), 1), DpOptions::default(), 3).unwrap();
+    let mut z = engine(
+        &gpus,
+        cfg(tiny(), 1),
+        mesh(2, 3, 1),
+        EngineOptions::default(),
+    );
     let data = global_batches(3, 1, cfg(tiny(), 1).micro);
-    assert!(z.step(&data[0], 0).is_err(), "3 microbatches for d = 2");
+    let e = z.step(&data[0], 0).expect_err("3 microbatches for d = 2");
+    assert!(e.to_string().contains("needs 2 microbatches, got 3"), "{e}");
 }

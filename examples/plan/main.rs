@@ -20,10 +20,11 @@
 //! built-in corpus's vocabulary, 16 sequences per step) on `--devices` virtual devices joined by
 //! a `--link` preset. The device's rate is calibrated first (one device's step on the device
 //! clock; FLOP/s = the cost model's 6·N·tokens / seconds), then the planner's top `--top`
-//! layouts (ZeRO ones skipped: the engine has no ZeRO yet) are trained on the layout engine and
-//! printed beside their prediction: step time, bubble, data- and tensor-parallel bytes per
-//! device, and model-state bytes per device, with measured / predicted. Byte counts are also
-//! checked to equal the ring volumes of the engine's own buffers exactly.
+//! layouts the engine offers (ZeRO-2/3 with tensor or pipeline stages skipped) are trained on
+//! the layout engine and printed beside their prediction: step time, bubble, data- and
+//! tensor-parallel bytes per device, and model-state bytes per device (the memory ledger's),
+//! with measured / predicted. Byte counts and model state are also checked to equal what the
+//! engine's own buffers and shard grid imply, exactly.
 //!
 //! Every flag is checked first, against the caps `checks` lists, before anything is planned or
 //! a device opened.
@@ -519,7 +520,7 @@ fn validate(cli: &Cli) -> anyhow::Result<bool> {
         precision: Precision::f32_adam(),
         cluster: cluster(devices, &link, cli.mem_gb.unwrap_or(80.0), rate)?,
         global_batch: global,
-        // the engine all-reduces after the backward pass: nothing overlaps
+        // the device clock is read with the reduction after the backward (Measured::step)
         overlap: Overlap::None,
     };
     let planned = plan(&req)?;
@@ -531,7 +532,7 @@ fn validate(cli: &Cli) -> anyhow::Result<bool> {
             .map(|c| c.layout.label().to_string())
             .collect();
         println!(
-            "\nskipped (ZeRO layouts: their expected bytes and memory are not derived for --validate yet): {}",
+            "\nskipped (ZeRO-2/3 with tensor or pipeline stages: the engine does not offer them): {}",
             names.join("; ")
         );
     }

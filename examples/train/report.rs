@@ -5,8 +5,8 @@ use serde_json::json;
 use triaxis::data::Corpus;
 use triaxis::engine::StepCosts;
 use triaxis::gpu::{AdapterChoice, Gpu};
-use triaxis::pipeline::executor::{Fault, FaultKind};
 use triaxis::record::{RunRecord, StopReason, StopRecord};
+use triaxis::runtime::{Fault, FaultKind};
 use triaxis::train::Trainer;
 
 /// `kind:device:action:step`, e.g. `panic:1:3:10`.

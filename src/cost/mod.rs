@@ -42,6 +42,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod step;
 pub mod validate;
+pub mod zero;
 
 pub use cluster::Cluster;
 pub use comm::{Convention, Link, Overlap};

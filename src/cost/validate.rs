@@ -5,10 +5,15 @@
 //! ```text
 //! calibrate   rate = 6·N·tokens / measured seconds of one device's step   (N: the cost model's
 //!             count, so that C = 6·N·tokens/(devices·rate) reproduces the measured step)
-//! runnable    a planned Mesh --validate can check (ZeRO > 0: its expected bytes not derived yet)
+//! runnable    a planned Mesh the engine offers (ZeRO-2/3 on a flat data-parallel group only)
 //! expect      the engine's stages (its own partition of embedding, L layers, head) ─▶ per device:
-//!               state bytes   16 · padded local parameters        (params + grads + Adam m, v)
+//!               state bytes   16 · padded local parameters        (params + grads + Adam m, v),
+//!                             ZeRO: 4·(P or P shard) + 4·(G or G shard) + 8·K shard, the
+//!                             shard being the rank's 64-aligned chunk of the bucket
 //!               dp bytes      Σ over its stages' gradient buffers of the ring all-reduce volume
+//!                             (ZeRO-1/2: reduce-scatter + parameter all-gather, the same
+//!                             bytes; ZeRO-3: reduce-scatter + a gather of every block before
+//!                             each forward and each backward)
 //!               tp bytes      4 · m · layers · 2(t−1)/t · b·T·C·4  (2 + 2 all-reduces per layer)
 //! measure     the layout trained on the engine, one device at a time: device-clock medians
 //!             ([`measure`](measure::measure), its own file)
@@ -93,18 +98,55 @@ pub fn cluster(devices: usize, link: &PipeLink, mem_gb: f64, flops: f64) -> Resu
     Ok(c)
 }
 
-/// `Ok` when the layout engine runs the planned `mesh` for `--validate`. ZeRO stages > 0 are
-/// refused: the engine does not run them yet.
+/// `Ok` when the layout engine runs the planned `mesh` for `--validate`: every layout the
+/// engine offers (ZeRO-2/3 only on a flat data-parallel group).
 pub fn runnable(mesh: &Mesh) -> Result<()> {
-    if mesh.zero > 0 {
-        return Err(Error::Config(format!(
-            "{}: ZeRO stage {} is not available to --validate yet (the engine trains it, but the \
-             expected bytes and memory of sharded layouts are not derived here)",
-            mesh.label(),
-            mesh.zero
-        )));
+    mesh.zero_offered()
+        .map_err(|e| Error::Config(format!("{}: {e}", mesh.label())))
+}
+
+/// The shard grid the runtime cuts a chunk of `n` gradients into over `d` ranks when they fit
+/// one bucket (64-aligned chunks); `None` for a chunk of several buckets, whose bucket plan
+/// only a built model knows.
+fn one_bucket_grid(n: usize, d: usize) -> Option<Grid> {
+    if d <= 1 || 4 * n > crate::parallel::bucket::BUCKET_BYTES {
+        return None;
     }
-    Ok(())
+    Grid::new(std::slice::from_ref(&(0..n)), n, d).ok()
+}
+
+/// Model-state bytes of rank `r` holding a chunk of `n` parameters under ZeRO `zero` over `d`
+/// ranks: P, G and the moments whole or as the rank's shard.
+fn zero_state_bytes_of(n: usize, d: usize, r: usize, zero: usize) -> u64 {
+    let shard = match one_bucket_grid(n, d) {
+        Some(g) if zero > 0 => g.shard_len(r),
+        _ if zero > 0 => crate::collective::chunk(n, d, r).len(),
+        _ => n,
+    };
+    let p = if zero >= 3 { shard } else { n };
+    let g = if zero >= 2 { shard } else { n };
+    4 * (p + g + 2 * shard) as u64
+}
+
+/// Bytes rank `r` sends in one step of ZeRO-3 over a flat group: the gradients' reduce-scatter
+/// (every chunk but its own) and, per microbatch, two gathers of every block (forward and
+/// backward), each block's parts all-gathered over their chunk bounds (every part's chunk but
+/// rank r + 1's).
+fn zero3_rank_bytes(model: &GptConfig, n: usize, d: usize, r: usize, m: usize) -> Result<u64> {
+    let g = match one_bucket_grid(n, d) {
+        Some(g) => g,
+        None => Grid::new(std::slice::from_ref(&(0..n)), n, d)?,
+    };
+    let rs = 4 * (n - g.shard_len(r)) as u64;
+    let mut gather = 0u64;
+    for span in crate::parallel::chain::spans(model)? {
+        for part in g.parts(span.range.clone()) {
+            let next = (r + 1) % d;
+            let len = part.bounds[next + 1] - part.bounds[next];
+            gather += 4 * (part.sub.len() - len) as u64;
+        }
+    }
+    Ok(rs + 2 * m as u64 * gather)
 }
 
 /// Bytes rank `r` sends all-reducing a stage's `n` gradients the way the runtime does: one
@@ -112,15 +154,12 @@ pub fn runnable(mesh: &Mesh) -> Result<()> {
 /// A stage larger than one bucket is cut by its backward's bucket plan, which only a built
 /// model knows: counted by element chunks then (exact when d divides each bucket's blocks).
 fn aligned_ring_rank_bytes(n: usize, d: usize, r: usize) -> u64 {
-    if d <= 1 || 4 * n > crate::parallel::data::BUCKET_BYTES {
-        return ring_all_reduce_rank_bytes(n, d, r);
-    }
-    match Grid::new(std::slice::from_ref(&(0..n)), n, d) {
-        Ok(g) => {
+    match one_bucket_grid(n, d) {
+        Some(g) => {
             let c = |q: usize| g.chunk(0, q).len();
             4 * (2 * n - c(r) - c((r + 1) % d)) as u64
         }
-        Err(_) => ring_all_reduce_rank_bytes(n, d, r),
+        None => ring_all_reduce_rank_bytes(n, d, r),
     }
 }
 
@@ -153,6 +192,8 @@ impl Conventions {
 /// One device of a replica as the engine places it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeviceShare {
+    /// Model-state bytes of this device in each replica (ZeRO shards differ by replica).
+    pub state: Vec<u64>,
     /// Pipeline device (schedule device) and tensor-parallel rank.
     pub stage: usize,
     pub tp_rank: usize,
@@ -166,9 +207,10 @@ pub struct DeviceShare {
 }
 
 impl DeviceShare {
-    /// Bytes of its params + grads + m + v buffers: 16 · padded parameters.
+    /// Bytes of its params + grads + m + v buffers in the busiest replica: 16 · padded
+    /// parameters unsharded.
     pub fn state_bytes(&self) -> u64 {
-        STATE_BYTES_PER_PARAM * self.padded as u64
+        self.state.iter().copied().max().unwrap_or(0)
     }
 
     /// "emb h0 h1", its blocks as [`crate::engine::Placement::blocks`] names them.
@@ -220,7 +262,16 @@ pub fn expect(model: &GptConfig, mesh: &Mesh, micro_b: usize, seq: usize) -> Res
                 .map(|k| stages[sched.stage(stage, k)].clone())
                 .collect();
             let layouts: Vec<_> = chunks.iter().map(|c| model.layout_tp(c, t)).collect();
+            let state = (0..d)
+                .map(|r| {
+                    layouts
+                        .iter()
+                        .map(|l| zero_state_bytes_of(l.total, d, r, mesh.zero))
+                        .sum()
+                })
+                .collect();
             devices.push(DeviceShare {
+                state,
                 stage,
                 tp_rank,
                 params: layouts.iter().map(|l| l.count()).sum(),
@@ -235,7 +286,19 @@ pub fn expect(model: &GptConfig, mesh: &Mesh, micro_b: usize, seq: usize) -> Res
         }
     }
     // one ring all-reduce per (model stage, tp rank) over the d replicas; replica r is rank r
+    // (ZeRO-1/2: its reduce-scatter and all-gather send the same; ZeRO-3 gathers blocks)
+    let zero3 = if mesh.zero >= 3 && d > 1 {
+        let n = model.layout(&model.blocks()).total;
+        (0..d)
+            .map(|r| zero3_rank_bytes(model, n, d, r, mesh.microbatches))
+            .collect::<Result<Vec<u64>>>()?
+    } else {
+        Vec::new()
+    };
     let sent = |dev: &DeviceShare, r: usize| -> u64 {
+        if let Some(&b) = zero3.get(r) {
+            return b;
+        }
         dev.chunks
             .iter()
             .map(|c| aligned_ring_rank_bytes(model.layout_tp(c, t).total, d, r))
@@ -356,7 +419,8 @@ pub struct Row {
     pub dp_ring_formula: f64,
     /// Tensor-parallel bytes of the busiest rank per step.
     pub tp_bytes: Pair,
-    /// Model-state bytes per device (params, grads, Adam m and v; P,G,K = 4,4,8).
+    /// Model-state bytes of the busiest device (params, grads, Adam m and v; P,G,K = 4,4,8):
+    /// the cost model's vs the memory ledger's.
     pub state_bytes: Pair,
     /// The engine's ledgers and placement equal what its buffers and partition imply.
     pub exact: bool,
@@ -386,6 +450,12 @@ pub fn compare(
             got.tp_bytes, exp.tp_bytes
         ));
     }
+    if got.state_bytes != exp.state_bytes {
+        mismatch.push(format!(
+            "memory ledger {} B of model state, buffers imply {} B",
+            got.state_bytes, exp.state_bytes
+        ));
+    }
     let want: Vec<String> = (0..mesh.dp)
         .flat_map(|_| exp.devices.iter().map(DeviceShare::blocks))
         .collect();
@@ -405,7 +475,7 @@ pub fn compare(
             predicted_tp_bytes(shape, prec, &c.layout, c.step.micro_batch),
             got.tp_bytes as f64,
         ),
-        state_bytes: Pair::new(c.memory.states, exp.state_bytes as f64),
+        state_bytes: Pair::new(c.memory.states, got.state_bytes as f64),
         exact: mismatch.is_empty(),
         mismatch,
     }

@@ -16,7 +16,7 @@
 //! matmul (`reduce_from_tp`: the partial products are summed) and `backward_cuts` after each
 //! column-parallel matmul's input gradient (`copy_to_tp`'s backward). The caller runs the ops
 //! up to a cut on every rank, all-reduces the cut's view, and goes on
-//! ([`crate::parallel::tensor::run_pass`]). With t = 1 there are no cuts.
+//! (the runtime all-reduces at each cut, [`crate::runtime`]). With t = 1 there are no cuts.
 
 use std::ops::Range;
 

@@ -243,6 +243,19 @@ pub struct Micro {
 }
 
 impl Micro {
+    /// A global batch of `global_batch` sequences of `t` tokens split into `m` microbatches.
+    pub fn of(global_batch: usize, m: usize, t: usize) -> Result<Micro> {
+        if m == 0 || !global_batch.is_multiple_of(m) {
+            return Err(Error::Config(format!(
+                "{m} microbatches do not divide the global batch of {global_batch} sequences"
+            )));
+        }
+        Ok(Micro {
+            b: global_batch / m,
+            t,
+        })
+    }
+
     pub fn tokens(&self) -> usize {
         self.b * self.t
     }

@@ -19,6 +19,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::{elementwise as ke, Op};
+use crate::memory::Category;
 
 /// How parameter gradients accumulate over a step's microbatches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -52,7 +53,7 @@ impl TreeAccumulator {
         }
         let n_levels = count.trailing_zeros() as usize + 1;
         let levels: Vec<View> = (0..n_levels)
-            .map(|l| gpu.buffer(&format!("grad.tree{l}"), grads.len))
+            .map(|l| gpu.buffer_in(Category::Gradients, &format!("grad.tree{l}"), grads.len))
             .collect();
         Ok(TreeAccumulator {
             gpu: gpu.clone(),

@@ -16,6 +16,9 @@ use std::ops::Range;
 
 use crate::params::Layout;
 
+/// Default bucket size (PyTorch DDP's 25 MB).
+pub const BUCKET_BYTES: usize = 25 << 20;
+
 /// One bucket: a contiguous flat range of parameter tensors whose gradients become final
 /// together or one after another.
 #[derive(Clone, Debug, PartialEq)]

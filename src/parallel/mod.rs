@@ -1,12 +1,10 @@
-//! The parallel axes built on the single-device model: data parallelism (replicas + gradient
-//! all-reduce) and tensor parallelism (Megatron splits of every layer). Pipeline parallelism
-//! lives in [`crate::pipeline`], whose executor runs each stage as a tensor-parallel group.
+//! What the parallel axes are made of, below the runtime that runs them
+//! ([`crate::runtime`]): gradient buckets in the order backward finishes them, ZeRO's shard
+//! grid over the flat buffers, the block chain a ZeRO-2/3 chunk runs, the Megatron split of
+//! every layer, and the layout-invariant pairwise-tree accumulation of microbatch gradients.
 
 pub mod accumulate;
 pub mod bucket;
 pub mod chain;
-pub mod data;
-pub mod replica;
 pub mod shard;
 pub mod tensor;
-pub mod zero;

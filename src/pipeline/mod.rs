@@ -10,7 +10,7 @@
 //! simulate  simulate_unit (bubble, peak activations), replay (costs + Link model)
 //! ```
 
-pub mod executor;
+pub mod event;
 pub mod partition;
 pub mod render;
 pub mod schedule;

@@ -132,3 +132,26 @@ pub fn measure_block_times(
     }
     Ok(out)
 }
+
+/// The stage blocks a pipeline of `stages` stages would use (for reports).
+pub fn describe_stages(cfg: &GptConfig, stages: &[Vec<Block>]) -> Vec<String> {
+    stages
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let names: Vec<String> = b
+                .iter()
+                .map(|x| match x {
+                    Block::Embedding => "emb".to_string(),
+                    Block::Layer(l) => format!("h{l}"),
+                    Block::Head => "head".to_string(),
+                })
+                .collect();
+            format!(
+                "stage {i}: {} ({} params)",
+                names.join(" "),
+                cfg.layout(b).count()
+            )
+        })
+        .collect()
+}

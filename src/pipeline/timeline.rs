@@ -16,7 +16,7 @@
 
 use serde_json::json;
 
-use super::executor::StepReport;
+use super::event::StepReport;
 use super::schedule::{Action, Kind, Schedule};
 use super::simulate::{replay, Replay};
 use crate::cost::pipeline::bubble;
@@ -61,7 +61,7 @@ pub fn theory(s: &Schedule) -> f64 {
     bubble(s.kind, s.v, s.p, s.m)
 }
 
-fn find<'a>(r: &'a StepReport, device: usize, a: &Action) -> Option<&'a super::executor::Event> {
+fn find<'a>(r: &'a StepReport, device: usize, a: &Action) -> Option<&'a super::event::Event> {
     r.events
         .iter()
         .find(|e| e.device == device && e.action == *a)

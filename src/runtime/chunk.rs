@@ -20,6 +20,7 @@ use crate::kernels::Op;
 use crate::memory::Category;
 use crate::model::{gpu_model::GpuModel, Block, TpRank};
 use crate::optim::Optimizer;
+use crate::parallel::accumulate::TreeAccumulator;
 use crate::parallel::bucket::{buckets, Bucket};
 use crate::parallel::shard::Grid;
 use crate::parallel::tensor as tp;
@@ -41,6 +42,28 @@ pub(super) struct ChunkSpec<'a> {
     pub bucket_bytes: usize,
     /// Loss scale of every token: 1 / (tokens of the whole step, every replica).
     pub dloss: f32,
+    /// Pairwise-tree accumulation over this many microbatches per step (None: `grads +=`).
+    pub tree: Option<usize>,
+}
+
+/// What a test or a report may read of one chunk: where it sits, its flat size, its gradient
+/// buckets and their shard grid over the data-parallel group, and how it is run.
+#[derive(Clone, Debug)]
+pub struct ChunkInfo {
+    /// Model stage of the chunk.
+    pub stage: usize,
+    /// Flat f32 elements of the chunk's (tensor-rank-local) parameters.
+    pub flat_len: usize,
+    /// The gradient buckets' flat ranges, in the order backward finishes them.
+    pub buckets: Vec<Range<usize>>,
+    /// The shard geometry over the data-parallel group (one unit per bucket).
+    pub grid: Grid,
+    /// The flat range of each block of a chunk run block by block (ZeRO-2/3); empty otherwise.
+    pub block_spans: Vec<Range<usize>>,
+    /// Activation slots allocated (one per microbatch the schedule may hold at once).
+    pub slots: usize,
+    /// Most microbatches whose activations the chunk held at once so far.
+    pub peak_held: usize,
 }
 
 pub(super) struct Chunk {
@@ -64,6 +87,8 @@ pub(super) struct Chunk {
     pub grid: Grid,
     pub optim: Optimizer,
     pub zero_grads: Op,
+    /// Pairwise-tree accumulation of the microbatch gradients (ZeRO 0 only).
+    pub tree: Option<TreeAccumulator>,
     /// Op ranges of the segments of F, B and W.
     pub segments: [Vec<Range<usize>>; 3],
     pub shape: ChunkShape,
@@ -133,7 +158,17 @@ impl Chunk {
             (Optimizer::with_cuts(gpu, &buffers, &grid.cuts())?, None)
         };
         let zero_grads = crate::kernels::elementwise::fill(gpu, &buffers.grads, 0.0)?;
-        let (segments, shape) = cut(m0, &buckets, spec.split);
+        let tree = match spec.tree {
+            Some(count) if !sharded => Some(TreeAccumulator::new(gpu, &buffers.grads, count)?),
+            Some(_) => {
+                return Err(Error::Config(
+                    "pairwise-tree accumulation applies to unsharded gradients (--zero 0)".into(),
+                ))
+            }
+            None => None,
+        };
+        // a tree's buckets are final only after its last microbatch: no mark inside a pass
+        let (segments, shape) = cut(m0, &buckets, spec.split, tree.is_none());
         Ok(Chunk {
             stage: spec.stage,
             buffers,
@@ -148,9 +183,34 @@ impl Chunk {
             grid,
             optim,
             zero_grads,
+            tree,
             segments,
             shape,
         })
+    }
+
+    /// The chunk as [`ChunkInfo`].
+    pub fn info(&self) -> ChunkInfo {
+        let mut buckets: Vec<(usize, Range<usize>)> = self
+            .unit_of
+            .iter()
+            .enumerate()
+            .map(|(b, &u)| (b, self.grid.units[u].range.clone()))
+            .collect();
+        buckets.sort_by_key(|x| x.0);
+        ChunkInfo {
+            stage: self.stage,
+            flat_len: self.grid.total,
+            buckets: buckets.into_iter().map(|x| x.1).collect(),
+            grid: self.grid.clone(),
+            block_spans: self
+                .blocks
+                .as_ref()
+                .map(|b| b.spans.iter().map(|s| s.range.clone()).collect())
+                .unwrap_or_default(),
+            slots: self.slot_count(),
+            peak_held: self.peak,
+        }
     }
 
     /// The kernels of segments `segs` of pass `kind` of slot `slot`.
@@ -264,8 +324,14 @@ impl Chunk {
 
 /// The segments of every pass of `m` and the shape the lowering reads: forward cut at its
 /// tensor-parallel cuts; an unsplit backward also at the points where buckets become final
-/// (a point at the pass's end is no mark: the bucket is final after the pass); W uncut.
-fn cut(m: &GpuModel, buckets: &[Bucket], split: bool) -> ([Vec<Range<usize>>; 3], ChunkShape) {
+/// (a point at the pass's end is no mark: the bucket is final after the pass) unless
+/// `ready_marks` is off; W uncut.
+fn cut(
+    m: &GpuModel,
+    buckets: &[Bucket],
+    split: bool,
+    ready_marks: bool,
+) -> ([Vec<Range<usize>>; 3], ChunkShape) {
     let ranges = |points: &[usize], len: usize| {
         let mut out = Vec::with_capacity(points.len() + 1);
         let mut from = 0;
@@ -280,7 +346,7 @@ fn cut(m: &GpuModel, buckets: &[Bucket], split: bool) -> ([Vec<Range<usize>>; 3]
     // backward marks in op order: (op index, 0 = cut / 1 = ready, what)
     let mut marks: Vec<(usize, u8, Vec<usize>)> =
         m.backward_cuts.iter().map(|c| (c.0, 0, vec![])).collect();
-    if !split {
+    if !split && ready_marks {
         for (b, bucket) in buckets.iter().enumerate() {
             let at = m.grad_ready[bucket.ready_point].0;
             if at >= m.backward.len() {
@@ -387,6 +453,7 @@ fn by_blocks(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Result<Chunk> {
         grid,
         optim,
         zero_grads,
+        tree: None,
         segments: [per.clone(), per, vec![]],
         shape,
     })

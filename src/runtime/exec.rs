@@ -11,7 +11,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::check;
-use super::chunk::{Chunk, ChunkSpec};
+use super::chunk::{Chunk, ChunkInfo, ChunkSpec};
+use super::fault::Fault;
 use super::ir::{ChunkShape, Plan};
 use super::lower::lower_with;
 use super::replay::{replay, Clock};
@@ -24,8 +25,8 @@ use crate::gpu::Gpu;
 use crate::link::Link;
 use crate::mesh::{Coords, Mesh};
 use crate::model::{Block, TpRank};
-use crate::parallel::data::BUCKET_BYTES;
-use crate::pipeline::executor::Fault;
+use crate::parallel::accumulate::Accumulation;
+use crate::parallel::bucket::BUCKET_BYTES;
 use crate::pipeline::partition::{stage_blocks, Balance};
 use crate::pipeline::Schedule;
 use crate::step::TrainConfig;
@@ -67,6 +68,10 @@ pub struct RuntimeOptions {
     /// The data-parallel all-reduce of unsharded gradients (ZeRO reduce-scatters with the
     /// ring).
     pub dp_algo: Algo,
+    /// How each chunk accumulates its microbatch gradients. The pairwise tree (with the tree
+    /// all-reduce and power-of-two dp and m) gives the same bits for dp = 1, 2, 4, … at the
+    /// same global batch.
+    pub accumulation: Accumulation,
 }
 
 impl Default for RuntimeOptions {
@@ -84,6 +89,7 @@ impl Default for RuntimeOptions {
             balance: Balance::Params,
             prefetch: true,
             dp_algo: Algo::Ring,
+            accumulation: Accumulation::Sequential,
         }
     }
 }
@@ -127,6 +133,9 @@ impl Runtime {
                 opts.dp_algo.name()
             )));
         }
+        if opts.accumulation == Accumulation::PairwiseTree {
+            tree_fits(&mesh, opts.dp_algo)?;
+        }
         if cfg.grad_accum != mesh.microbatches {
             return Err(Error::Config(format!(
                 "the configuration accumulates {} microbatches but the layout runs {} per replica",
@@ -164,6 +173,8 @@ impl Runtime {
                         split: schedule.kind.split_backward(),
                         bucket_bytes: opts.bucket_bytes,
                         dloss,
+                        tree: (opts.accumulation == Accumulation::PairwiseTree)
+                            .then_some(mesh.microbatches),
                     };
                     Chunk::new(gpu, &cfg, &spec)
                 })
@@ -225,6 +236,14 @@ impl Runtime {
     /// communication seconds.
     pub fn clock(&self, run: &RuntimeStep) -> Result<Clock> {
         replay(&self.plan, &self.mesh, &op_costs(self, run))
+    }
+
+    /// Global device `device`'s chunks (one per pipeline chunk it runs).
+    pub fn chunks(&self, device: usize) -> Vec<ChunkInfo> {
+        self.workers
+            .get(device)
+            .map(|w| w.chunks.iter().map(Chunk::info).collect())
+            .unwrap_or_default()
     }
 
     /// Microbatches one step takes: dp × m (replica r takes the r-th contiguous share).
@@ -308,6 +327,35 @@ impl Runtime {
         }
         Ok(RuntimeStep { runs, wall })
     }
+}
+
+/// Whether pairwise-tree accumulation can give layout-invariant bits on `mesh`: unsharded
+/// gradients, power-of-two replicas and microbatches, the tree all-reduce between replicas.
+fn tree_fits(mesh: &Mesh, algo: Algo) -> Result<()> {
+    if mesh.zero > 0 && mesh.dp > 1 {
+        return Err(Error::Config(format!(
+            "pairwise-tree accumulation applies to unsharded gradients, not ZeRO-{}",
+            mesh.zero
+        )));
+    }
+    for (what, n) in [
+        ("replicas", mesh.dp),
+        ("microbatches per replica", mesh.microbatches),
+    ] {
+        if !n.is_power_of_two() {
+            return Err(Error::Config(format!(
+                "pairwise-tree accumulation needs a power-of-two number of {what}, not {n}"
+            )));
+        }
+    }
+    if mesh.dp > 1 && algo != Algo::Tree {
+        return Err(Error::Config(format!(
+            "pairwise-tree accumulation needs the tree all-reduce between replicas (--algo tree), \
+             not the {} all-reduce",
+            algo.name()
+        )));
+    }
+    Ok(())
 }
 
 /// Every device's communicators: its pipeline, tensor- and data-parallel groups and the world.

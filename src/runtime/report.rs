@@ -14,7 +14,7 @@ use super::exec::{Runtime, RuntimeStep};
 use super::ir::Op;
 use crate::error::Result;
 use crate::mesh::Coords;
-use crate::pipeline::executor::{Event, StepReport};
+use crate::pipeline::event::{Event, StepReport};
 use crate::pipeline::schedule::{Action, Kind};
 
 /// Per op of every device, its device-clock seconds: a compute op costs the median of the ops

@@ -16,13 +16,13 @@ use passes::missing;
 mod reduce;
 
 use super::chunk::Chunk;
+use super::fault::Fault;
 use super::ir::Op;
 use crate::collective::{Algo, Ledger};
 use crate::comm::{Communicator, Tag};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::mesh::{Coords, Mesh};
-use crate::pipeline::executor::Fault;
 use crate::pipeline::schedule::{Action, Flow, Schedule};
 use crate::step::{StepStats, TrainConfig};
 

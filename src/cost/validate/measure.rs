@@ -36,6 +36,9 @@ pub struct Measured {
     pub tp_bytes: u64,
     /// The engine's placement, blocks per device in mesh order.
     pub blocks: Vec<String>,
+    /// The memory ledger's model state (params, grads, Adam moments held between steps) of
+    /// the busiest device after the run.
+    pub state_bytes: u64,
     /// Wall seconds of all runs, warm-up steps included.
     pub wall: f64,
 }
@@ -66,7 +69,9 @@ pub fn train_config(model: &GptConfig, micro_b: usize, m: usize, steps: usize) -
 /// replica 0's kernels are slowed by the others and its device clock is inflated about dp-fold
 /// on a CPU adapter. Every replica runs the same schedule on the same shapes, so for dp > 1 the
 /// step is timed on one replica alone (the same mesh with dp = 1, its own engine), and the
-/// engine's dp run gives the bytes, the data-parallel comm and its concurrent figure.
+/// engine's dp run gives the bytes, the data-parallel comm and its concurrent figure. Under
+/// ZeRO the replica alone runs unsharded (the block-by-block compute and gathers of ZeRO-2/3
+/// show in the concurrent figure only).
 pub fn measure(
     gpus: &[Gpu],
     model: &GptConfig,
@@ -79,7 +84,12 @@ pub fn measure(
     let t0 = std::time::Instant::now();
     let (full, blocks) = run(gpus, model, mesh, micro_b, link, steps, corpus)?;
     let alone = if mesh.dp > 1 {
-        let one = Mesh { dp: 1, ..*mesh };
+        // (one replica has nothing to shard: ZeRO's step is timed as its unsharded compute)
+        let one = Mesh {
+            dp: 1,
+            zero: 0,
+            ..*mesh
+        };
         run(gpus, model, &one, micro_b, link, steps, corpus)?.0
     } else {
         full.clone()
@@ -94,6 +104,7 @@ pub fn measure(
         dp_bytes,
         tp_bytes,
         blocks,
+        state_bytes: full.state_bytes,
         wall: t0.elapsed().as_secs_f64(),
     })
 }
@@ -105,6 +116,7 @@ struct Run {
     dp_comm: f64,
     bubble: Option<f64>,
     bytes: (u64, u64),
+    state_bytes: u64,
 }
 
 fn run(
@@ -163,6 +175,11 @@ fn run(
         dp_comm: median(&dp),
         bubble: (!bubble.is_empty()).then(|| median(&bubble)),
         bytes: bytes.unwrap_or_default(),
+        state_bytes: gpus[..mesh.devices()]
+            .iter()
+            .map(|g| g.memory().current.model_state())
+            .max()
+            .unwrap_or(0),
     };
     Ok((
         r,

@@ -7,8 +7,8 @@ use std::ops::Range;
 
 use super::{Scratch, StepIn, Worker};
 use crate::error::{Error, Result};
-use crate::pipeline::executor::FaultKind;
 use crate::pipeline::schedule::{Action, Flow, Kind};
+use crate::runtime::fault::FaultKind;
 
 impl Worker {
     /// Segments `segs` of `a`: inputs before the first, outputs and hooks after the last.
@@ -40,6 +40,11 @@ impl Worker {
                 }
             }
             self.stage_in(a, last_stage, input, sc)?;
+            let c = &self.chunks[a.chunk];
+            if let (Some(tree), true) = (&c.tree, grads_of(a.kind, c.split)) {
+                // the pass leaves exactly this microbatch's gradient in `grads`
+                self.gpu.run(std::slice::from_ref(&tree.zero))?;
+            }
         }
         let c = &self.chunks[a.chunk];
         let slot = *c.held.get(&a.micro).ok_or_else(|| missing(a))?;
@@ -55,6 +60,15 @@ impl Worker {
                 } else {
                     let g = self.chunks[a.chunk].grads_full()?;
                     self.gpu.upload(&g.slice(0, 1), &[f32::NAN])?;
+                }
+            }
+            let m = self.mesh.microbatches;
+            let c = &mut self.chunks[a.chunk];
+            if let (Some(tree), true) = (&mut c.tree, grads_of(a.kind, c.split)) {
+                tree.push()?;
+                if a.micro + 1 == m {
+                    // every schedule runs a chunk's gradient passes in microbatch order
+                    tree.finish()?;
                 }
             }
             sc.action += 1;
@@ -140,6 +154,11 @@ impl Worker {
         }
         Ok(())
     }
+}
+
+/// Whether pass `kind` computes the chunk's parameter gradients (W when the backward is split).
+fn grads_of(kind: Kind, split: bool) -> bool {
+    kind == if split { Kind::W } else { Kind::B }
 }
 
 fn pass(kind: Kind) -> usize {

@@ -6,7 +6,7 @@ use super::super::norm::{verdict, Share};
 use super::{comm_call, Scratch, StepIn, Worker};
 use crate::error::{Error, Result};
 use crate::parallel::tensor::{split_of, Split};
-use crate::pipeline::executor::FaultKind;
+use crate::runtime::fault::FaultKind;
 
 impl Worker {
     /// Bucket `bucket` of chunk `chunk` over the data-parallel group: download, check it is
