@@ -46,3 +46,25 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// `Ok` when `value` is finite and > 0; else a configuration error naming the input and the fix.
+pub(crate) fn positive(what: &str, value: f64, fix: &str) -> Result<()> {
+    if value.is_finite() && value > 0.0 {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "{what} must be a positive finite number, got {value}; {fix}"
+        )))
+    }
+}
+
+/// `Ok` when `value` ≥ 1; else a configuration error naming the input and the fix.
+pub(crate) fn at_least_one(what: &str, value: usize, fix: &str) -> Result<()> {
+    if value >= 1 {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "{what} must be at least 1, got 0; {fix}"
+        )))
+    }
+}

@@ -20,7 +20,8 @@
 //! comm         the Communicator: one rank's handle on a group (in-process, loopback double)
 //! parallel     what the axes are made of: buckets, ZeRO's shard grid, the block chain, the
 //!              Megatron split, pairwise-tree accumulation (the runtime runs them)
-//! pipeline     schedules as data, validator, simulators, partition, step events, timeline
+//! pipeline     schedules as data, validator, simulators, partition, theory (bubble, held
+//!              microbatches), step events, timeline
 //! mesh         a dp × tp × pp layout: validation with alternatives, rank ↔ coordinates
 //! runtime      every layout lowered to per-device op lists, checked, run by one worker each;
 //!              the fault hooks every fault test goes through

@@ -93,7 +93,7 @@ impl Link {
     }
     /// Checks β > 0 and α ≥ 0; `name` says which link (e.g. "intra-node").
     pub fn validate(&self, name: &str) -> Result<()> {
-        crate::cost::positive(
+        crate::error::positive(
             &format!("the {name} bandwidth (GB/s)"),
             self.bandwidth_bytes_per_s / 1e9,
             &format!("pass the {name} link speed in GB/s, e.g. 400"),

@@ -38,7 +38,8 @@ pub mod comm;
 pub mod layout;
 pub mod memory;
 pub mod model;
-pub mod pipeline;
+/// Pipeline schedules on paper (bubble, held microbatches): [`crate::pipeline::theory`].
+pub use crate::pipeline::theory as pipeline;
 pub mod plan;
 pub mod step;
 pub mod validate;
@@ -52,32 +53,10 @@ pub use model::{ModelShape, Precision};
 pub use plan::{plan, Candidate, Family, FamilyVerdict, Plan, PlanRequest};
 pub use step::StepEstimate;
 
-use crate::error::{Error, Result};
-
 /// One gigabyte as DESIGN.md counts it: 10⁹ bytes.
 pub const GB: f64 = 1e9;
 
-/// `Ok` when `value` is finite and > 0; else a configuration error naming the input and the fix.
-pub(crate) fn positive(what: &str, value: f64, fix: &str) -> Result<()> {
-    if value.is_finite() && value > 0.0 {
-        Ok(())
-    } else {
-        Err(Error::Config(format!(
-            "{what} must be a positive finite number, got {value}; {fix}"
-        )))
-    }
-}
-
-/// `Ok` when `value` ≥ 1; else a configuration error naming the input and the fix.
-pub(crate) fn at_least_one(what: &str, value: usize, fix: &str) -> Result<()> {
-    if value >= 1 {
-        Ok(())
-    } else {
-        Err(Error::Config(format!(
-            "{what} must be at least 1, got 0; {fix}"
-        )))
-    }
-}
+pub(crate) use crate::error::{at_least_one, positive};
 
 /// The divisors of `n` in increasing order (n ≥ 1; empty for 0).
 pub fn divisors(n: usize) -> Vec<usize> {

@@ -15,6 +15,7 @@ pub mod partition;
 pub mod render;
 pub mod schedule;
 pub mod simulate;
+pub mod theory;
 pub mod timeline;
 pub mod validate;
 

@@ -19,7 +19,7 @@ use serde_json::json;
 use super::event::StepReport;
 use super::schedule::{Action, Kind, Schedule};
 use super::simulate::{replay, Replay};
-use crate::cost::pipeline::bubble;
+use super::theory::bubble;
 use crate::error::{Error, Result};
 use crate::link::Link;
 

@@ -23,8 +23,8 @@
 //!
 //! so ZB-H1's idle time is a third of 1F1B's, at the same peak activation memory as 1F1B.
 
+use super::ScheduleKind;
 use crate::error::{Error, Result};
-use crate::pipeline::ScheduleKind;
 use std::fmt;
 
 /// Idle fraction of each device's time for schedule `kind` (`v` model chunks per device,
