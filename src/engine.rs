@@ -15,7 +15,6 @@
 //! Every layout gives bits a test pins: one device = every pipeline schedule; plain data
 //! parallelism = ZeRO 1–3 = dp × pp.
 
-use crate::collective::Ledger;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::link::Link;
@@ -122,7 +121,6 @@ pub struct Engine {
     rt: Box<Runtime>,
     schedule: Schedule,
     placement: Vec<Placement>,
-    gpus: Vec<Gpu>,
     /// The runtime's last step (for its pipeline report).
     last: Option<RuntimeStep>,
 }
@@ -134,33 +132,39 @@ impl Engine {
     pub fn new(gpus: &[Gpu], cfg: TrainConfig, mesh: Mesh, opts: EngineOptions) -> Result<Engine> {
         cfg.validate()?;
         mesh.validate(&cfg.model, cfg.micro.b, cfg.micro.t, gpus.len())?;
-        if cfg.grad_accum != mesh.microbatches {
-            return Err(Error::Config(format!(
-                "the configuration accumulates {} microbatches but the layout runs {} per replica; \
-                 set both to the same value",
-                cfg.grad_accum, mesh.microbatches
-            )));
-        }
-        let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
-        let ro = RuntimeOptions {
-            link: opts.link,
-            tp_link: opts.tp_link,
-            serial: opts.serial,
-            fault: opts.fault,
-            reduce_fault: opts.reduce_fault,
-            recv_timeout: opts.recv_timeout,
-            balance: opts.balance.clone(),
-            bucket_bytes: opts.bucket_bytes,
-            dp_algo: opts.dp_algo,
-            accumulation: opts.accumulation,
-            ..RuntimeOptions::default()
-        };
-        let rt = Box::new(Runtime::new(
+        check_accumulation(&cfg, &mesh)?;
+        let rt = Runtime::new(
             &gpus[..mesh.devices()],
             cfg.clone(),
             mesh,
-            ro,
-        )?);
+            runtime_options(&opts),
+        )?;
+        let local: Vec<(usize, Gpu)> = gpus[..mesh.devices()].iter().cloned().enumerate().collect();
+        Engine::around(rt, &local, opts)
+    }
+
+    /// The engine of the devices `local` (global device, GPU) of a layout whose other devices
+    /// run in other processes (see [`Runtime::distributed`]): `comms` are the local devices'
+    /// communicators, `control` one rank per device for what the processes exchange. Every
+    /// process of the run calls it with the same configuration; each then trains only its own
+    /// devices, and every process sees the whole step's costs and the whole model state.
+    pub fn distributed(
+        local: &[(usize, Gpu)],
+        cfg: TrainConfig,
+        mesh: Mesh,
+        opts: EngineOptions,
+        comms: Vec<crate::runtime::Comms>,
+        control: Box<dyn crate::comm::Communicator>,
+    ) -> Result<Engine> {
+        cfg.validate()?;
+        check_accumulation(&cfg, &mesh)?;
+        let rt = Runtime::distributed(local, cfg, mesh, runtime_options(&opts), comms, control)?;
+        Engine::around(rt, local, opts)
+    }
+
+    fn around(rt: Runtime, local: &[(usize, Gpu)], opts: EngineOptions) -> Result<Engine> {
+        let (mesh, cfg) = (rt.mesh, rt.cfg.clone());
+        let schedule = rt.schedule.clone();
         let stages = rt.stages.clone();
         let placement = (0..mesh.devices())
             .map(|d| {
@@ -173,9 +177,13 @@ impl Engine {
                         Block::Head => "head".to_string(),
                     })
                     .collect();
+                let adapter = match local.iter().find(|(x, _)| *x == d) {
+                    Some((_, g)) => format!("{} ({})", g.adapter_name(), g.label),
+                    None => "in another process".to_string(),
+                };
                 Placement {
                     device: d,
-                    adapter: format!("{} ({})", gpus[d].adapter_name(), gpus[d].label),
+                    adapter,
                     coords: c,
                     blocks: blocks.join(" "),
                 }
@@ -185,10 +193,9 @@ impl Engine {
             mesh,
             cfg,
             opts,
-            rt,
+            rt: Box::new(rt),
             schedule,
             placement,
-            gpus: gpus.to_vec(),
             last: None,
         })
     }
@@ -239,9 +246,9 @@ impl Engine {
         let t0 = std::time::Instant::now();
         let run = self.rt.step(batches, s)?;
         let wall = t0.elapsed().as_secs_f64();
-        let mut c = costs(&self.rt, &run, &self.schedule, s)?;
+        let mut c = costs(&self.rt, &run, &self.schedule)?;
         c.wall = wall;
-        c.memory = self.gpus.iter().map(|g| g.memory()).collect();
+        c.memory = run.runs.iter().map(|w| w.memory.clone()).collect();
         self.last = Some(run);
         Ok(c)
     }
@@ -268,9 +275,38 @@ impl Engine {
     }
 }
 
+/// The configuration accumulates what the layout runs per replica.
+fn check_accumulation(cfg: &TrainConfig, mesh: &Mesh) -> Result<()> {
+    if cfg.grad_accum != mesh.microbatches {
+        return Err(Error::Config(format!(
+            "the configuration accumulates {} microbatches but the layout runs {} per replica; \
+             set both to the same value",
+            cfg.grad_accum, mesh.microbatches
+        )));
+    }
+    Ok(())
+}
+
+/// The runtime's options from the engine's.
+fn runtime_options(opts: &EngineOptions) -> RuntimeOptions {
+    RuntimeOptions {
+        link: opts.link,
+        tp_link: opts.tp_link,
+        serial: opts.serial,
+        fault: opts.fault,
+        reduce_fault: opts.reduce_fault,
+        recv_timeout: opts.recv_timeout,
+        balance: opts.balance.clone(),
+        bucket_bytes: opts.bucket_bytes,
+        dp_algo: opts.dp_algo,
+        accumulation: opts.accumulation,
+        ..RuntimeOptions::default()
+    }
+}
+
 /// The per-axis costs of a runtime step: the device-clock replay of every program (the bubble
 /// over replica 0's passes, the whole step, exposed data-parallel comm) and the ledgers' bytes.
-fn costs(rt: &Runtime, run: &RuntimeStep, schedule: &Schedule, s: usize) -> Result<StepCosts> {
+fn costs(rt: &Runtime, run: &RuntimeStep, schedule: &Schedule) -> Result<StepCosts> {
     let mesh = rt.mesh;
     let clock = rt.clock(run)?;
     let per_replica = mesh.pp * mesh.tp;
@@ -279,28 +315,22 @@ fn costs(rt: &Runtime, run: &RuntimeStep, schedule: &Schedule, s: usize) -> Resu
     } else {
         (None, None)
     };
-    let sent = |l: &Ledger| {
-        l.sent_by_rank(l.group.len().max(1))
-            .into_iter()
-            .sum::<u64>()
-    };
     // a replica's data-parallel bytes: the sum over its devices (one group per stage and tensor
     // rank); the busiest replica
     let dp_bytes = (0..mesh.dp)
         .map(|r| {
-            rt.workers[r * per_replica..(r + 1) * per_replica]
+            run.runs[r * per_replica..(r + 1) * per_replica]
                 .iter()
-                .map(|w| sent(&w.comms.dp.ledger().for_step(s)))
+                .map(|w| w.dp_sent)
                 .sum::<u64>()
         })
         .max()
         .unwrap_or(0);
     let (mut tp_bytes, mut tp_comm) = (0u64, 0.0f64);
-    for w in &rt.workers[..per_replica] {
-        let l = w.comms.tp.ledger().for_step(s);
-        tp_bytes = tp_bytes.max(sent(&l));
-        if w.place.tp_rank == 0 {
-            tp_comm += l.link_clock();
+    for w in &run.runs[..per_replica] {
+        tp_bytes = tp_bytes.max(w.tp_sent);
+        if mesh.coords(w.device).tp_rank == 0 {
+            tp_comm += w.tp_link;
         }
     }
     Ok(StepCosts {

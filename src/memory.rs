@@ -53,7 +53,7 @@ impl Category {
 }
 
 /// Bytes per category.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Bytes {
     pub parameters: u64,
     pub gradients: u64,
@@ -104,7 +104,7 @@ impl Bytes {
 
 /// One device's usage: current bytes, and the peak of each category (and of the total) since
 /// the ledger was made or its peaks were last reset.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     pub device: String,
     pub current: Bytes,

@@ -89,7 +89,7 @@ impl TrainConfig {
 }
 
 /// Result of one optimizer step.
-#[derive(Clone, Copy, Debug, serde::Serialize)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct StepStats {
     /// Mean token loss over the step's microbatches.
     pub loss: f32,

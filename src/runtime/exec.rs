@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::check;
 use super::chunk::{Chunk, ChunkInfo, ChunkSpec};
+use super::exchange::{exchange_runs, exchange_shapes};
 use super::fault::Fault;
 use super::ir::{ChunkShape, Plan};
 use super::lower::lower_with;
@@ -103,7 +104,12 @@ pub struct Runtime {
     /// Blocks of each model stage.
     pub stages: Vec<Vec<Block>>,
     pub opts: RuntimeOptions,
+    /// The workers of the devices this process runs (every device, unless distributed), in
+    /// device order.
     pub workers: Vec<Worker>,
+    /// Distributed: every device's process, for what the processes exchange between steps
+    /// (chunk shapes, step records, model state). `None` when this process runs every device.
+    control: Option<Mutex<Box<dyn Communicator>>>,
     /// A step failed: the groups were aborted and are rebuilt before the next step.
     broken: bool,
 }
@@ -125,6 +131,54 @@ impl Runtime {
     ) -> Result<Runtime> {
         cfg.validate()?;
         mesh.validate(&cfg.model, cfg.micro.b, cfg.micro.t, gpus.len())?;
+        let local: Vec<(usize, Gpu)> = gpus.iter().cloned().enumerate().collect();
+        let comms = groups(&mesh, &opts);
+        Runtime::build(&local, cfg, mesh, opts, comms, None)
+    }
+
+    /// The runtime of the devices `local` (global device, its GPU) of a layout whose other
+    /// devices run in other processes: `comms` are the local devices' communicators (in the
+    /// order of `local`) and `control` a communicator over one rank per device (rank = global
+    /// device) on which the processes exchange chunk shapes, step records and model state.
+    /// Every process must call it, with the same configuration.
+    pub fn distributed(
+        local: &[(usize, Gpu)],
+        cfg: TrainConfig,
+        mesh: Mesh,
+        opts: RuntimeOptions,
+        comms: Vec<Comms>,
+        control: Box<dyn Communicator>,
+    ) -> Result<Runtime> {
+        cfg.validate()?;
+        mesh.validate(&cfg.model, cfg.micro.b, cfg.micro.t, mesh.devices())?;
+        if control.size() != mesh.devices() {
+            return Err(Error::Config(format!(
+                "{} needs {} ranks, the world has {}",
+                mesh.describe(),
+                mesh.devices(),
+                control.size()
+            )));
+        }
+        Runtime::build(local, cfg, mesh, opts, comms, Some(control))
+    }
+
+    fn build(
+        local: &[(usize, Gpu)],
+        cfg: TrainConfig,
+        mesh: Mesh,
+        opts: RuntimeOptions,
+        comms: Vec<Comms>,
+        mut control: Option<Box<dyn Communicator>>,
+    ) -> Result<Runtime> {
+        cfg.validate()?;
+        if local.len() != comms.len() || local.iter().any(|(d, _)| *d >= mesh.devices()) {
+            return Err(Error::Config(format!(
+                "{} local devices {:?} with {} sets of communicators",
+                local.len(),
+                local.iter().map(|x| x.0).collect::<Vec<_>>(),
+                comms.len()
+            )));
+        }
         if mesh.zero > 0 && mesh.dp > 1 && opts.dp_algo != Algo::Ring {
             return Err(Error::Config(format!(
                 "ZeRO-{} reduce-scatters with the ring; the {} all-reduce applies to unsharded \
@@ -145,18 +199,18 @@ impl Runtime {
         let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
         crate::pipeline::validate(&schedule, opts.channel_bound)?;
         let stages = stage_blocks(&cfg.model, schedule.stages(), &opts.balance)?;
-        // every device's stages fit before anything is allocated anywhere
-        for (d, gpu) in gpus.iter().enumerate().take(mesh.devices()) {
+        // every local device's stages fit before anything is allocated anywhere
+        for (d, gpu) in local {
             for k in 0..mesh.chunks {
-                let blocks = &stages[schedule.stage(mesh.coords(d).stage, k)];
+                let blocks = &stages[schedule.stage(mesh.coords(*d).stage, k)];
                 crate::model::fit::check(&cfg.model, blocks, cfg.micro, mesh.tp, &gpu.limits)?;
             }
         }
         let slots = schedule.slots_needed();
         let dloss = 1.0 / (cfg.tokens_per_step() * mesh.dp) as f32;
-        let mut chunks: Vec<Vec<Chunk>> = Vec::with_capacity(gpus.len());
-        for (d, gpu) in gpus.iter().enumerate() {
-            let at = mesh.coords(d);
+        let mut chunks: Vec<Vec<Chunk>> = Vec::with_capacity(local.len());
+        for (d, gpu) in local {
+            let at = mesh.coords(*d);
             let mine = (0..mesh.chunks)
                 .map(|k| {
                     let stage = schedule.stage(at.stage, k);
@@ -181,37 +235,43 @@ impl Runtime {
                 .collect::<Result<Vec<_>>>()?;
             chunks.push(mine);
         }
-        let shapes: Vec<Vec<ChunkShape>> = (0..mesh.pp)
-            .map(|s| {
-                let d = mesh.device(Coords {
-                    replica: 0,
-                    stage: s,
-                    tp_rank: 0,
-                });
-                chunks[d].iter().map(|c| c.shape.clone()).collect()
-            })
-            .collect();
-        for (d, cs) in chunks.iter().enumerate() {
-            let s = mesh.coords(d).stage;
-            if cs.iter().zip(&shapes[s]).any(|(c, want)| c.shape != *want) {
+        // every device of a pipeline position cuts its chunks alike: the position's shapes
+        // from its devices here, and (distributed) from the other processes'
+        let mut by_stage: Vec<Vec<(usize, Vec<ChunkShape>)>> = vec![Vec::new(); mesh.pp];
+        for ((d, _), cs) in local.iter().zip(&chunks) {
+            let shape: Vec<ChunkShape> = cs.iter().map(|c| c.shape.clone()).collect();
+            by_stage[mesh.coords(*d).stage].push((*d, shape));
+        }
+        if let Some(c) = control.as_mut() {
+            by_stage = exchange_shapes(&mut **c, by_stage)?;
+        }
+        let mut shapes: Vec<Vec<ChunkShape>> = Vec::with_capacity(mesh.pp);
+        for (s, all) in by_stage.iter().enumerate() {
+            let (_, first) = all.first().ok_or_else(|| {
+                Error::Config(format!(
+                    "no device reported the chunks of pipeline position {s}"
+                ))
+            })?;
+            if let Some((d, _)) = all.iter().find(|(_, sh)| sh != first) {
                 return Err(Error::Config(format!(
                     "device {d}'s chunks are cut differently from its stage's first device"
                 )));
             }
+            shapes.push(first.clone());
         }
         let plan = lower_with(&mesh, &schedule, &shapes, opts.prefetch)?;
         check(&plan, &mesh, &schedule, opts.channel_bound)?;
-        let mut groups = groups(&mesh, &opts);
         let workers = chunks
             .into_iter()
-            .enumerate()
-            .map(|(d, chunks)| Worker {
-                device: d,
-                place: mesh.coords(d),
-                gpu: gpus[d].clone(),
+            .zip(comms)
+            .zip(local)
+            .map(|((chunks, comms), (d, gpu))| Worker {
+                device: *d,
+                place: mesh.coords(*d),
+                gpu: gpu.clone(),
                 chunks,
-                comms: groups.remove(0),
-                ops: plan.programs[d].ops.clone(),
+                comms,
+                ops: plan.programs[*d].ops.clone(),
                 schedule: schedule.clone(),
                 cfg: cfg.clone(),
                 mesh,
@@ -227,8 +287,21 @@ impl Runtime {
             stages,
             opts,
             workers,
+            control: control.map(Mutex::new),
             broken: false,
         })
+    }
+
+    /// Whether this process runs only some of the layout's devices.
+    pub fn is_distributed(&self) -> bool {
+        self.control.is_some()
+    }
+
+    /// The communicator over every device's process, locked (distributed runs only).
+    pub(super) fn control(&self) -> Option<std::sync::MutexGuard<'_, Box<dyn Communicator>>> {
+        self.control
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The step on the device clock: every program replayed with its ops' measured kernel
@@ -261,6 +334,13 @@ impl Runtime {
                 self.batches_per_step(),
                 batches.len()
             )));
+        }
+        if self.broken && self.control.is_some() {
+            return Err(Error::Config(
+                "an earlier step failed and aborted the process groups of this distributed run; \
+                 restart it from its last checkpoint"
+                    .into(),
+            ));
         }
         if std::mem::take(&mut self.broken) {
             // the last step aborted its groups: fresh ones, the ledgers carried over
@@ -304,7 +384,8 @@ impl Runtime {
         let wall = t0.elapsed().as_secs_f64();
         let mut runs = Vec::with_capacity(results.len());
         let mut failures = Vec::new();
-        for (d, r) in results.into_iter().enumerate() {
+        for (i, r) in results.into_iter().enumerate() {
+            let d = self.workers[i].device;
             match r {
                 Ok(Ok(run)) => runs.push(run),
                 Ok(Err(f)) => failures.push(f),
@@ -323,7 +404,23 @@ impl Runtime {
         if !failures.is_empty() {
             self.broken = true;
             let pick = failures.iter().position(|f| f.primary).unwrap_or(0);
-            return Err(failures.swap_remove(pick).error);
+            let error = failures.swap_remove(pick).error;
+            if let Some(c) = self.control() {
+                // the other processes may be past their last message to us: tell them
+                c.abort(&error.to_string());
+            }
+            return Err(error);
+        }
+        let exchanged = self
+            .control()
+            .map(|mut c| exchange_runs(&mut **c, runs.clone(), self.mesh.devices()));
+        match exchanged {
+            Some(Ok(all)) => runs = all,
+            Some(Err(e)) => {
+                self.broken = true;
+                return Err(e);
+            }
+            None => {}
         }
         Ok(RuntimeStep { runs, wall })
     }
@@ -358,8 +455,38 @@ fn tree_fits(mesh: &Mesh, algo: Algo) -> Result<()> {
     Ok(())
 }
 
-/// Every device's communicators: its pipeline, tensor- and data-parallel groups and the world.
-fn groups(mesh: &Mesh, opts: &RuntimeOptions) -> Vec<Comms> {
+/// The groups of a layout, by kind — pipeline (one per replica and tensor rank, rank =
+/// pipeline position), tensor-parallel (per replica and stage, rank = tensor rank),
+/// data-parallel (per stage and tensor rank, rank = replica), and the world (rank = device) —
+/// each a list of global devices in rank order. Every device is in exactly one group of each.
+pub fn group_members(mesh: &Mesh) -> [Vec<Vec<usize>>; 4] {
+    let dev = |replica, stage, tp_rank| {
+        mesh.device(Coords {
+            replica,
+            stage,
+            tp_rank,
+        })
+    };
+    let (mut pp, mut tp, mut dp) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..mesh.dp {
+        for k in 0..mesh.tp {
+            pp.push((0..mesh.pp).map(|s| dev(r, s, k)).collect());
+        }
+        for s in 0..mesh.pp {
+            tp.push((0..mesh.tp).map(|k| dev(r, s, k)).collect());
+        }
+    }
+    for s in 0..mesh.pp {
+        for k in 0..mesh.tp {
+            dp.push((0..mesh.dp).map(|r| dev(r, s, k)).collect());
+        }
+    }
+    [pp, tp, dp, vec![(0..mesh.devices()).collect()]]
+}
+
+/// Every device's communicators in this process (local or loopback, as `opts.comm` says):
+/// its pipeline, tensor- and data-parallel groups and the world.
+pub fn groups(mesh: &Mesh, opts: &RuntimeOptions) -> Vec<Comms> {
     let n = mesh.devices();
     let make = |devices: &[usize], link: &Link| -> Vec<Box<dyn Communicator>> {
         let o = GroupOptions {
@@ -380,36 +507,18 @@ fn groups(mesh: &Mesh, opts: &RuntimeOptions) -> Vec<Comms> {
     };
     let mut slots: Vec<[Option<Box<dyn Communicator>>; 4]> =
         (0..n).map(|_| [None, None, None, None]).collect();
-    let mut place = |which: usize, devices: Vec<usize>, link: &Link| {
-        for (d, c) in devices.iter().zip(make(&devices, link)) {
-            slots[*d][which] = Some(c);
-        }
-    };
-    let dev = |replica, stage, tp_rank| {
-        mesh.device(Coords {
-            replica,
-            stage,
-            tp_rank,
-        })
-    };
-    for r in 0..mesh.dp {
-        for k in 0..mesh.tp {
-            place(0, (0..mesh.pp).map(|s| dev(r, s, k)).collect(), &opts.link);
-        }
-        for s in 0..mesh.pp {
-            place(
-                1,
-                (0..mesh.tp).map(|k| dev(r, s, k)).collect(),
-                &opts.tp_link,
-            );
+    for (which, family) in group_members(mesh).iter().enumerate() {
+        let link = if which == 1 {
+            &opts.tp_link
+        } else {
+            &opts.link
+        };
+        for devices in family {
+            for (d, c) in devices.iter().zip(make(devices, link)) {
+                slots[*d][which] = Some(c);
+            }
         }
     }
-    for s in 0..mesh.pp {
-        for k in 0..mesh.tp {
-            place(2, (0..mesh.dp).map(|r| dev(r, s, k)).collect(), &opts.link);
-        }
-    }
-    place(3, (0..n).collect(), &opts.link);
     slots
         .into_iter()
         .map(|[pp, tp, dp, world]| Comms {

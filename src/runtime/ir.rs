@@ -121,7 +121,7 @@ impl Op {
 }
 
 /// A point inside a pass where something else must happen before the pass goes on.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Mark {
     /// A tensor-parallel cut: the all-reduce of the pass's current output.
     Cut,
@@ -135,7 +135,7 @@ pub enum Mark {
 
 /// What the lowering needs to know about one model chunk (stage) of a device: the marks of
 /// its passes, in op order, and how many gradient buckets it has.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct ChunkShape {
     pub forward: Vec<Mark>,
     /// The backward pass (input gradients only when `split`).

@@ -10,6 +10,7 @@
 mod blocks;
 pub mod check;
 mod chunk;
+mod exchange;
 mod exec;
 pub mod fault;
 pub mod ir;
@@ -22,8 +23,8 @@ mod worker;
 
 pub use check::check;
 pub use chunk::ChunkInfo;
-pub use exec::{CommKind, Runtime, RuntimeOptions, RuntimeStep};
+pub use exec::{group_members, groups, CommKind, Runtime, RuntimeOptions, RuntimeStep};
 pub use fault::{Fault, FaultKind};
 pub use ir::{ChunkShape, Mark, Op, Plan, Program};
 pub use lower::lower;
-pub use worker::{OpRecord, Worker, WorkerRun};
+pub use worker::{Comms, OpRecord, Worker, WorkerRun};

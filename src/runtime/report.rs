@@ -117,19 +117,17 @@ impl Runtime {
             events.extend(order.into_iter().filter_map(|a| per_pass.remove(&a)));
         }
         let per_replica = self.mesh.pp * self.mesh.tp;
-        let workers = &self.workers[replica * per_replica..(replica + 1) * per_replica];
+        let runs = &run.runs[replica * per_replica..(replica + 1) * per_replica];
         let mut peak_held = vec![0usize; self.stages.len()];
-        for w in workers {
-            for c in &w.chunks {
-                peak_held[c.stage] = peak_held[c.stage].max(c.peak);
-            }
+        for &(stage, peak) in runs.iter().flat_map(|w| &w.peaks) {
+            peak_held[stage] = peak_held[stage].max(peak);
         }
         Ok(StepReport {
-            stats: run.runs[replica * per_replica].stats,
+            stats: runs[0].stats,
             events,
             wall: run.wall,
             peak_held,
-            memory: workers.iter().map(|w| w.gpu.memory()).collect(),
+            memory: runs.iter().map(|w| w.memory.clone()).collect(),
         })
     }
 }

@@ -1,17 +1,19 @@
 //! The model state of a runtime in the one-device layout: gathered from every stage, tensor
-//! rank and (ZeRO-1) moment shard for checkpoints and checksums, and scattered back from any
-//! layout's state (resharding through the flat one-device view).
+//! rank and ZeRO shard for checkpoints and checksums, and scattered back from any layout's
+//! state (resharding through the flat one-device view).
 //!
 //! ```text
 //! one-device flat ─cut by stage─▶ stage-local flat ─tp::shard─▶ rank-local flat (params, m, v)
-//!                                                  ─grid chunks─▶ ZeRO-1 moment shards
+//!                                                  ─grid chunks─▶ ZeRO shards
+//! gather: every device's pieces (replica 0's whole buffers, every rank's shard chunks) of
+//!         its stage-local flats ─(distributed: exchanged between processes)─▶ assembled
 //! ```
 
 use super::chunk::Chunk;
+use super::exchange::exchange_bytes;
 use super::exec::Runtime;
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, View};
-use crate::mesh::Coords;
+use crate::gpu::View;
 use crate::parallel::tensor as tp;
 use crate::step::{checksum, ModelState};
 
@@ -23,70 +25,97 @@ enum Which {
     V,
 }
 
+/// A run of one buffer of (model stage, tensor rank) at `at` of its stage-local flat layout
+/// of `total` elements.
+struct Piece {
+    stage: usize,
+    tp_rank: usize,
+    total: usize,
+    at: usize,
+    data: Vec<f32>,
+}
+
 impl Runtime {
-    /// The chunk of model stage `stage` on (replica, tensor rank), with its device's GPU.
-    fn chunk_at(&self, replica: usize, stage: usize, tp_rank: usize) -> (&Gpu, &Chunk) {
-        let (pos, local) = self.schedule.place(stage);
-        let d = self.mesh.device(Coords {
-            replica,
-            stage: pos,
-            tp_rank,
-        });
-        let w = &self.workers[d];
-        (&w.gpu, &w.chunks[local])
-    }
-
-    /// `which` of (stage, tensor rank) in the stage's rank-local layout: replica 0's buffer,
-    /// or the shards of every replica put together (ZeRO moments, ZeRO-3 parameters).
-    fn local(&self, stage: usize, tp_rank: usize, which: Which) -> Result<Vec<f32>> {
-        let (gpu, c) = self.chunk_at(0, stage, tp_rank);
-        if shard_of(c, which).is_none() {
-            return gpu.download(full_of(c, which));
-        }
-        let mut flat = vec![0.0f32; c.grid.total];
-        for r in 0..self.mesh.dp {
-            let (gpu, c) = self.chunk_at(r, stage, tp_rank);
-            let view = shard_of(c, which)
-                .ok_or_else(|| Error::Config("a ZeRO rank holds no shard".into()))?;
-            let shard: Vec<f32> = gpu.download(view)?;
-            for (u, unit) in c.grid.units.iter().enumerate() {
-                let ch = c.grid.chunk(u, r);
-                let at = unit.storage[r];
-                flat[ch.clone()].copy_from_slice(&shard[at..at + ch.len()]);
-            }
-        }
-        Ok(flat)
-    }
-
-    /// Loads `src` (stage-local layout of one tensor rank) into `which` of that (stage, rank)
-    /// on every replica.
-    fn put_local(&self, stage: usize, tp_rank: usize, which: Which, src: &[f32]) -> Result<()> {
-        for r in 0..self.mesh.dp {
-            let (gpu, c) = self.chunk_at(r, stage, tp_rank);
-            match shard_of(c, which) {
-                None => gpu.upload(full_of(c, which), src)?,
-                Some(view) => {
-                    let mut shard = vec![0.0f32; view.len];
-                    for (u, unit) in c.grid.units.iter().enumerate() {
-                        let ch = c.grid.chunk(u, r);
-                        let at = unit.storage[r];
-                        shard[at..at + ch.len()].copy_from_slice(&src[ch]);
+    /// This process's pieces of `which`: replica 0's unsharded buffers, every replica's shard
+    /// chunks (each flat element in exactly one piece over all processes).
+    fn local_pieces(&self, which: Which) -> Result<Vec<Piece>> {
+        let mut out = Vec::new();
+        for w in &self.workers {
+            let (r, k) = (w.place.replica, w.place.tp_rank);
+            for c in &w.chunks {
+                let total = c.grid.total;
+                match shard_of(c, which) {
+                    None if r == 0 => out.push(Piece {
+                        stage: c.stage,
+                        tp_rank: k,
+                        total,
+                        at: 0,
+                        data: w.gpu.download(full_of(c, which))?,
+                    }),
+                    None => {}
+                    Some(view) => {
+                        let shard: Vec<f32> = w.gpu.download(view)?;
+                        for (u, unit) in c.grid.units.iter().enumerate() {
+                            let ch = c.grid.chunk(u, r);
+                            let from = unit.storage[r];
+                            out.push(Piece {
+                                stage: c.stage,
+                                tp_rank: k,
+                                total,
+                                at: ch.start,
+                                data: shard[from..from + ch.len()].to_vec(),
+                            });
+                        }
                     }
-                    gpu.upload(view, &shard)?;
                 }
             }
         }
-        Ok(())
+        Ok(out)
+    }
+
+    /// Every device's pieces of `which` (exchanged between the processes of a distributed run).
+    fn pieces(&self, which: Which) -> Result<Vec<Piece>> {
+        let mine = self.local_pieces(which)?;
+        let Some(mut c) = self.control() else {
+            return Ok(mine);
+        };
+        let all = exchange_bytes(&mut **c, encode(&mine))?;
+        let mut out = Vec::new();
+        for (rank, b) in all.iter().enumerate() {
+            out.extend(decode(b).ok_or_else(|| {
+                Error::Config(format!("a corrupt model-state record from device {rank}"))
+            })?);
+        }
+        Ok(out)
     }
 
     /// One buffer in the one-device layout.
     fn gather(&self, which: Which) -> Result<Vec<f32>> {
         let model = &self.cfg.model;
         let full = model.layout(&model.blocks());
+        let pieces = self.pieces(which)?;
         let mut flat = vec![0.0f32; full.total];
         for (s, blocks) in self.stages.iter().enumerate() {
             let ranks = (0..self.mesh.tp)
-                .map(|k| self.local(s, k, which))
+                .map(|k| {
+                    let mine: Vec<&Piece> = pieces
+                        .iter()
+                        .filter(|p| p.stage == s && p.tp_rank == k)
+                        .collect();
+                    let total = mine.first().map(|p| p.total).ok_or_else(|| {
+                        Error::Config(format!("no device holds stage {s} of tensor rank {k}"))
+                    })?;
+                    let mut local = vec![0.0f32; total];
+                    for p in mine {
+                        local
+                            .get_mut(p.at..p.at + p.data.len())
+                            .ok_or_else(|| {
+                                Error::Config(format!("a model-state piece outside stage {s}"))
+                            })?
+                            .copy_from_slice(&p.data);
+                    }
+                    Ok(local)
+                })
                 .collect::<Result<Vec<_>>>()?;
             let part = tp::gather(model, blocks, &ranks)?;
             for t in &model.layout(blocks).tensors {
@@ -97,7 +126,7 @@ impl Runtime {
         Ok(flat)
     }
 
-    /// The inverse of [`Runtime::gather`].
+    /// The inverse of [`Runtime::gather`], into this process's devices.
     fn scatter(&self, which: Which, src: &[f32]) -> Result<()> {
         let model = &self.cfg.model;
         let full = model.layout(&model.blocks());
@@ -107,18 +136,31 @@ impl Runtime {
             for t in &layout.tensors {
                 part[t.offset..t.offset + t.len].copy_from_slice(full.slice(src, &t.name)?);
             }
-            for (k, shard) in tp::shard(model, blocks, &part, self.mesh.tp)?
-                .iter()
-                .enumerate()
-            {
-                self.put_local(s, k, which, shard)?;
+            let shards = tp::shard(model, blocks, &part, self.mesh.tp)?;
+            for w in &self.workers {
+                let (r, k) = (w.place.replica, w.place.tp_rank);
+                for c in w.chunks.iter().filter(|c| c.stage == s) {
+                    let src = &shards[k];
+                    match shard_of(c, which) {
+                        None => w.gpu.upload(full_of(c, which), src)?,
+                        Some(view) => {
+                            let mut shard = vec![0.0f32; view.len];
+                            for (u, unit) in c.grid.units.iter().enumerate() {
+                                let ch = c.grid.chunk(u, r);
+                                let at = unit.storage[r];
+                                shard[at..at + ch.len()].copy_from_slice(&src[ch]);
+                            }
+                            w.gpu.upload(view, &shard)?;
+                        }
+                    }
+                }
             }
         }
         Ok(())
     }
 
     /// Parameters and AdamW moments in the one-device layout (every replica holds the same
-    /// parameters; ZeRO-1 moments are assembled from their shards).
+    /// parameters; ZeRO moments and ZeRO-3 parameters are assembled from their shards).
     pub fn state(&self) -> Result<ModelState> {
         Ok(ModelState {
             params: self.gather(Which::Params)?,
@@ -128,7 +170,8 @@ impl Runtime {
     }
 
     /// Loads a state given in the one-device layout (from any layout) into every replica,
-    /// stage, tensor rank and shard.
+    /// stage, tensor rank and shard this process runs (a distributed run: every process loads
+    /// the same state).
     pub fn set_state(&self, st: &ModelState) -> Result<()> {
         let model = &self.cfg.model;
         st.check(model.layout(&model.blocks()).total)?;
@@ -145,29 +188,80 @@ impl Runtime {
     /// Whether every replica holds replica 0's parameters bit for bit (ZeRO-3 holds one
     /// sharded copy: always true).
     pub fn replicas_agree(&self) -> Result<bool> {
-        for (s, _) in self.stages.iter().enumerate() {
-            for k in 0..self.mesh.tp {
-                let (gpu, c) = self.chunk_at(0, s, k);
-                if c.params_sharded {
-                    continue;
-                }
-                let p0: Vec<f32> = gpu.download(&c.buffers.params)?;
-                for r in 1..self.mesh.dp {
-                    let (gpu, c) = self.chunk_at(r, s, k);
-                    let p: Vec<f32> = gpu.download(&c.buffers.params)?;
-                    if p.iter().zip(&p0).any(|(a, b)| a.to_bits() != b.to_bits()) {
-                        return Ok(false);
-                    }
-                }
+        // (replica, stage, tensor rank, checksum) of every unsharded parameter buffer
+        let mut mine = Vec::new();
+        for w in &self.workers {
+            for c in w.chunks.iter().filter(|c| !c.params_sharded) {
+                let p: Vec<f32> = w.gpu.download(&c.buffers.params)?;
+                mine.push((w.place.replica, c.stage, w.place.tp_rank, checksum(&p)));
             }
         }
-        Ok(true)
+        let all: Vec<(usize, usize, usize, String)> = match self.control() {
+            None => mine,
+            Some(mut c) => {
+                let json = serde_json::to_vec(&mine)
+                    .map_err(|e| Error::Config(format!("encoding parameter checksums: {e}")))?;
+                let mut all = Vec::new();
+                for (rank, b) in exchange_bytes(&mut **c, json)?.iter().enumerate() {
+                    let theirs: Vec<(usize, usize, usize, String)> = serde_json::from_slice(b)
+                        .map_err(|e| {
+                            Error::Config(format!("corrupt checksums from device {rank}: {e}"))
+                        })?;
+                    all.extend(theirs);
+                }
+                all
+            }
+        };
+        Ok(all.iter().all(|(_, s, k, sum)| {
+            all.iter()
+                .filter(|(r, s0, k0, _)| *r == 0 && s0 == s && k0 == k)
+                .all(|(_, _, _, want)| want == sum)
+        }))
     }
 
     /// SHA-256 of the parameters in the one-device layout.
     pub fn checksum(&self) -> Result<String> {
         Ok(checksum(&self.params()?))
     }
+}
+
+/// The pieces as bytes: per piece five little-endian u64 (stage, tensor rank, total, at,
+/// length), then its f32s.
+fn encode(pieces: &[Piece]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in pieces {
+        for x in [p.stage, p.tp_rank, p.total, p.at, p.data.len()] {
+            out.extend((x as u64).to_le_bytes());
+        }
+        out.extend(bytemuck::cast_slice::<f32, u8>(&p.data));
+    }
+    out
+}
+
+/// The inverse of [`encode`]; `None` for bytes it did not write.
+fn decode(mut b: &[u8]) -> Option<Vec<Piece>> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let mut w = [0usize; 5];
+        for x in &mut w {
+            let (head, rest) = b.split_at_checked(8)?;
+            *x = usize::try_from(u64::from_le_bytes(head.try_into().ok()?)).ok()?;
+            b = rest;
+        }
+        let (data, rest) = b.split_at_checked(w[4].checked_mul(4)?)?;
+        b = rest;
+        out.push(Piece {
+            stage: w[0],
+            tp_rank: w[1],
+            total: w[2],
+            at: w[3],
+            data: data
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        });
+    }
+    Some(out)
 }
 
 /// The rank's shard of `which`, when it is sharded.

@@ -55,7 +55,7 @@ impl Comms {
 
 /// What one op did: wall interval (seconds from the step start), kernel time, link-model
 /// time of its communication, bytes it sent.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct OpRecord {
     pub start: f64,
     pub end: f64,
@@ -64,10 +64,24 @@ pub struct OpRecord {
     pub bytes: u64,
 }
 
-/// A worker's step: a record per op and the step's statistics.
+/// A worker's step: a record per op, the step's statistics, and what the step's costs and
+/// reports read of the device afterwards — everything one device tells the others after a
+/// step, so a process that runs only some devices can still cost the whole step.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct WorkerRun {
+    /// Global device.
+    pub device: usize,
     pub records: Vec<OpRecord>,
     pub stats: StepStats,
+    /// Bytes this device sent in the step over its data-parallel group, and over its
+    /// tensor-parallel group with that group's link-model seconds.
+    pub dp_sent: u64,
+    pub tp_sent: u64,
+    pub tp_link: f64,
+    /// (model stage, most microbatches held at once so far) of each chunk.
+    pub peaks: Vec<(usize, usize)>,
+    /// The device's memory ledger after the step.
+    pub memory: crate::memory::Usage,
 }
 
 pub(super) struct Failure {
@@ -200,13 +214,30 @@ impl Worker {
         self.ops = ops;
         self.end_step();
         result?;
+        let sent = |l: &Ledger| {
+            let l = l.for_step(s);
+            (
+                l.sent_by_rank(l.group.len().max(1))
+                    .into_iter()
+                    .sum::<u64>(),
+                l.link_clock(),
+            )
+        };
+        let (dp_sent, _) = sent(self.comms.dp.ledger());
+        let (tp_sent, tp_link) = sent(self.comms.tp.ledger());
         Ok(WorkerRun {
+            device: self.device,
             records,
             stats: StepStats {
                 loss: sc.mean_loss,
                 grad_norm: sc.norm_sq.sqrt(),
                 lr: self.cfg.lr_at(s),
             },
+            dp_sent,
+            tp_sent,
+            tp_link,
+            peaks: self.chunks.iter().map(|c| (c.stage, c.peak)).collect(),
+            memory: self.gpu.memory(),
         })
     }
 
