@@ -205,6 +205,12 @@ impl Engine {
         self.mesh.dp * self.mesh.microbatches
     }
 
+    /// Whether this process writes the run's files (checkpoints, records): the only process,
+    /// or rank 0 of a distributed run. Every process still takes part in gathering the state.
+    pub fn is_lead(&self) -> bool {
+        self.rt.is_lead()
+    }
+
     /// The runtime underneath: its plan, workers and their communicators' ledgers.
     pub fn runtime(&self) -> &Runtime {
         &self.rt

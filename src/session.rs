@@ -113,9 +113,14 @@ impl<'c> Session<'c> {
         Ok(())
     }
 
-    /// Writes the state after the steps done so far to `path` (atomically).
+    /// Writes the state after the steps done so far to `path` (atomically). In a distributed
+    /// run every process gathers the state (a collective) and only the lead process writes.
     pub fn save(&mut self, path: &Path) -> Result<()> {
         let st = self.engine.state()?;
+        if !self.engine.is_lead() {
+            self.last_checkpoint = Some(self.step);
+            return Ok(());
+        }
         let train = serde_json::to_value(&self.engine.cfg)
             .map_err(|e| Error::Config(format!("train configuration: {e}")))?;
         Checkpoint {

@@ -15,10 +15,15 @@
 //!                                                                 bytes; collectives run the
 //!                                                                 ring on point-to-point
 //!                                                                 messages (`p2p`)
+//!                                                       mpi       (feature `mpi`) a rank per
+//!                                                                 MPI process: loopback's ring
+//!                                                                 on MPI messages, or MPI's own
+//!                                                                 reductions (`Reduction`)
 //! ```
 //!
-//! Both give the same bits: the ring sums chunk c as `x(c+1) + x(c+2) + … + x(c)` over the
-//! same chunk bounds, the tree and the naive sum in their fixed orders. Host staging stays
+//! All give the same bits (MPI in its ordered mode): the ring sums chunk c as
+//! `x(c+1) + x(c+2) + … + x(c)` over the same chunk bounds, the tree and the naive sum in their
+//! fixed orders. Host staging stays
 //! spelled out in the worker (download → communicator → upload). Every call is recorded in the
 //! rank's [`Ledger`]: the hops this rank sent (bytes, wall time, link-model time).
 //!
@@ -27,13 +32,19 @@
 //! [`Error::Aborted`] naming the peer and the call.
 
 mod early;
+mod launcher;
 pub mod local;
 pub mod loopback;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 mod p2p;
 mod wait;
+mod wired;
 
+pub use launcher::launched_by_mpirun;
 pub use local::{local_group, GroupOptions, LocalComm};
 pub use loopback::{loopback_group, LoopbackComm};
+pub use wired::WireComm;
 
 use crate::collective::{Algo, Ledger};
 use crate::error::{Error, Result};

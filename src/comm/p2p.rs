@@ -1,6 +1,8 @@
 //! Collectives built from point-to-point messages between ranks: the ring (reduce-scatter,
 //! all-gather, both), broadcast and the byte all-gather, for any transport that can move
 //! bytes from one rank to another ([`Wire`]: the loopback double's channels, MPI's sends).
+//! A wire has two lanes to every peer, one for collectives and one for tagged messages, each
+//! in order, so the two never interleave.
 //!
 //! The ring follows `collective::rounds` exactly: in round s rank r sends its current chunk
 //! `(r−s−1) mod d` to rank r+1 and adds chunk `(r−s−2) mod d` from rank r−1 into its own copy
@@ -16,11 +18,20 @@ use std::time::Instant;
 use crate::collective::{rounds, Entry, Kind, Phases, Stamp};
 use crate::error::Result;
 
+/// The two ordered streams from one rank to another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// The messages of collectives (this module's functions).
+    Coll,
+    /// Tagged point-to-point messages (`Communicator::send`).
+    Msgs,
+}
+
 /// Moves bytes between the ranks of a group. `put` must not wait for the matching `take`
 /// (the ring puts before it takes on every rank).
 pub(crate) trait Wire {
-    fn put(&mut self, to: usize, bytes: Vec<u8>) -> Result<()>;
-    fn take(&mut self, from: usize) -> Result<Vec<u8>>;
+    fn put(&mut self, lane: Lane, to: usize, bytes: Vec<u8>) -> Result<()>;
+    fn take(&mut self, lane: Lane, from: usize) -> Result<Vec<u8>>;
 }
 
 pub(crate) fn to_bytes(x: &[f32]) -> Vec<u8> {
@@ -53,8 +64,8 @@ pub(crate) fn ring(
         let t = Instant::now();
         let send = &buf[bounds[round.send]..bounds[round.send + 1]];
         let bytes = 4 * send.len() as u64;
-        wire.put(right, to_bytes(send))?;
-        let got = from_bytes(&wire.take(left)?);
+        wire.put(Lane::Coll, right, to_bytes(send))?;
+        let got = from_bytes(&wire.take(Lane::Coll, left)?);
         let own = &mut buf[bounds[round.recv]..bounds[round.recv + 1]];
         if got.len() != own.len() {
             return Err(crate::Error::Config(format!(
@@ -83,6 +94,32 @@ pub(crate) fn ring(
     Ok(entries)
 }
 
+/// The hops rank `r` of `d` sends in the ring over `bounds` (what [`ring`] records), for a
+/// collective that ran some other way in `wall` seconds (spread evenly over the hops): the
+/// ledger's byte counts and link clock then read as for the ring.
+pub(crate) fn ring_hops(
+    r: usize,
+    d: usize,
+    bounds: &[usize],
+    phases: Phases,
+    stamp: &Stamp,
+    wall: f64,
+) -> Vec<Entry> {
+    let rounds = rounds(r, d, phases);
+    let each = wall / rounds.len().max(1) as f64;
+    rounds
+        .iter()
+        .map(|x| {
+            let bytes = 4 * (bounds[x.send + 1] - bounds[x.send]) as u64;
+            let kind = Kind::Hop {
+                to: (r + 1) % d,
+                round: x.round,
+            };
+            stamp.entry(r, kind, bytes, each)
+        })
+        .collect()
+}
+
 /// `root` sends its buffer to every other rank; returns the hops this rank sent.
 pub(crate) fn broadcast(
     wire: &mut dyn Wire,
@@ -93,14 +130,14 @@ pub(crate) fn broadcast(
     stamp: &Stamp,
 ) -> Result<Vec<Entry>> {
     if r != root {
-        *buf = from_bytes(&wire.take(root)?);
+        *buf = from_bytes(&wire.take(Lane::Coll, root)?);
         return Ok(Vec::new());
     }
     let mut entries = Vec::with_capacity(d);
     let bytes = to_bytes(buf);
     for to in (0..d).filter(|&q| q != root) {
         let t = Instant::now();
-        wire.put(to, bytes.clone())?;
+        wire.put(Lane::Coll, to, bytes.clone())?;
         let kind = Kind::Hop { to, round: 0 };
         entries.push(stamp.entry(r, kind, bytes.len() as u64, t.elapsed().as_secs_f64()));
     }
@@ -115,14 +152,14 @@ pub(crate) fn all_gather_bytes(
     mine: Vec<u8>,
 ) -> Result<Vec<Vec<u8>>> {
     for to in (0..d).filter(|&q| q != r) {
-        wire.put(to, mine.clone())?;
+        wire.put(Lane::Coll, to, mine.clone())?;
     }
     let mut out = Vec::with_capacity(d);
     for from in 0..d {
         if from == r {
             out.push(mine.clone());
         } else {
-            out.push(wire.take(from)?);
+            out.push(wire.take(Lane::Coll, from)?);
         }
     }
     Ok(out)

@@ -1,5 +1,6 @@
 //! What every rank of a group shares to stop waiting: an abort switch (a peer failed) and a
-//! timeout (a peer is silent). Every blocking step of a communicator goes through here.
+//! timeout (a peer is silent). Every blocking step of the in-process communicators goes through
+//! here; the MPI one polls with the same timeout and words (`late`).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -48,10 +49,7 @@ impl Switch {
     }
 
     fn late(&self, what: &str) -> Error {
-        Error::Aborted(format!(
-            "{what}: no answer within {:?} (a peer is stuck or gone)",
-            self.timeout
-        ))
+        late(what, self.timeout)
     }
 
     /// The next message on `rx`, unless the group is aborted or the timeout passes.
@@ -71,4 +69,11 @@ impl Switch {
             default(self.timeout) => Err(self.late(&what())),
         }
     }
+}
+
+/// The error of a wait that saw no answer within `timeout`.
+pub(crate) fn late(what: &str, timeout: Duration) -> Error {
+    Error::Aborted(format!(
+        "{what}: no answer within {timeout:?} (a peer is stuck or gone)"
+    ))
 }

@@ -25,16 +25,19 @@ fn unjson<T: serde::de::DeserializeOwned>(b: &[u8], from: usize) -> Result<T> {
         .map_err(|e| Error::Config(format!("a corrupt exchange record from device {from}: {e}")))
 }
 
+/// Per pipeline position: (device, its chunks' shapes) of the devices that reported it.
+pub(super) type ShapesByStage = Vec<Vec<(usize, Vec<ChunkShape>)>>;
+
 /// Every process's (device, chunk shapes) of each pipeline position, merged.
 pub(super) fn exchange_shapes(
     control: &mut dyn Communicator,
-    mine: Vec<Vec<(usize, Vec<ChunkShape>)>>,
-) -> Result<Vec<Vec<(usize, Vec<ChunkShape>)>>> {
+    mine: ShapesByStage,
+) -> Result<ShapesByStage> {
     let pp = mine.len();
     let all = control.all_gather_bytes(json(&mine)?)?;
-    let mut out: Vec<Vec<(usize, Vec<ChunkShape>)>> = vec![Vec::new(); pp];
+    let mut out: ShapesByStage = vec![Vec::new(); pp];
     for (rank, b) in all.iter().enumerate() {
-        let theirs: Vec<Vec<(usize, Vec<ChunkShape>)>> = unjson(b, rank)?;
+        let theirs: ShapesByStage = unjson(b, rank)?;
         if theirs.len() != pp {
             return Err(Error::Config(format!(
                 "device {rank} runs {} pipeline positions, this process {pp}: the processes \

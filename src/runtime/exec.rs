@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::check;
 use super::chunk::{Chunk, ChunkInfo, ChunkSpec};
-use super::exchange::{exchange_runs, exchange_shapes};
+use super::exchange::{exchange_runs, exchange_shapes, ShapesByStage};
 use super::fault::Fault;
 use super::ir::{ChunkShape, Plan};
 use super::lower::lower_with;
@@ -237,7 +237,7 @@ impl Runtime {
         }
         // every device of a pipeline position cuts its chunks alike: the position's shapes
         // from its devices here, and (distributed) from the other processes'
-        let mut by_stage: Vec<Vec<(usize, Vec<ChunkShape>)>> = vec![Vec::new(); mesh.pp];
+        let mut by_stage: ShapesByStage = vec![Vec::new(); mesh.pp];
         for ((d, _), cs) in local.iter().zip(&chunks) {
             let shape: Vec<ChunkShape> = cs.iter().map(|c| c.shape.clone()).collect();
             by_stage[mesh.coords(*d).stage].push((*d, shape));
@@ -290,6 +290,12 @@ impl Runtime {
             control: control.map(Mutex::new),
             broken: false,
         })
+    }
+
+    /// Whether this process writes the run's files: the only process, or rank 0 of a
+    /// distributed run.
+    pub fn is_lead(&self) -> bool {
+        self.control().is_none_or(|c| c.rank() == 0)
     }
 
     /// Whether this process runs only some of the layout's devices.
