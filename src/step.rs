@@ -98,9 +98,12 @@ pub struct StepStats {
     pub lr: f32,
 }
 
+/// `"sha256:<hex>"` of any bytes (a configuration, a command line).
+pub fn checksum_bytes(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex(&Sha256::digest(bytes)))
+}
+
 /// `"sha256:<hex>"` of a flat f32 parameter vector.
 pub fn checksum(flat: &[f32]) -> String {
-    let mut h = Sha256::new();
-    h.update(bytemuck::cast_slice::<f32, u8>(flat));
-    format!("sha256:{}", hex(&h.finalize()))
+    checksum_bytes(bytemuck::cast_slice::<f32, u8>(flat))
 }

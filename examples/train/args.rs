@@ -121,6 +121,10 @@ pub struct Args {
     /// Where to write the run record.
     #[arg(long, default_value = "runs/train.json")]
     pub record: PathBuf,
+    /// Under mpirun: how collectives reduce — ordered (the project's ring and trees on MPI
+    /// messages: the in-process bits) or native (MPI's own collectives, its summation order).
+    #[arg(long, default_value = "ordered")]
+    pub reduction: String,
 }
 
 impl Args {
@@ -131,6 +135,12 @@ impl Args {
 
     /// Every value on its own, before any data is read or device opened.
     pub fn validate(&self) -> triaxis::Result<()> {
+        if !["ordered", "native"].contains(&self.reduction.trim()) {
+            return Err(triaxis::Error::Config(format!(
+                "--reduction must be ordered or native, not {:?}",
+                self.reduction
+            )));
+        }
         if self.data.is_none() {
             flags::in_range("--digits", self.digits as usize, 1, 9)?;
         }

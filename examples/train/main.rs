@@ -19,8 +19,15 @@
 //! non-finite   a NaN or infinite loss or gradient, stopped before the update      exit 1
 //! error        anything else after the start (an unusable checkpoint, a failed write)  exit 1
 //! ```
+//!
+//! Under MPI (built with `--features mpi`): `mpirun -n 4 target/release/examples/train --dp 2
+//! --pp 2 …` runs one device per rank (world rank r = global device r); every rank checks
+//! the world size, the command line and `--devices` before device work, rank 0 writes the
+//! record and checkpoints, and a stop request on any rank stops every rank at the same step.
 
 mod args;
+#[cfg(feature = "mpi")]
+mod mpi_run;
 mod report;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -52,6 +59,21 @@ fn main() {
     let a = Args::parse();
     if let Err(e) = a.validate() {
         eprintln!("error: {e}");
+        std::process::exit(2);
+    }
+    if triaxis::comm::launched_by_mpirun() && !cfg!(feature = "mpi") {
+        eprintln!(
+            "error: started by an MPI launcher (mpirun / mpiexec / srun), but this binary was \
+             built without MPI: rebuild with --features mpi (cargo build --release --features \
+             mpi --example train)"
+        );
+        std::process::exit(2);
+    }
+    if !triaxis::comm::launched_by_mpirun() && a.reduction.trim() != "ordered" {
+        eprintln!(
+            "error: --reduction {} applies under mpirun only",
+            a.reduction.trim()
+        );
         std::process::exit(2);
     }
     let code = match run(&a) {
@@ -191,9 +213,11 @@ fn run(a: &Args) -> anyhow::Result<i32> {
                 st.signal = Some(sig.name());
                 st.abandoned_step = abandoned;
             }
-            match p.rec.write(&record_path) {
-                Ok(()) => eprintln!("run record written to {}", record_path.display()),
-                Err(e) => eprintln!("error: {e}"),
+            if report::is_lead() {
+                match p.rec.write(&record_path) {
+                    Ok(()) => eprintln!("run record written to {}", record_path.display()),
+                    Err(e) => eprintln!("error: {e}"),
+                }
             }
         }
     });
@@ -213,7 +237,9 @@ fn run(a: &Args) -> anyhow::Result<i32> {
     let st = p.rec.stopped.as_mut().expect("just set");
     st.signal = signal.map(Signal::name);
     let st = st.clone();
-    p.rec.write(&a.record)?;
+    if report::is_lead() {
+        p.rec.write(&a.record)?;
+    }
     match (reason, signal) {
         (StopReason::Finished, _) => {
             println!("run record written to {}", a.record.display());
@@ -248,6 +274,14 @@ fn run(a: &Args) -> anyhow::Result<i32> {
     }
 }
 
+/// The devices and engine of a run in this one process.
+fn in_process(a: &Args, s: &Setup) -> anyhow::Result<(Vec<Gpu>, Gpu, Engine)> {
+    let (gpus, eval_gpu) = report::open_devices(&a.devices, &s.choice, s.mesh.devices())?;
+    let engine =
+        Engine::new(&gpus, s.cfg.clone(), s.mesh, s.opts.clone()).context("placing the model")?;
+    Ok((gpus, eval_gpu, engine))
+}
+
 fn lock(p: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
     p.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -261,11 +295,35 @@ fn train(
     progress: &Mutex<Progress>,
 ) -> anyhow::Result<Option<Signal>> {
     let (corpus, cfg, mesh) = (&s.corpus, &s.cfg, s.mesh);
-    let (gpus, eval_gpu) = report::open_devices(&a.devices, &s.choice, mesh.devices())?;
+    #[cfg(feature = "mpi")]
+    let mut job = match triaxis::comm::launched_by_mpirun() {
+        true => {
+            let j = mpi_run::MpiRun::start(&mesh, &a.reduction, &format!("{a:?}"))?;
+            report::set_lead(j.rank == 0);
+            Some(j)
+        }
+        false => None,
+    };
+    #[cfg(feature = "mpi")]
+    let (gpus, eval_gpu, engine) = match &job {
+        Some(j) => {
+            let (g, eval) = j.open_devices(&a.devices, &s.choice)?;
+            let engine = j
+                .engine(g.clone(), cfg.clone(), mesh, s.opts.clone())
+                .context("placing the model")?;
+            if let Some(serde_json::Value::Object(par)) = &mut lock(progress).rec.parallel {
+                par.insert("mpi".into(), j.record(&mesh));
+            }
+            (vec![g], eval, engine)
+        }
+        None => in_process(a, s)?,
+    };
+    #[cfg(not(feature = "mpi"))]
+    let (gpus, eval_gpu, engine) = in_process(a, s)?;
     lock(progress).rec.adapter = Some(AdapterRecord::of(&gpus[0]));
-    print_header(a, s, &gpus[0], lock(progress).rec.dataset.unigram_loss);
-    let engine =
-        Engine::new(&gpus, cfg.clone(), mesh, s.opts.clone()).context("placing the model")?;
+    if report::is_lead() {
+        print_header(a, s, &gpus[0], lock(progress).rec.dataset.unigram_loss);
+    }
     if mesh.devices() > 1 {
         for p in engine.placement() {
             println!(
@@ -316,7 +374,17 @@ fn train(
     let mut signal = None;
     let result = (|| -> anyhow::Result<()> {
         while session.step < a.steps {
-            if let Some(sig) = interrupt.requested() {
+            let asked = interrupt.requested();
+            // every rank of an MPI job stops at the same step boundary
+            #[cfg(feature = "mpi")]
+            let asked = match job.as_mut() {
+                Some(j) => match j.any(asked.is_some())? {
+                    true => asked.or(Some(Signal::Sigterm)),
+                    false => None,
+                },
+                None => asked,
+            };
+            if let Some(sig) = asked {
                 signal = Some(sig);
                 break;
             }

@@ -28,6 +28,19 @@ pub fn parse_fault(s: &str) -> anyhow::Result<Fault> {
 }
 
 /// Devices for the layout, and one more device for evaluation.
+static FOLLOWER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Marks this process as the lead (writes the record, prints the header) or a follower rank.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub fn set_lead(lead: bool) {
+    FOLLOWER.store(!lead, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether this process writes the run record: the only process, or MPI rank 0.
+pub fn is_lead() -> bool {
+    !FOLLOWER.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 pub fn open_devices(
     devices: &str,
     choice: &AdapterChoice,

@@ -19,6 +19,10 @@ pub fn example_bin(name: &str) -> Option<PathBuf> {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut c = Command::new(cargo);
         c.args(["build", "--quiet", "--example", name]);
+        if cfg!(feature = "mpi") {
+            // the same features as the tests, or this build would replace the MPI binary
+            c.args(["--features", "mpi"]);
+        }
         if profile_dir.file_name().is_some_and(|p| p == "release") {
             c.arg("--release");
         }

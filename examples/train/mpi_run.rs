@@ -1,0 +1,177 @@
+//! The train example as one rank of an MPI job (feature `mpi`): world rank r runs global
+//! device r of the layout, on one device of its own; its pipeline, tensor- and data-parallel
+//! groups and a control group are MPI sub-communicators. Every check that can fail on one
+//! rank is made on every rank before any device work: the world size against dp · tp · pp, a
+//! hash of the command line (ranks that disagree stop); `--devices N` must be the world size
+//! (checked with the layout before this starts).
+
+use triaxis::comm::mpi::{self, MpiComm, Reduction, SimpleCommunicator, Universe};
+use triaxis::comm::{Communicator, GroupOptions};
+use triaxis::engine::{Engine, EngineOptions};
+use triaxis::gpu::{AdapterChoice, Gpu};
+use triaxis::mesh::Mesh;
+use triaxis::runtime::{group_members, Comms};
+use triaxis::step::TrainConfig;
+
+/// This process's place in the MPI job.
+pub struct MpiRun {
+    world: SimpleCommunicator,
+    pub rank: usize,
+    pub size: usize,
+    pub reduction: Reduction,
+    /// Every rank's host, in rank order.
+    pub hosts: Vec<String>,
+    pub library: String,
+    /// Agreement between steps (a stop request on any rank stops every rank).
+    flags: MpiComm,
+    /// Finalises MPI when dropped: the last field, so after the communicators above (the
+    /// engine's are dropped before this whole struct: it is created first).
+    _universe: Universe,
+}
+
+fn world_opts(timeout: std::time::Duration) -> GroupOptions {
+    GroupOptions {
+        timeout,
+        ..GroupOptions::default()
+    }
+}
+
+impl MpiRun {
+    /// Initialises MPI and checks the job against the layout and the command line.
+    pub fn start(mesh: &Mesh, reduction: &str, args: &str) -> anyhow::Result<MpiRun> {
+        let universe = mpi::init()?;
+        let world = universe.world();
+        let (rank, size) = (mpi::world_rank(&world), mpi::world_size(&world));
+        let reduction = Reduction::by_name(reduction.trim())?;
+        let all: Vec<usize> = (0..size).collect();
+        let opts = world_opts(std::time::Duration::from_secs(60));
+        let mut flags = mpi::mpi_group(&world, &all, &opts, Reduction::Ordered)?
+            .ok_or_else(|| anyhow::anyhow!("rank {rank} is not in the world"))?;
+        let host = mpi::processor_name()?;
+        // every rank's host and command-line hash, on every rank
+        let mine = format!("{host}\n{}", triaxis::step::checksum_bytes(args.as_bytes()));
+        let got = flags.all_gather_bytes(mine.into_bytes())?;
+        let (mut hosts, mut hashes) = (Vec::new(), Vec::new());
+        for b in got {
+            let s = String::from_utf8_lossy(&b).to_string();
+            let (h, x) = s.split_once('\n').unwrap_or((&s, ""));
+            hosts.push(h.to_string());
+            hashes.push(x.to_string());
+        }
+        if size != mesh.devices() {
+            anyhow::bail!(
+                "the MPI world has {size} ranks but {} needs dp · tp · pp = {} (one rank per \
+                 device); launch with mpirun -n {}",
+                mesh.describe(),
+                mesh.devices(),
+                mesh.devices()
+            );
+        }
+        let differ: Vec<usize> = (0..size).filter(|&r| hashes[r] != hashes[0]).collect();
+        if !differ.is_empty() {
+            anyhow::bail!(
+                "ranks {differ:?} were started with a different command line from rank 0's: \
+                 every rank must run the same configuration"
+            );
+        }
+        Ok(MpiRun {
+            world,
+            rank,
+            size,
+            reduction,
+            hosts,
+            library: mpi::library_version()?.trim().to_string(),
+            flags,
+            _universe: universe,
+        })
+    }
+
+    /// This rank's device and an evaluation device: one virtual device each on the chosen
+    /// adapter, or with `--devices all` the adapter of this rank's index on its host.
+    pub fn open_devices(
+        &self,
+        devices: &str,
+        choice: &AdapterChoice,
+    ) -> anyhow::Result<(Gpu, Gpu)> {
+        if devices == "all" {
+            let local = self.hosts[..self.rank]
+                .iter()
+                .filter(|h| **h == self.hosts[self.rank])
+                .count();
+            let n = triaxis::gpu::list_adapters(choice.backends).len().max(1);
+            let g = Gpu::open(&AdapterChoice {
+                index: Some(local % n),
+                software: false,
+                ..choice.clone()
+            })?;
+            return Ok((g.clone(), g));
+        }
+        let mut v = Gpu::open_virtual(choice, 2)?;
+        let eval = v.pop().expect("two devices");
+        Ok((v.pop().expect("two devices"), eval))
+    }
+
+    /// The engine of this rank's device.
+    pub fn engine(
+        &self,
+        gpu: Gpu,
+        cfg: TrainConfig,
+        mesh: Mesh,
+        opts: EngineOptions,
+    ) -> anyhow::Result<Engine> {
+        let group = |families: &[Vec<usize>], link| -> anyhow::Result<Box<dyn Communicator>> {
+            let o = GroupOptions {
+                link,
+                ..world_opts(opts.recv_timeout)
+            };
+            let c = mpi::mpi_groups(&self.world, families, &o, self.reduction)?
+                .ok_or_else(|| anyhow::anyhow!("rank {} is in no group", self.rank))?;
+            Ok(Box::new(c))
+        };
+        let [pp, tp, dp, world] = group_members(&mesh);
+        let comms = Comms {
+            pp: group(&pp, opts.link)?,
+            tp: group(&tp, opts.tp_link)?,
+            dp: group(&dp, opts.link)?,
+            world: group(&world, opts.link)?,
+        };
+        let control = group(&world, opts.link)?;
+        Ok(Engine::distributed(
+            &[(self.rank, gpu)],
+            cfg,
+            mesh,
+            opts,
+            vec![comms],
+            control,
+        )?)
+    }
+
+    /// Whether any rank asks to stop (every rank gets the same answer at the same step).
+    pub fn any(&mut self, mine: bool) -> anyhow::Result<bool> {
+        let all = self.flags.all_gather_bytes(vec![mine as u8])?;
+        Ok(all.iter().any(|b| b.first() == Some(&1)))
+    }
+
+    /// What the run record says about the job.
+    pub fn record(&self, mesh: &Mesh) -> serde_json::Value {
+        let ranks: Vec<serde_json::Value> = (0..self.size)
+            .map(|r| {
+                let c = mesh.coords(r);
+                serde_json::json!({
+                    "rank": r, "host": self.hosts[r], "replica": c.replica,
+                    "stage": c.stage, "tp_rank": c.tp_rank,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "world_size": self.size,
+            "library": self.library,
+            "reduction": self.reduction.name(),
+            "summation_order": match self.reduction {
+                Reduction::Ordered => "fixed: the project's ring and trees on MPI messages (the in-process bits)",
+                Reduction::Native => "left to the MPI library (MPI_Allreduce / MPI_Reduce_scatter_block / MPI_Allgather)",
+            },
+            "ranks": ranks,
+        })
+    }
+}

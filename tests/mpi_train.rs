@@ -1,0 +1,378 @@
+//! The train example as an MPI job (`cargo test --features mpi`; mpirun with 2 and 4 ranks,
+//! oversubscribed on this host): in `ordered` mode every layout ends with the in-process run's
+//! model checksum; `native` mode stays within rounding of it; a checkpoint written under MPI
+//! resumes in one process and back (the MPI run ended by a named fault in step 5); a killed
+//! rank ends the job within 10 s; a world that does not fit the layout, ranks started with
+//! different command lines and a `--devices` that contradicts the world are refused on every
+//! rank before device work.
+#![cfg(feature = "mpi")]
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::example::{example_bin, run_example, scratch_dir};
+
+const TINY: &[&str] = &[
+    "--channels",
+    "16",
+    "--heads",
+    "2",
+    "--layers",
+    "2",
+    "--batch",
+    "2",
+    "--seq",
+    "8",
+    "--eval-every",
+    "1000",
+    "--eval-batches",
+    "1",
+    "--log-every",
+    "1",
+];
+
+fn args<'a>(steps: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut v = TINY.to_vec();
+    v.extend(["--steps", steps]);
+    v.extend(rest);
+    v
+}
+
+/// The record's model checksum and last loss.
+fn record(dir: &Path, name: &str) -> (String, f64, serde_json::Value) {
+    let text = std::fs::read_to_string(dir.join(name))
+        .unwrap_or_else(|e| panic!("no record {name} in {}: {e}", dir.display()));
+    let rec: serde_json::Value = serde_json::from_str(&text).expect("a JSON record");
+    let sum = rec["model_checksum"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let loss = rec["steps"]
+        .as_array()
+        .and_then(|s| s.last())
+        .and_then(|s| s["loss"].as_f64())
+        .unwrap_or(f64::NAN);
+    (sum, loss, rec)
+}
+
+/// `mpirun`, or `None` (a loud failure under CI) when it is not installed.
+fn mpirun() -> Option<Command> {
+    let found = Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "mpirun is missing under CI: install openmpi-bin libopenmpi-dev"
+        );
+        eprintln!("SKIP: mpirun is not installed (apt install openmpi-bin libopenmpi-dev)");
+        return None;
+    }
+    let mut c = Command::new("mpirun");
+    c.args(["--oversubscribe"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_btl", "self,vader")
+        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
+    Some(c)
+}
+
+/// The train example on `n` ranks with `a`, in `dir`.
+fn launch(n: usize, dir: &Path, a: &[&str]) -> Option<Output> {
+    let bin = example_bin("train")?;
+    let mut c = mpirun()?;
+    c.args(["-n", &n.to_string()])
+        .arg(bin)
+        .args(a)
+        .current_dir(dir);
+    Some(c.output().expect("mpirun starts"))
+}
+
+fn ok(what: &str, o: &Output) {
+    assert!(
+        o.status.success(),
+        "{what}: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn ordered_mpi_gives_the_in_process_bits_and_native_stays_within_rounding() {
+    let dir = scratch_dir("mpi-bits");
+    let cases: &[(usize, &[&str], &[&str])] = &[
+        (
+            2,
+            &["--dp", "2", "--microbatches", "2"],
+            &["--dp", "2", "--microbatches", "2"],
+        ),
+        (
+            2,
+            &["--pp", "2", "--microbatches", "2"],
+            &["--pp", "2", "--microbatches", "2"],
+        ),
+        (
+            2,
+            &["--tp", "2", "--microbatches", "2"],
+            &["--tp", "2", "--microbatches", "2"],
+        ),
+        (
+            4,
+            &["--dp", "2", "--pp", "2", "--microbatches", "2"],
+            &["--dp", "2", "--microbatches", "2"],
+        ),
+        (
+            2,
+            &["--dp", "2", "--zero", "1", "--microbatches", "2"],
+            &["--dp", "2", "--microbatches", "2"],
+        ),
+        (
+            2,
+            &["--dp", "2", "--zero", "2", "--microbatches", "2"],
+            &["--dp", "2", "--microbatches", "2"],
+        ),
+        (
+            2,
+            &["--dp", "2", "--zero", "3", "--microbatches", "2"],
+            &["--dp", "2", "--microbatches", "2"],
+        ),
+        (
+            4,
+            &["--dp", "2", "--tp", "2", "--microbatches", "2"],
+            &["--dp", "2", "--tp", "2", "--microbatches", "2"],
+        ),
+    ];
+    for (n, layout, reference) in cases {
+        let t = Instant::now();
+        let mut a = args("6", layout);
+        a.extend(["--no-checkpoint", "--record", "mpi.json"]);
+        let Some(o) = launch(*n, &dir, &a) else {
+            return;
+        };
+        ok(&format!("mpirun -n {n} {layout:?}"), &o);
+        let mpi_wall = t.elapsed();
+        let mut a = args("6", reference);
+        a.extend(["--no-checkpoint", "--record", "one.json"]);
+        let o = run_example("train", &dir, &a).expect("the example runs");
+        ok(&format!("{reference:?}"), &o);
+        let (got, _, rec) = record(&dir, "mpi.json");
+        let (want, _, _) = record(&dir, "one.json");
+        println!(
+            "mpirun -n {n} {}: {got} ({mpi_wall:.1?}); in process {want}",
+            layout.join(" ")
+        );
+        assert_eq!(got, want, "{layout:?}: MPI (ordered) vs one process");
+        let m = &rec["parallel"]["mpi"];
+        assert_eq!(m["world_size"].as_u64(), Some(*n as u64), "{rec}");
+        assert_eq!(m["reduction"].as_str(), Some("ordered"));
+        assert_eq!(m["ranks"].as_array().map(Vec::len), Some(*n));
+    }
+    // native: MPI's own summation order, equal to rounding
+    for (n, layout) in [
+        (2, &["--dp", "2", "--microbatches", "2"][..]),
+        (4, &["--dp", "2", "--pp", "2", "--microbatches", "2"][..]),
+    ] {
+        let mut a = args("6", layout);
+        a.extend([
+            "--no-checkpoint",
+            "--reduction",
+            "native",
+            "--record",
+            "native.json",
+        ]);
+        let Some(o) = launch(n, &dir, &a) else {
+            return;
+        };
+        ok("native", &o);
+        let mut a = args("6", &["--dp", "2", "--microbatches", "2"]);
+        a.extend(["--no-checkpoint", "--record", "one.json"]);
+        ok("one", &run_example("train", &dir, &a).expect("runs"));
+        let (_, native, rec) = record(&dir, "native.json");
+        let (_, one, _) = record(&dir, "one.json");
+        let rel = (native - one).abs() / one.abs();
+        println!("native -n {n}: last loss {native} vs {one} in process (rel {rel:.1e})");
+        assert!(rel < 1e-4, "native loss {native} vs {one}");
+        assert_eq!(rec["parallel"]["mpi"]["reduction"].as_str(), Some("native"));
+        assert!(rec["parallel"]["mpi"]["summation_order"]
+            .as_str()
+            .is_some_and(|s| s.contains("MPI library")));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_checkpoint_resumes_across_mpi_and_one_process() {
+    let dir = scratch_dir("mpi-resume");
+    let layout = ["--dp", "2", "--microbatches", "2"];
+    let mut a = args("8", &layout);
+    a.extend(["--no-checkpoint", "--record", "straight.json"]);
+    ok("straight", &run_example("train", &dir, &a).expect("runs"));
+    let (want, _, _) = record(&dir, "straight.json");
+    // the first half: a checkpoint at step 4, then a fault in step 5 ends the run (the
+    // learning-rate schedule is the 8-step run's)
+    let half = |ck: &'static str, rec: &'static str| {
+        let mut a = args("8", &layout);
+        a.extend([
+            "--checkpoint-every",
+            "4",
+            "--checkpoint",
+            ck,
+            "--record",
+            rec,
+        ]);
+        a.extend(["--fault", "error:1:0:5"]);
+        a
+    };
+    // MPI writes the checkpoint, one process resumes
+    let Some(o) = launch(2, &dir, &half("a.safetensors", "a.json")) else {
+        return;
+    };
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "the fault must end the MPI run");
+    assert!(err.contains("device 1") && err.contains("step 5"), "{err}");
+    let mut a = args("8", &layout);
+    a.extend([
+        "--resume",
+        "a.safetensors",
+        "--no-checkpoint",
+        "--record",
+        "a2.json",
+    ]);
+    ok(
+        "in-process resume",
+        &run_example("train", &dir, &a).expect("runs"),
+    );
+    let (got, _, _) = record(&dir, "a2.json");
+    assert_eq!(got, want, "MPI checkpoint resumed in one process");
+    // one process writes it, MPI (under dp 2 × pp 2) resumes
+    let o = run_example("train", &dir, &half("b.safetensors", "b.json")).expect("runs");
+    assert!(!o.status.success(), "the fault must end the run");
+    let mut a = args("8", &["--dp", "2", "--pp", "2", "--microbatches", "2"]);
+    a.extend([
+        "--resume",
+        "b.safetensors",
+        "--no-checkpoint",
+        "--record",
+        "b2.json",
+    ]);
+    let o = launch(4, &dir, &a).expect("mpirun ran above");
+    ok("mpi resume", &o);
+    let (got, _, _) = record(&dir, "b2.json");
+    println!("straight {want}; resumed both ways {got}");
+    assert_eq!(got, want, "one-process checkpoint resumed under MPI");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_killed_rank_ends_the_job_within_ten_seconds() {
+    let dir = scratch_dir("mpi-kill");
+    let Some(bin) = example_bin("train") else {
+        return;
+    };
+    let Some(mut c) = mpirun() else {
+        return;
+    };
+    let mut a = args("100000", &["--dp", "2", "--microbatches", "2"]);
+    a.extend(["--no-checkpoint", "--record", "kill.json"]);
+    c.args(["-n", "2"])
+        .arg(&bin)
+        .args(&a)
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("mpirun starts");
+    // wait until both ranks run steps (their pids are the example's processes in this dir)
+    let t0 = Instant::now();
+    let ranks = loop {
+        let out = Command::new("pgrep")
+            .args(["-f", &format!("{} .*kill.json", bin.display())])
+            .output()
+            .expect("pgrep runs");
+        let pids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        if pids.len() >= 2 && t0.elapsed() > Duration::from_secs(8) {
+            break pids;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the ranks never started"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let victim = ranks.last().expect("two ranks").clone();
+    Command::new("kill")
+        .args(["-9", &victim])
+        .status()
+        .expect("kill runs");
+    let killed = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "the job still runs 30 s after a rank was killed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let took = killed.elapsed();
+    let out = child.wait_with_output().expect("output");
+    let err =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    let named: Vec<&str> = err
+        .lines()
+        .filter(|l| {
+            l.contains("signal 9") || l.contains("failed at action") || l.contains("stopped")
+        })
+        .collect();
+    println!("killed rank {victim}: the job ended in {took:.2?} with {status}: {named:?}");
+    assert!(!status.success());
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert!(!named.is_empty(), "no line names the failure:\n{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn jobs_that_do_not_fit_are_refused_on_every_rank() {
+    let dir = scratch_dir("mpi-refuse");
+    let mut a = args("2", &["--dp", "2", "--microbatches", "2"]);
+    a.extend(["--no-checkpoint", "--record", "r.json"]);
+    let Some(o) = launch(3, &dir, &a) else {
+        return;
+    };
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    // every rank refuses (mpirun may stop the others before they print)
+    assert!(err.contains("the MPI world has 3 ranks"), "{err}");
+    let mut b = a.clone();
+    b.extend(["--devices", "5"]);
+    let o = launch(2, &dir, &b).expect("mpirun");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("but 5 are given"), "{err}");
+    // two ranks, two command lines (MPMD): refused by both
+    let bin = example_bin("train").expect("built");
+    let mut c = mpirun().expect("mpirun");
+    c.args(["-n", "1"]).arg(&bin).args(&a).args(["--seed", "1"]);
+    c.args([":", "-n", "1"])
+        .arg(&bin)
+        .args(&a)
+        .args(["--seed", "2"]);
+    let o = c.current_dir(&dir).output().expect("mpirun");
+    let err = String::from_utf8_lossy(&o.stderr);
+    println!(
+        "{}",
+        err.lines()
+            .find(|l| l.contains("different"))
+            .unwrap_or_default()
+    );
+    assert!(!o.status.success());
+    assert!(err.contains("different command line"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
