@@ -17,7 +17,8 @@
 //! data         built-in addition corpus and byte-level text files; seeded batches; version
 //! link         the link model (bandwidth, latency, presets) every clock and cost uses
 //! collective   host-staged ring / tree / naive collectives over devices, and their ledger
-//! comm         the Communicator: one rank's handle on a group (in-process, loopback double)
+//! comm         the Communicator: one rank's handle on a group (in-process, loopback double,
+//!              MPI behind feature `mpi`); launcher detection
 //! parallel     what the axes are made of: buckets, ZeRO's shard grid, the block chain, the
 //!              Megatron split, pairwise-tree accumulation (the runtime runs them)
 //! pipeline     schedules as data, validator, simulators, partition, theory (bubble, held

@@ -1,8 +1,10 @@
 //! The train example as an MPI job (`cargo test --features mpi`; mpirun with 2 and 4 ranks,
 //! oversubscribed on this host): in `ordered` mode every layout ends with the in-process run's
 //! model checksum; `native` mode stays within rounding of it; a checkpoint written under MPI
-//! resumes in one process and back (the MPI run ended by a named fault in step 5); a killed
-//! rank ends the job within 10 s; a world that does not fit the layout, ranks started with
+//! resumes in one process and back (the MPI run ended by a named fault in step 5); SIGTERM to
+//! every rank (as Slurm sends it) stops them after the same step with a checkpoint that
+//! resumes; a killed rank
+//! ends the job within 10 s; a world that does not fit the layout, ranks started with
 //! different command lines and a `--devices` that contradicts the world are refused on every
 //! rank before device work.
 #![cfg(feature = "mpi")]
@@ -282,8 +284,9 @@ fn a_killed_rank_ends_the_job_within_ten_seconds() {
         .arg(&bin)
         .args(&a)
         .current_dir(&dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+        // to files: an unread pipe would fill and stall mpirun itself
+        .stdout(std::fs::File::create(dir.join("kill.out")).expect("a file"))
+        .stderr(std::fs::File::create(dir.join("kill.err")).expect("a file"));
     let mut child = c.spawn().expect("mpirun starts");
     // wait until both ranks run steps (their pids are the example's processes in this dir)
     let t0 = Instant::now();
@@ -322,9 +325,8 @@ fn a_killed_rank_ends_the_job_within_ten_seconds() {
         std::thread::sleep(Duration::from_millis(50));
     };
     let took = killed.elapsed();
-    let out = child.wait_with_output().expect("output");
-    let err =
-        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    let err = std::fs::read_to_string(dir.join("kill.err")).unwrap_or_default()
+        + &std::fs::read_to_string(dir.join("kill.out")).unwrap_or_default();
     let named: Vec<&str> = err
         .lines()
         .filter(|l| {
@@ -374,5 +376,60 @@ fn jobs_that_do_not_fit_are_refused_on_every_rank() {
     );
     assert!(!o.status.success());
     assert!(err.contains("different command line"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigterm_to_every_rank_stops_them_at_one_step_and_resumes() {
+    use common::example::Running;
+    let dir = scratch_dir("mpi-term");
+    let layout = ["--dp", "2", "--microbatches", "2"];
+    let mut a = args("300", &layout);
+    a.extend(["--no-checkpoint", "--record", "straight.json"]);
+    ok("straight", &run_example("train", &dir, &a).expect("runs"));
+    let (want, _, _) = record(&dir, "straight.json");
+    let Some(bin) = example_bin("train") else {
+        return;
+    };
+    let Some(mut c) = mpirun() else {
+        return;
+    };
+    let mut a = args("300", &layout);
+    a.extend(["--checkpoint", "t.safetensors", "--record", "t.json"]);
+    c.args(["-n", "2"]).arg(&bin).args(&a).current_dir(&dir);
+    let mut run = Running::start(c);
+    assert!(
+        run.wait_for_step(3, Duration::from_secs(120)),
+        "the job never reached step 3"
+    );
+    // what Slurm does (scancel, a time limit): SIGTERM to every task of the job
+    let pattern = format!("{} .*t.json", bin.display());
+    let signalled = Command::new("pkill")
+        .args(["-TERM", "-f", &pattern])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(signalled, "no rank to signal");
+    let t = Instant::now();
+    let (status, _, err) = run.finish(Duration::from_secs(60));
+    println!("SIGTERM: mpirun ended in {:.2?} with {status}", t.elapsed());
+    assert!(!status.success(), "{err}");
+    let (_, _, rec) = record(&dir, "t.json");
+    let stopped = &rec["stopped"];
+    println!("record: {stopped}");
+    assert_eq!(stopped["reason"].as_str(), Some("interrupted"), "{rec}");
+    let at = stopped["step"].as_u64().expect("a step");
+    assert_eq!(stopped["last_checkpoint"].as_u64(), Some(at), "{stopped}");
+    let mut a = args("300", &layout);
+    a.extend([
+        "--resume",
+        "t.safetensors",
+        "--no-checkpoint",
+        "--record",
+        "r.json",
+    ]);
+    ok("resume", &run_example("train", &dir, &a).expect("runs"));
+    let (got, _, _) = record(&dir, "r.json");
+    println!("stopped at step {at}; resumed {got}; straight {want}");
+    assert_eq!(got, want);
     let _ = std::fs::remove_dir_all(&dir);
 }

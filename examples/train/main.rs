@@ -242,7 +242,9 @@ fn run(a: &Args) -> anyhow::Result<i32> {
     }
     match (reason, signal) {
         (StopReason::Finished, _) => {
-            println!("run record written to {}", a.record.display());
+            if report::is_lead() {
+                println!("run record written to {}", a.record.display());
+            }
             Ok(0)
         }
         (StopReason::Interrupted, Some(sig)) => {
@@ -255,11 +257,17 @@ fn run(a: &Args) -> anyhow::Result<i32> {
                 ),
                 _ => eprintln!("no checkpoint written (--no-checkpoint)"),
             }
-            eprintln!("run record written to {}", a.record.display());
+            if report::is_lead() {
+                eprintln!("run record written to {}", a.record.display());
+            }
             Ok(sig.exit_code())
         }
         _ => {
-            eprintln!("error: {}", error.unwrap_or_default());
+            eprintln!(
+                "error: {}{}",
+                report::rank_label(),
+                error.unwrap_or_default()
+            );
             eprintln!("stopped at step {}", st.step);
             match st.last_checkpoint {
                 Some(k) => eprintln!(
@@ -268,7 +276,9 @@ fn run(a: &Args) -> anyhow::Result<i32> {
                 ),
                 None => eprintln!("no checkpoint had been written"),
             }
-            eprintln!("run record written to {}", a.record.display());
+            if report::is_lead() {
+                eprintln!("run record written to {}", a.record.display());
+            }
             Ok(1)
         }
     }
@@ -300,6 +310,7 @@ fn train(
         true => {
             let j = mpi_run::MpiRun::start(&mesh, &a.reduction, &format!("{a:?}"))?;
             report::set_lead(j.rank == 0);
+            report::set_rank_label(format!("rank {} on {}: ", j.rank, j.hosts[j.rank]));
             Some(j)
         }
         false => None,

@@ -36,6 +36,19 @@ pub fn set_lead(lead: bool) {
     FOLLOWER.store(!lead, std::sync::atomic::Ordering::Relaxed);
 }
 
+static RANK_LABEL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// "rank r on host: " before this process's errors in an MPI job.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub fn set_rank_label(label: String) {
+    let _ = RANK_LABEL.set(label);
+}
+
+/// The label errors start with ("" in one process).
+pub fn rank_label() -> &'static str {
+    RANK_LABEL.get().map_or("", String::as_str)
+}
+
 /// Whether this process writes the run record: the only process, or MPI rank 0.
 pub fn is_lead() -> bool {
     !FOLLOWER.load(std::sync::atomic::Ordering::Relaxed)

@@ -220,9 +220,7 @@ impl MpiWire {
         mut ready: impl FnMut() -> Option<T>,
     ) -> Result<T> {
         let start = Instant::now();
-        let mut spin = 0u64;
         loop {
-            spin += 1;
             if let Some(why) = self.stop_reason() {
                 return Err(Error::Aborted(format!("{}: {why}", what())));
             }
@@ -237,11 +235,13 @@ impl MpiWire {
             if start.elapsed() >= self.timeout {
                 return Err(late(&what(), self.timeout));
             }
-            // a peer usually answers within microseconds: yield first, then nap up to 1 ms
-            if spin <= 64 {
+            // MPI advances a transfer only while it is polled: poll (yielding the core to
+            // runnable threads) for the first 50 ms of a wait — a transfer in flight is not
+            // throttled — then nap 100 µs between polls, so a long idle wait costs little CPU
+            if start.elapsed() < Duration::from_millis(50) {
                 std::thread::yield_now();
             } else {
-                std::thread::sleep(Duration::from_micros(20 * (spin - 64).min(50)));
+                std::thread::sleep(Duration::from_micros(100));
             }
         }
     }
