@@ -34,14 +34,27 @@ pub(crate) trait Wire {
     fn take(&mut self, lane: Lane, from: usize) -> Result<Vec<u8>>;
 }
 
+/// The floats as little-endian bytes: one copy (a memcpy on little-endian machines).
 pub(crate) fn to_bytes(x: &[f32]) -> Vec<u8> {
-    x.iter().flat_map(|v| v.to_le_bytes()).collect()
+    if cfg!(target_endian = "little") {
+        bytemuck::cast_slice::<f32, u8>(x).to_vec()
+    } else {
+        x.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
 }
 
+/// The inverse of [`to_bytes`] (a trailing partial float is dropped).
 pub(crate) fn from_bytes(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+    let n = b.len() / 4;
+    if cfg!(target_endian = "little") {
+        let mut out = vec![0f32; n];
+        bytemuck::cast_slice_mut::<f32, u8>(&mut out).copy_from_slice(&b[..4 * n]);
+        out
+    } else {
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
 }
 
 /// The ring on rank `r` of `d` over `buf` with chunk k = `bounds[k]..bounds[k+1]`; returns
