@@ -171,11 +171,7 @@ impl Engine {
                 let c = mesh.coords(d);
                 let blocks: Vec<String> = (0..mesh.chunks)
                     .flat_map(|k| stages[schedule.stage(c.stage, k)].clone())
-                    .map(|b| match b {
-                        Block::Embedding => "emb".to_string(),
-                        Block::Layer(l) => format!("h{l}"),
-                        Block::Head => "head".to_string(),
-                    })
+                    .map(|b| b.short_name())
                     .collect();
                 let adapter = match local.iter().find(|(x, _)| *x == d) {
                     Some((_, g)) => format!("{} ({})", g.adapter_name(), g.label),

@@ -1,5 +1,5 @@
-//! The train example as an MPI job (`cargo test --features mpi`; mpirun with 2 and 4 ranks,
-//! oversubscribed on this host): in `ordered` mode every layout ends with the in-process run's
+//! The train example as an MPI job (`cargo test --features mpi`; mpirun with 2, 4 and 8
+//! ranks, oversubscribed on this host): in `ordered` mode every layout ends with the in-process run's
 //! model checksum; `native` mode stays within rounding of it; a checkpoint written under MPI
 //! resumes in one process and back (the MPI run ended by a named fault in step 5); SIGTERM to
 //! every rank (as Slurm sends it) stops them after the same step with a checkpoint that
@@ -14,29 +14,11 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::example::{example_bin, run_example, scratch_dir};
-
-const TINY: &[&str] = &[
-    "--channels",
-    "16",
-    "--heads",
-    "2",
-    "--layers",
-    "2",
-    "--batch",
-    "2",
-    "--seq",
-    "8",
-    "--eval-every",
-    "1000",
-    "--eval-batches",
-    "1",
-    "--log-every",
-    "1",
-];
+use common::example::{example_bin, run_example, scratch_dir, TINY_TRAIN};
 
 fn args<'a>(steps: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
-    let mut v = TINY.to_vec();
+    let mut v = TINY_TRAIN.to_vec();
+    v.extend(["--log-every", "1"]);
     v.extend(["--steps", steps]);
     v.extend(rest);
     v
@@ -146,6 +128,11 @@ fn ordered_mpi_gives_the_in_process_bits_and_native_stays_within_rounding() {
             4,
             &["--dp", "2", "--tp", "2", "--microbatches", "2"],
             &["--dp", "2", "--tp", "2", "--microbatches", "2"],
+        ),
+        (
+            8,
+            &["--dp", "2", "--tp", "2", "--pp", "2", "--microbatches", "2"],
+            &["--dp", "2", "--tp", "2", "--pp", "2", "--microbatches", "2"],
         ),
     ];
     for (n, layout, reference) in cases {

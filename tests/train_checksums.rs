@@ -4,34 +4,13 @@
 
 mod common;
 
-use common::example::{example, scratch_dir, Running};
-
-const TINY: &[&str] = &[
-    "--channels",
-    "16",
-    "--heads",
-    "2",
-    "--layers",
-    "2",
-    "--batch",
-    "2",
-    "--seq",
-    "8",
-    "--steps",
-    "12",
-    "--eval-every",
-    "1000",
-    "--eval-batches",
-    "1",
-    "--no-checkpoint",
-    "--record",
-    "run.json",
-];
+use common::example::{example, scratch_dir, Running, TINY_TRAIN};
 
 /// The run's model checksum, or `None` when the example cannot be built here.
 fn checksum(tag: &str, layout: &[&str]) -> Option<String> {
     let dir = scratch_dir(tag);
-    let mut args = TINY.to_vec();
+    let mut args = TINY_TRAIN.to_vec();
+    args.extend(["--steps", "12", "--no-checkpoint", "--record", "run.json"]);
     args.extend(layout);
     let (status, _, err) =
         Running::start(example("train", &dir, &args)?).finish(std::time::Duration::from_secs(300));

@@ -165,6 +165,18 @@ fn run(a: &Args) -> anyhow::Result<i32> {
     let interrupt = Interrupt::install(Duration::from_secs_f64(a.stop_grace))?;
     let s = setup(a)?;
     a.check_outputs()?;
+    #[cfg(feature = "mpi")]
+    let mut job: Option<Job> = match triaxis::comm::launched_by_mpirun() {
+        true => {
+            let j = mpi_run::MpiRun::start(&s.mesh, &a.reduction, &format!("{a:?}"))?;
+            report::set_lead(j.rank == 0);
+            report::set_rank_label(format!("rank {} on {}: ", j.rank, j.hosts[j.rank]));
+            Some(j)
+        }
+        false => None,
+    };
+    #[cfg(not(feature = "mpi"))]
+    let mut job: Option<Job> = None;
     // started: from here on every ending writes the record
     let corpus = &s.corpus;
     let unigram = record::unigram_loss(&corpus.train, corpus.vocab.size());
@@ -221,7 +233,7 @@ fn run(a: &Args) -> anyhow::Result<i32> {
             }
         }
     });
-    let (reason, error, signal) = match train(a, &s, &interrupt, &progress) {
+    let (reason, error, signal) = match train(a, &s, &interrupt, &progress, &mut job) {
         Ok(Some(sig)) => (StopReason::Interrupted, None, Some(sig)),
         Ok(None) => (StopReason::Finished, None, None),
         Err(e) => {
@@ -240,6 +252,16 @@ fn run(a: &Args) -> anyhow::Result<i32> {
     if report::is_lead() {
         p.rec.write(&a.record)?;
     }
+    drop(p);
+    // an MPI job ends at its first rank's exit: no rank leaves before rank 0 has written the
+    // record (every rank is alive after a finished or agreed stop; after a failure, it is not)
+    #[cfg(feature = "mpi")]
+    if let (Some(j), StopReason::Finished | StopReason::Interrupted) = (job.as_mut(), reason) {
+        let _ = j.any(false);
+    }
+    // (MPI finalises here, when the job drops)
+    #[cfg(feature = "mpi")]
+    drop(job);
     match (reason, signal) {
         (StopReason::Finished, _) => {
             if report::is_lead() {
@@ -284,6 +306,12 @@ fn run(a: &Args) -> anyhow::Result<i32> {
     }
 }
 
+/// This process's place in an MPI job (none without the `mpi` feature).
+#[cfg(feature = "mpi")]
+type Job = mpi_run::MpiRun;
+#[cfg(not(feature = "mpi"))]
+type Job = std::convert::Infallible;
+
 /// The devices and engine of a run in this one process.
 fn in_process(a: &Args, s: &Setup) -> anyhow::Result<(Vec<Gpu>, Gpu, Engine)> {
     let (gpus, eval_gpu) = report::open_devices(&a.devices, &s.choice, s.mesh.devices())?;
@@ -303,20 +331,13 @@ fn train(
     s: &Setup,
     interrupt: &Interrupt,
     progress: &Mutex<Progress>,
+    job: &mut Option<Job>,
 ) -> anyhow::Result<Option<Signal>> {
+    #[cfg(not(feature = "mpi"))]
+    let _ = job;
     let (corpus, cfg, mesh) = (&s.corpus, &s.cfg, s.mesh);
     #[cfg(feature = "mpi")]
-    let mut job = match triaxis::comm::launched_by_mpirun() {
-        true => {
-            let j = mpi_run::MpiRun::start(&mesh, &a.reduction, &format!("{a:?}"))?;
-            report::set_lead(j.rank == 0);
-            report::set_rank_label(format!("rank {} on {}: ", j.rank, j.hosts[j.rank]));
-            Some(j)
-        }
-        false => None,
-    };
-    #[cfg(feature = "mpi")]
-    let (gpus, eval_gpu, engine) = match &job {
+    let (gpus, eval_gpu, engine) = match job.as_ref() {
         Some(j) => {
             let (g, eval) = j.open_devices(&a.devices, &s.choice)?;
             let engine = j

@@ -219,11 +219,7 @@ impl DeviceShare {
             .chunks
             .iter()
             .flatten()
-            .map(|b| match b {
-                Block::Embedding => "emb".to_string(),
-                Block::Layer(l) => format!("h{l}"),
-                Block::Head => "head".to_string(),
-            })
+            .map(|b| b.short_name())
             .collect();
         names.join(" ")
     }

@@ -179,6 +179,15 @@ pub enum Block {
 }
 
 impl Block {
+    /// The block as placements and reports print it: "emb", "h3", "head".
+    pub fn short_name(&self) -> String {
+        match self {
+            Block::Embedding => "emb".to_string(),
+            Block::Layer(l) => format!("h{l}"),
+            Block::Head => "head".to_string(),
+        }
+    }
+
     /// Specs of this block on one of `t` tensor-parallel ranks (t = 1: the whole block).
     /// Column-parallel qkv and fc keep 1/t of their output rows, row-parallel attproj and
     /// fcproj 1/t of their input columns; everything else is replicated.

@@ -139,14 +139,7 @@ pub fn describe_stages(cfg: &GptConfig, stages: &[Vec<Block>]) -> Vec<String> {
         .iter()
         .enumerate()
         .map(|(i, b)| {
-            let names: Vec<String> = b
-                .iter()
-                .map(|x| match x {
-                    Block::Embedding => "emb".to_string(),
-                    Block::Layer(l) => format!("h{l}"),
-                    Block::Head => "head".to_string(),
-                })
-                .collect();
+            let names: Vec<String> = b.iter().map(|x| x.short_name()).collect();
             format!(
                 "stage {i}: {} ({} params)",
                 names.join(" "),

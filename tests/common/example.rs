@@ -48,6 +48,26 @@ pub fn example_bin(name: &str) -> Option<PathBuf> {
     None
 }
 
+/// The train example's tiny model and short evaluation (2 layers of 16 channels, sequences of
+/// 8 tokens): the start of every test's command line for it.
+#[allow(dead_code)] // not every test file that shares this module trains
+pub const TINY_TRAIN: &[&str] = &[
+    "--channels",
+    "16",
+    "--heads",
+    "2",
+    "--layers",
+    "2",
+    "--batch",
+    "2",
+    "--seq",
+    "8",
+    "--eval-every",
+    "1000",
+    "--eval-batches",
+    "1",
+];
+
 /// A command for example `name` with `args`, run in `dir` (outputs land there).
 pub fn example(name: &str, dir: &std::path::Path, args: &[&str]) -> Option<Command> {
     let mut c = Command::new(example_bin(name)?);
