@@ -31,7 +31,7 @@ use ::mpi::datatype::Equivalence;
 use ::mpi::environment::Threading;
 use ::mpi::ffi;
 use ::mpi::point_to_point::{MatchedReceiveVec, Source};
-use ::mpi::raw::AsRaw;
+use ::mpi::raw::{AsRaw, AsRawMut};
 use ::mpi::topology::{Color, Communicator as _};
 use ::mpi::Tag as MpiTag;
 
@@ -101,6 +101,9 @@ struct Handles {
     /// Nonblocking sends not yet completed, each with the bytes MPI reads from: a send's
     /// buffer must live, unmoved, until `MPI_Test` says it is done.
     sending: RefCell<Vec<(ffi::MPI_Request, Vec<u8>)>>,
+    /// Buffers of finished messages, reused for the next ones (a fresh large allocation
+    /// faults in every page).
+    spare: RefCell<Vec<Vec<u8>>>,
 }
 
 // SAFETY: the handles are raw pointers into the MPI library, which [`init`] starts with
@@ -195,12 +198,39 @@ impl MpiWire {
         Ok(())
     }
 
-    /// Forgets the sends that are done.
+    /// Forgets the sends that are done, keeping their buffers for reuse.
     fn reap(&self) {
-        self.mpi
-            .sending
-            .borrow_mut()
-            .retain_mut(|(req, _)| !done(req));
+        let mut sending = self.mpi.sending.borrow_mut();
+        let mut i = 0;
+        while i < sending.len() {
+            if done(&mut sending[i].0) {
+                let (_, bytes) = sending.swap_remove(i);
+                self.keep(bytes);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Keeps `bytes` for a later message (a few, the largest).
+    fn keep(&self, mut bytes: Vec<u8>) {
+        const KEEP: usize = 4;
+        bytes.clear();
+        let mut spare = self.mpi.spare.borrow_mut();
+        spare.push(bytes);
+        if spare.len() > KEEP {
+            spare.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
+            spare.truncate(KEEP);
+        }
+    }
+
+    /// A spare buffer of at least `len` bytes, or a new one.
+    fn spare(&self, len: usize) -> Vec<u8> {
+        let mut spare = self.mpi.spare.borrow_mut();
+        match spare.iter().position(|b| b.capacity() >= len) {
+            Some(i) => spare.swap_remove(i),
+            None => Vec::with_capacity(len),
+        }
     }
 
     /// Reads every abort notice that has arrived; the first reason is kept.
@@ -437,6 +467,14 @@ impl Wire for MpiWire {
         self.isend(q, lane_tag(lane), bytes)
     }
 
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        self.spare(len)
+    }
+
+    fn recycle(&mut self, bytes: Vec<u8>) {
+        self.keep(bytes);
+    }
+
     fn take(&mut self, lane: Lane, from: usize) -> Result<Vec<u8>> {
         let q = self.peer(from)?;
         let (tag, r) = (lane_tag(lane), self.rank);
@@ -444,10 +482,26 @@ impl Wire for MpiWire {
         let source = self.mpi.comm.process_at_rank(q);
         // the deadline covers the wait for the message to arrive; once matched, MPI moves a
         // message that is already sent
-        self.wait(&what, || {
-            let m = source.immediate_matched_probe_with_tag(tag)?;
-            Some(m.matched_receive_vec::<u8>().0)
-        })
+        let matched = self.wait(&what, || source.immediate_matched_probe_with_tag(tag))?;
+        let (mut message, status) = matched;
+        let len = usize::try_from(status.count(u8::equivalent_datatype())).unwrap_or(0);
+        let n = count(len, "a message")?;
+        // into a spare buffer: no fresh pages to fault in, nothing to clear first
+        let mut bytes = self.spare(len);
+        // SAFETY: MPI_Mrecv writes exactly the matched message's `len` bytes into the spare
+        // capacity (at least `len`) before it returns, then `set_len` covers only those; it
+        // consumes the message handle (sets it to MPI_MESSAGE_NULL, as its Drop expects).
+        unsafe {
+            ffi::MPI_Mrecv(
+                bytes.spare_capacity_mut().as_mut_ptr().cast::<c_void>(),
+                n,
+                u8::equivalent_datatype().as_raw(),
+                message.as_raw_mut(),
+                ffi::RSMPI_STATUS_IGNORE,
+            );
+            bytes.set_len(len);
+        }
+        Ok(bytes)
     }
 }
 
@@ -598,6 +652,7 @@ pub fn mpi_groups(
         mpi: Handles {
             comm,
             sending: RefCell::new(Vec::new()),
+            spare: RefCell::new(Vec::new()),
         },
         rank: pos,
         size: members.len(),

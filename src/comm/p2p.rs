@@ -32,6 +32,26 @@ pub(crate) enum Lane {
 pub(crate) trait Wire {
     fn put(&mut self, lane: Lane, to: usize, bytes: Vec<u8>) -> Result<()>;
     fn take(&mut self, lane: Lane, from: usize) -> Result<Vec<u8>>;
+    /// An empty buffer for a message of `len` bytes (a transport may hand back one a finished
+    /// message used: large fresh allocations cost a page fault per page).
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        Vec::with_capacity(len)
+    }
+    /// A received message's bytes are no longer needed.
+    fn recycle(&mut self, bytes: Vec<u8>) {
+        drop(bytes);
+    }
+}
+
+/// `x` as little-endian bytes in a buffer from `wire`.
+fn wire_bytes(wire: &mut dyn Wire, x: &[f32]) -> Vec<u8> {
+    let mut b = wire.buffer(4 * x.len());
+    if cfg!(target_endian = "little") {
+        b.extend_from_slice(bytemuck::cast_slice::<f32, u8>(x));
+    } else {
+        b.extend(x.iter().flat_map(|v| v.to_le_bytes()));
+    }
+    b
 }
 
 /// The floats as little-endian bytes: one copy (a memcpy on little-endian machines).
@@ -77,27 +97,33 @@ pub(crate) fn ring(
         let t = Instant::now();
         let send = &buf[bounds[round.send]..bounds[round.send + 1]];
         let bytes = 4 * send.len() as u64;
-        wire.put(Lane::Coll, right, to_bytes(send))?;
-        let got = from_bytes(&wire.take(Lane::Coll, left)?);
+        let out = wire_bytes(wire, send);
+        wire.put(Lane::Coll, right, out)?;
+        let got = wire.take(Lane::Coll, left)?;
         let own = &mut buf[bounds[round.recv]..bounds[round.recv + 1]];
-        if got.len() != own.len() {
+        if got.len() != 4 * own.len() {
             return Err(crate::Error::Config(format!(
                 "{}: rank {r} expected {} elements of chunk {} from rank {left}, got {}",
                 stamp.collective,
                 own.len(),
                 round.recv,
-                got.len()
+                got.len() / 4
             )));
         }
+        // straight from the message's bytes (little-endian f32s), no copy in between
+        let floats = got
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
         if round.add {
-            own.iter_mut().zip(&got).for_each(|(x, acc)| *x += *acc);
+            own.iter_mut().zip(floats).for_each(|(x, acc)| *x += acc);
             if average && Some(round.round) == rs_last {
                 let dd = d as f32;
                 own.iter_mut().for_each(|x| *x /= dd);
             }
         } else {
-            own.copy_from_slice(&got);
+            own.iter_mut().zip(floats).for_each(|(x, v)| *x = v);
         }
+        wire.recycle(got);
         let kind = Kind::Hop {
             to: right,
             round: round.round,
