@@ -389,8 +389,9 @@ fn sigterm_to_every_rank_stops_them_at_one_step_and_resumes() {
         run.wait_for_step(3, Duration::from_secs(120)),
         "the job never reached step 3"
     );
-    // what Slurm does (scancel, a time limit): SIGTERM to every task of the job
-    let pattern = format!("{} .*t.json", bin.display());
+    // what Slurm does (scancel, a time limit): SIGTERM to every task of the job — the ranks,
+    // not mpirun (whose command line names the binary too, hence the anchor)
+    let pattern = format!("^{} .*t.json", bin.display());
     let signalled = Command::new("pkill")
         .args(["-TERM", "-f", &pattern])
         .status()
@@ -404,6 +405,10 @@ fn sigterm_to_every_rank_stops_them_at_one_step_and_resumes() {
     let stopped = &rec["stopped"];
     println!("record: {stopped}");
     assert_eq!(stopped["reason"].as_str(), Some("interrupted"), "{rec}");
+    assert!(
+        stopped["error"].is_null(),
+        "one signal, one graceful stop: {stopped}"
+    );
     let at = stopped["step"].as_u64().expect("a step");
     assert_eq!(stopped["last_checkpoint"].as_u64(), Some(at), "{stopped}");
     let mut a = args("300", &layout);
