@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 
 pub mod attention;
+pub mod bf16;
 pub mod elementwise;
 pub mod encoder;
 pub mod loss;
@@ -26,6 +27,7 @@ pub mod optim;
 /// Every shader source, by family name. The run record hashes these.
 pub const SHADERS: &[(&str, &str)] = &[
     ("attention", include_str!("../../shaders/attention.wgsl")),
+    ("bf16", include_str!("../../shaders/bf16.wgsl")),
     (
         "elementwise",
         include_str!("../../shaders/elementwise.wgsl"),
