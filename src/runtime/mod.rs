@@ -12,6 +12,7 @@ pub mod check;
 mod chunk;
 mod exchange;
 mod exec;
+mod groups;
 pub mod fault;
 pub mod ir;
 pub mod lower;
@@ -23,7 +24,8 @@ mod worker;
 
 pub use check::check;
 pub use chunk::ChunkInfo;
-pub use exec::{group_members, groups, CommKind, Runtime, RuntimeOptions, RuntimeStep};
+pub use exec::{CommKind, Runtime, RuntimeOptions, RuntimeStep};
+pub use groups::{group_members, groups};
 pub use fault::{Fault, FaultKind};
 pub use ir::{ChunkShape, Mark, Op, Plan, Program};
 pub use lower::lower;
