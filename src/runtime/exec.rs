@@ -36,10 +36,10 @@ use crate::step::TrainConfig;
 /// Which communicator the workers talk through.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CommKind {
-    /// Threads of this process sharing host buffers ([`comm::local`]).
+    /// Threads of this process sharing host buffers ([`crate::comm::local`]).
     #[default]
     Local,
-    /// Every message serialised, collectives on point-to-point messages ([`comm::loopback`]).
+    /// Every message serialised, collectives on point-to-point messages ([`crate::comm::loopback`]).
     Loopback,
 }
 

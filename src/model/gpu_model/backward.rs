@@ -1,0 +1,269 @@
+//! The backward pass as ops, from the head (if the range holds it) back through the layers to
+//! the embedding: unsplit, each linear layer's input and weight gradients together; split
+//! (zero-bubble), input gradients only, with the weight-gradient ops W deferred to a list of
+//! their own. Also where each parameter's gradient is final (for data-parallel buckets) and the
+//! tensor-parallel cuts after each column-parallel matmul's input gradient.
+
+use super::{BlockRanges, Cuts, GpuModel};
+use crate::error::Result;
+use crate::gpu::View;
+use crate::kernels::{
+    attention as ka, elementwise as ke, encoder as kenc, matmul as km, norm as kn, Op,
+};
+use crate::model::Block;
+
+/// What `build_backward` makes.
+pub(super) struct Backward {
+    pub(super) ops: Vec<Op>,
+    pub(super) cuts: Cuts,
+    pub(super) ranges: BlockRanges,
+    pub(super) weight: Vec<Op>,
+    pub(super) ready: Vec<(usize, Vec<String>)>,
+}
+
+/// One linear layer's backward: views and dims (`c` in, `oc` out); `keep` is where a split
+/// backward saves `dout` for W when `dout` is about to be overwritten.
+struct Linear<'a> {
+    dinp: &'a View,
+    dw: View,
+    db: Option<View>,
+    dout: &'a View,
+    keep: Option<&'a View>,
+    inp: &'a View,
+    w: View,
+    c: usize,
+    oc: usize,
+}
+
+impl GpuModel {
+    /// The backward pass, and (when `split`) the deferred weight-gradient ops W.
+    /// Unsplit, each linear's `matmul_backward` computes dinp and dweight together. Split
+    /// (zero-bubble), B computes only input gradients and keeps each linear's output gradient
+    /// in the slot (`Saved`) so W can form dweight/dbias later from the same bits.
+    pub(super) fn build_backward(&self) -> Result<Backward> {
+        let g = &self.gpu;
+        let (b, t) = (self.micro.b, self.micro.t);
+        let (n, c, v) = (b * t, self.cfg.channels, self.cfg.vocab);
+        let (ct, ht, ft) = self.local_dims();
+        let tp = self.tp.t > 1;
+        let (p, d) = (|x: &str| self.buffers.p(x), |x: &str| self.buffers.g(x));
+        let s = &self.scratch;
+        let dx = &self.dresid;
+        let (mut ops, mut wops, mut ranges) = (Vec::new(), Vec::new(), Vec::new());
+        let mut ready = Vec::new();
+        let mut cuts = Vec::new();
+        // one linear layer's backward: dinp = dout·W now; dW, db now or in W (from `keep`)
+        let mut linear = |ops: &mut Vec<Op>, lin: Linear| -> Result<()> {
+            match (self.split, lin.keep) {
+                (false, _) => ops.extend(km::matmul_backward(
+                    g,
+                    lin.dinp,
+                    &lin.dw,
+                    lin.db.as_ref(),
+                    lin.dout,
+                    lin.inp,
+                    &lin.w,
+                    n,
+                    lin.c,
+                    lin.oc,
+                )?),
+                (true, keep) => {
+                    let dout_w = match keep {
+                        Some(k) => {
+                            ops.push(ke::copy(g, k, lin.dout)?);
+                            k
+                        }
+                        None => lin.dout,
+                    };
+                    ops.extend(km::matmul_backward_input(
+                        g, lin.dinp, lin.dout, &lin.w, n, lin.c, lin.oc,
+                    )?);
+                    wops.extend(km::matmul_backward_weight(
+                        g,
+                        &lin.dw,
+                        lin.db.as_ref(),
+                        dout_w,
+                        lin.inp,
+                        n,
+                        lin.c,
+                        lin.oc,
+                    )?);
+                }
+            }
+            Ok(())
+        };
+        if let Some(h) = &self.head {
+            ops.push(ke::fill(g, dx, 0.0)?);
+            let (dw, w) = (d("headw")?, p("headw")?);
+            linear(
+                &mut ops,
+                Linear {
+                    dinp: &s.dln,
+                    dw,
+                    db: None,
+                    dout: &h.dlogits,
+                    keep: None,
+                    inp: &h.lnf,
+                    w,
+                    c,
+                    oc: v,
+                },
+            )?;
+            ready.push((ops.len(), vec!["headw".to_string()]));
+            let (lw, lb, lwp) = (d("lnfw")?, d("lnfb")?, p("lnfw")?);
+            let x = self.output();
+            ops.extend(kn::layernorm_backward(
+                g,
+                dx,
+                &lw,
+                &lb,
+                &s.dln,
+                x,
+                &lwp,
+                &h.lnf_mean,
+                &h.lnf_rstd,
+                n,
+                c,
+            )?);
+            ready.push((ops.len(), vec!["lnfw".to_string(), "lnfb".to_string()]));
+            ranges.push((Block::Head, 0..ops.len()));
+        }
+        for (k, (l, a)) in self.layers.iter().enumerate().rev() {
+            let start = ops.len();
+            let w = |x: &str| p(&format!("h{l}.{x}"));
+            let dw = |x: &str| d(&format!("h{l}.{x}"));
+            let names = |xs: &[&str]| xs.iter().map(|x| format!("h{l}.{x}")).collect::<Vec<_>>();
+            let x = &self.resid[k];
+            let sv = a.saved.as_ref();
+            // split: activation gradients W needs later live in the slot, not in shared scratch
+            let dfch = sv.map_or(&s.dfch, |k| &k.fch);
+            let dqkv = sv.map_or(&s.dqkv, |k| &k.qkv);
+            // dx holds ∂L/∂out = ∂L/∂fcproj = ∂L/∂x2 (through the residual)
+            linear(
+                &mut ops,
+                Linear {
+                    dinp: &s.dfch_gelu,
+                    dw: dw("fcprojw")?,
+                    db: Some(dw("fcprojb")?),
+                    dout: dx,
+                    keep: sv.map(|k| &k.fcproj),
+                    inp: &a.fch_gelu,
+                    w: w("fcprojw")?,
+                    c: ft,
+                    oc: c,
+                },
+            )?;
+            ready.push((ops.len(), names(&["fcprojw", "fcprojb"])));
+            ops.push(ke::gelu_backward(g, dfch, &a.fch, &s.dfch_gelu, n * ft)?);
+            linear(
+                &mut ops,
+                Linear {
+                    dinp: &s.dln,
+                    dw: dw("fcw")?,
+                    db: Some(dw("fcb")?),
+                    dout: dfch,
+                    keep: None,
+                    inp: &a.ln2,
+                    w: w("fcw")?,
+                    c,
+                    oc: ft,
+                },
+            )?;
+            ready.push((ops.len(), names(&["fcw", "fcb"])));
+            if tp {
+                cuts.push((ops.len(), s.dln.clone()));
+            }
+            let (l2w, l2b, l2p) = (dw("ln2w")?, dw("ln2b")?, w("ln2w")?);
+            ops.extend(kn::layernorm_backward(
+                g,
+                dx,
+                &l2w,
+                &l2b,
+                &s.dln,
+                &a.x2,
+                &l2p,
+                &a.ln2_mean,
+                &a.ln2_rstd,
+                n,
+                c,
+            )?);
+            ready.push((ops.len(), names(&["ln2w", "ln2b"])));
+            // dx now holds ∂L/∂x2 = ∂L/∂attproj
+            linear(
+                &mut ops,
+                Linear {
+                    dinp: &s.datty,
+                    dw: dw("attprojw")?,
+                    db: Some(dw("attprojb")?),
+                    dout: dx,
+                    keep: sv.map(|k| &k.attproj),
+                    inp: &a.atty,
+                    w: w("attprojw")?,
+                    c: ct,
+                    oc: c,
+                },
+            )?;
+            ready.push((ops.len(), names(&["attprojw", "attprojb"])));
+            ops.extend(ka::attention_backward(
+                g, dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, ct, ht,
+            )?);
+            linear(
+                &mut ops,
+                Linear {
+                    dinp: &s.dln,
+                    dw: dw("qkvw")?,
+                    db: Some(dw("qkvb")?),
+                    dout: dqkv,
+                    keep: None,
+                    inp: &a.ln1,
+                    w: w("qkvw")?,
+                    c,
+                    oc: 3 * ct,
+                },
+            )?;
+            ready.push((ops.len(), names(&["qkvw", "qkvb"])));
+            if tp {
+                cuts.push((ops.len(), s.dln.clone()));
+            }
+            let (l1w, l1b, l1p) = (dw("ln1w")?, dw("ln1b")?, w("ln1w")?);
+            ops.extend(kn::layernorm_backward(
+                g,
+                dx,
+                &l1w,
+                &l1b,
+                &s.dln,
+                x,
+                &l1p,
+                &a.ln1_mean,
+                &a.ln1_rstd,
+                n,
+                c,
+            )?);
+            ready.push((ops.len(), names(&["ln1w", "ln1b"])));
+            ranges.push((Block::Layer(*l), start..ops.len()));
+        }
+        if self.blocks[0] == Block::Embedding {
+            let start = ops.len();
+            ops.extend(kenc::encoder_backward(
+                g,
+                &d("wte")?,
+                &d("wpe")?,
+                dx,
+                &self.tokens,
+                b,
+                t,
+                c,
+                v,
+            )?);
+            ready.push((ops.len(), vec!["wte".to_string(), "wpe".to_string()]));
+            ranges.push((Block::Embedding, start..ops.len()));
+        }
+        Ok(Backward {
+            ops,
+            cuts,
+            ranges,
+            weight: wops,
+            ready,
+        })
+    }
+}

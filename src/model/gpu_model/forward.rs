@@ -1,0 +1,155 @@
+//! The forward pass as ops: embedding (if the range starts with it), each layer, the head and
+//! its loss (if the range ends with it), with the tensor-parallel cuts after each row-parallel
+//! matmul.
+
+use super::{BlockRanges, Cuts, GpuModel};
+use crate::error::Result;
+use crate::kernels::{
+    attention as ka, elementwise as ke, encoder as kenc, loss as kl, matmul as km, norm as kn, Op,
+};
+use crate::model::Block;
+
+impl GpuModel {
+    /// The forward pass, its ops per block, and its tensor-parallel cuts.
+    pub(super) fn build_forward(&self, dloss: f32) -> Result<(Vec<Op>, BlockRanges, Cuts)> {
+        let g = &self.gpu;
+        let (b, t) = (self.micro.b, self.micro.t);
+        let (n, c, v) = (b * t, self.cfg.channels, self.cfg.vocab);
+        let (ct, ht, ft) = self.local_dims();
+        let tp = self.tp.t > 1;
+        let p = |name: &str| self.buffers.p(name);
+        let mut ops = Vec::new();
+        let mut ranges = Vec::new();
+        let mut cuts = Vec::new();
+        if self.blocks[0] == Block::Embedding {
+            ops.extend(kenc::encoder_forward(
+                g,
+                &self.resid[0],
+                &self.tokens,
+                &p("wte")?,
+                &p("wpe")?,
+                b,
+                t,
+                c,
+            )?);
+            ranges.push((Block::Embedding, 0..ops.len()));
+        }
+        for (k, (l, a)) in self.layers.iter().enumerate() {
+            let start = ops.len();
+            let w = |x: &str| p(&format!("h{l}.{x}"));
+            let (x, out) = (&self.resid[k], &self.resid[k + 1]);
+            ops.extend(kn::layernorm_forward(
+                g,
+                &a.ln1,
+                &a.ln1_mean,
+                &a.ln1_rstd,
+                x,
+                &w("ln1w")?,
+                &w("ln1b")?,
+                n,
+                c,
+            )?);
+            ops.extend(km::matmul_forward(
+                g,
+                &a.qkv,
+                &a.ln1,
+                &w("qkvw")?,
+                Some(&w("qkvb")?),
+                n,
+                c,
+                3 * ct,
+            )?);
+            ops.extend(ka::attention_forward(
+                g, &a.atty, &a.att, &a.qkv, b, t, ct, ht,
+            )?);
+            ops.extend(km::matmul_forward(
+                g,
+                &a.attproj,
+                &a.atty,
+                &w("attprojw")?,
+                self.row_bias(&format!("h{l}.attprojb"))?.as_ref(),
+                n,
+                ct,
+                c,
+            )?);
+            if tp {
+                cuts.push((ops.len(), a.attproj.clone()));
+            }
+            ops.push(ke::residual_forward(g, &a.x2, x, &a.attproj, n * c)?);
+            ops.extend(kn::layernorm_forward(
+                g,
+                &a.ln2,
+                &a.ln2_mean,
+                &a.ln2_rstd,
+                &a.x2,
+                &w("ln2w")?,
+                &w("ln2b")?,
+                n,
+                c,
+            )?);
+            ops.extend(km::matmul_forward(
+                g,
+                &a.fch,
+                &a.ln2,
+                &w("fcw")?,
+                Some(&w("fcb")?),
+                n,
+                c,
+                ft,
+            )?);
+            ops.push(ke::gelu_forward(g, &a.fch_gelu, &a.fch, n * ft)?);
+            ops.extend(km::matmul_forward(
+                g,
+                &a.fcproj,
+                &a.fch_gelu,
+                &w("fcprojw")?,
+                self.row_bias(&format!("h{l}.fcprojb"))?.as_ref(),
+                n,
+                ft,
+                c,
+            )?);
+            if tp {
+                cuts.push((ops.len(), a.fcproj.clone()));
+            }
+            ops.push(ke::residual_forward(g, out, &a.x2, &a.fcproj, n * c)?);
+            ranges.push((Block::Layer(*l), start..ops.len()));
+        }
+        if let Some(h) = &self.head {
+            let start = ops.len();
+            let x = self.output();
+            ops.extend(kn::layernorm_forward(
+                g,
+                &h.lnf,
+                &h.lnf_mean,
+                &h.lnf_rstd,
+                x,
+                &p("lnfw")?,
+                &p("lnfb")?,
+                n,
+                c,
+            )?);
+            ops.extend(km::matmul_forward(
+                g,
+                &h.logits,
+                &h.lnf,
+                &p("headw")?,
+                None,
+                n,
+                c,
+                v,
+            )?);
+            ops.extend(kl::crossentropy_forward_backward(
+                g,
+                &h.losses,
+                &h.dlogits,
+                &h.logits,
+                &self.targets,
+                n,
+                v,
+                dloss,
+            )?);
+            ranges.push((Block::Head, start..ops.len()));
+        }
+        Ok((ops, ranges, cuts))
+    }
+}
