@@ -1,9 +1,10 @@
 //! A graceful stop on SIGINT (Ctrl-C) and SIGTERM (what a cluster scheduler sends before it
-//! kills a job), as torchrun and Lightning users expect:
+//! kills a job), as torchrun and Lightning users expect, and on SIGUSR1 — the signal Open
+//! MPI's `mpirun` forwards to every rank (its own SIGINT / SIGTERM start its kill sequence):
 //!
 //! ```text
 //! 1st signal ─▶ requested() = Some(sig): the run loop finishes its step, saves, writes its
-//!               record, exits with sig.exit_code() (130 SIGINT, 143 SIGTERM)
+//!               record, exits with sig.exit_code() (130 SIGINT, 143 SIGTERM, 138 SIGUSR1)
 //!               └─ not acknowledged within `grace` (a step stuck mid-way): the abandon hook
 //!                  writes the record (the last checkpoint is left as it is), then exit
 //! 2nd signal ─▶ the abandon hook (if the run loop has not stopped yet), exit at once with its
@@ -26,6 +27,7 @@ use crate::error::{Error, Result};
 pub enum Signal {
     Sigint,
     Sigterm,
+    Sigusr1,
 }
 
 impl Signal {
@@ -34,6 +36,7 @@ impl Signal {
         match self {
             Signal::Sigint => 130,
             Signal::Sigterm => 143,
+            Signal::Sigusr1 => 138,
         }
     }
 
@@ -41,6 +44,7 @@ impl Signal {
         match self {
             Signal::Sigint => "SIGINT",
             Signal::Sigterm => "SIGTERM",
+            Signal::Sigusr1 => "SIGUSR1",
         }
     }
 
@@ -48,6 +52,7 @@ impl Signal {
         match self {
             Signal::Sigint => 1,
             Signal::Sigterm => 2,
+            Signal::Sigusr1 => 3,
         }
     }
 
@@ -55,6 +60,7 @@ impl Signal {
         match c {
             1 => Some(Signal::Sigint),
             2 => Some(Signal::Sigterm),
+            3 => Some(Signal::Sigusr1),
             _ => None,
         }
     }
@@ -80,7 +86,7 @@ pub struct Interrupt {
 }
 
 impl Interrupt {
-    /// Starts listening for SIGINT and SIGTERM. After the first, the run loop has `grace` to
+    /// Starts listening for SIGINT, SIGTERM and SIGUSR1. After the first, the run loop has `grace` to
     /// [`Interrupt::acknowledge`] it before the abandon hook runs and the process exits.
     pub fn install(grace: Duration) -> Result<Interrupt> {
         let me = Interrupt::default();
@@ -112,8 +118,8 @@ impl Interrupt {
 
     #[cfg(unix)]
     fn listen(&self, grace: Duration) -> Result<()> {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1])
             .map_err(|e| Error::Config(format!("cannot install the signal handlers: {e}")))?;
         let shared = self.shared.clone();
         std::thread::Builder::new()
@@ -122,10 +128,10 @@ impl Interrupt {
                 let mut since: Option<Instant> = None;
                 loop {
                     for raw in signals.pending() {
-                        let sig = if raw == SIGTERM {
-                            Signal::Sigterm
-                        } else {
-                            Signal::Sigint
+                        let sig = match raw {
+                            SIGTERM => Signal::Sigterm,
+                            SIGUSR1 => Signal::Sigusr1,
+                            _ => Signal::Sigint,
                         };
                         if since.is_some() {
                             eprintln!("{}: second signal, exiting at once", sig.name());

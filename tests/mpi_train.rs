@@ -2,8 +2,8 @@
 //! ranks, oversubscribed on this host): in `ordered` mode every layout ends with the in-process run's
 //! model checksum; `native` mode stays within rounding of it; a checkpoint written under MPI
 //! resumes in one process and back (the MPI run ended by a named fault in step 5); SIGTERM to
-//! every rank (as Slurm sends it) stops them after the same step with a checkpoint that
-//! resumes; a killed rank
+//! every rank (as Slurm sends it) or SIGUSR1 to mpirun (which forwards it) stops every rank
+//! after the same step with a checkpoint that resumes; a killed rank
 //! ends the job within 10 s; a world that does not fit the layout, ranks started with
 //! different command lines and a `--devices` that contradicts the world are refused on every
 //! rank before device work.
@@ -367,7 +367,7 @@ fn jobs_that_do_not_fit_are_refused_on_every_rank() {
 }
 
 #[test]
-fn sigterm_to_every_rank_stops_them_at_one_step_and_resumes() {
+fn a_stop_signal_stops_every_rank_at_one_step_and_resumes() {
     use common::example::Running;
     let dir = scratch_dir("mpi-term");
     let layout = ["--dp", "2", "--microbatches", "2"];
@@ -378,50 +378,69 @@ fn sigterm_to_every_rank_stops_them_at_one_step_and_resumes() {
     let Some(bin) = example_bin("train") else {
         return;
     };
-    let Some(mut c) = mpirun() else {
-        return;
-    };
-    let mut a = args("300", &layout);
-    a.extend(["--checkpoint", "t.safetensors", "--record", "t.json"]);
-    c.args(["-n", "2"]).arg(&bin).args(&a).current_dir(&dir);
-    let mut run = Running::start(c);
-    assert!(
-        run.wait_for_step(3, Duration::from_secs(120)),
-        "the job never reached step 3"
-    );
-    // what Slurm does (scancel, a time limit): SIGTERM to every task of the job — the ranks,
-    // not mpirun (whose command line names the binary too, hence the anchor)
-    let pattern = format!("^{} .*t.json", bin.display());
-    let signalled = Command::new("pkill")
-        .args(["-TERM", "-f", &pattern])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(signalled, "no rank to signal");
-    let t = Instant::now();
-    let (status, _, err) = run.finish(Duration::from_secs(60));
-    println!("SIGTERM: mpirun ended in {:.2?} with {status}", t.elapsed());
-    assert!(!status.success(), "{err}");
-    let (_, _, rec) = record(&dir, "t.json");
-    let stopped = &rec["stopped"];
-    println!("record: {stopped}");
-    assert_eq!(stopped["reason"].as_str(), Some("interrupted"), "{rec}");
-    assert!(
-        stopped["error"].is_null(),
-        "one signal, one graceful stop: {stopped}"
-    );
-    let at = stopped["step"].as_u64().expect("a step");
-    assert_eq!(stopped["last_checkpoint"].as_u64(), Some(at), "{stopped}");
-    let mut a = args("300", &layout);
-    a.extend([
-        "--resume",
-        "t.safetensors",
-        "--no-checkpoint",
-        "--record",
-        "r.json",
-    ]);
-    ok("resume", &run_example("train", &dir, &a).expect("runs"));
-    let (got, _, _) = record(&dir, "r.json");
-    println!("stopped at step {at}; resumed {got}; straight {want}");
-    assert_eq!(got, want);
+    // SIGTERM to every rank, as Slurm sends it (scancel, a time limit); SIGUSR1 to mpirun,
+    // which forwards it to every rank (its own SIGTERM starts its kill sequence instead)
+    for (how, signal, code) in [
+        ("SIGTERM to every rank", "TERM", 143),
+        ("SIGUSR1 to mpirun", "USR1", 138),
+    ] {
+        let Some(mut c) = mpirun() else {
+            return;
+        };
+        let mut a = args("300", &layout);
+        a.extend(["--checkpoint", "t.safetensors", "--record", "t.json"]);
+        c.args(["-n", "2"]).arg(&bin).args(&a).current_dir(&dir);
+        let mut run = Running::start(c);
+        assert!(
+            run.wait_for_step(3, Duration::from_secs(120)),
+            "the job never reached step 3"
+        );
+        if signal == "USR1" {
+            run.signal(signal);
+        } else {
+            // the ranks only: mpirun's command line names the binary too, hence the anchor
+            let pattern = format!("^{} .*t.json", bin.display());
+            let signalled = Command::new("pkill")
+                .args([&format!("-{signal}"), "-f", &pattern])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(signalled, "no rank to signal");
+        }
+        let t = Instant::now();
+        let (status, _, err) = run.finish(Duration::from_secs(60));
+        println!("{how}: mpirun ended in {:.2?} with {status}", t.elapsed());
+        assert_eq!(status.code(), Some(code), "{how}: {err}");
+        let (_, _, rec) = record(&dir, "t.json");
+        let stopped = &rec["stopped"];
+        println!("record: {stopped}");
+        assert_eq!(
+            stopped["reason"].as_str(),
+            Some("interrupted"),
+            "{how}: {rec}"
+        );
+        assert!(
+            stopped["error"].is_null(),
+            "{how}: one signal, one graceful stop: {stopped}"
+        );
+        let at = stopped["step"].as_u64().expect("a step");
+        assert_eq!(
+            stopped["last_checkpoint"].as_u64(),
+            Some(at),
+            "{how}: {stopped}"
+        );
+        let mut a = args("300", &layout);
+        a.extend([
+            "--resume",
+            "t.safetensors",
+            "--no-checkpoint",
+            "--record",
+            "r.json",
+        ]);
+        ok("resume", &run_example("train", &dir, &a).expect("runs"));
+        let (got, _, _) = record(&dir, "r.json");
+        println!("{how}: stopped at step {at}; resumed {got}; straight {want}");
+        assert_eq!(got, want, "{how}");
+        let _ = std::fs::remove_file(dir.join("t.json"));
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
