@@ -31,15 +31,9 @@ fn cfg(model: GptConfig, accum: usize) -> TrainConfig {
     }
 }
 
-/// 7936 flat elements = 124 × 64: d = 3 does not divide it.
+/// The shared tiny model: 7936 flat elements = 124 × 64, so d = 3 does not divide it.
 fn tiny() -> GptConfig {
-    GptConfig {
-        vocab: 13,
-        ctx: 8,
-        channels: 16,
-        heads: 2,
-        layers: 2,
-    }
+    common::tiny::model()
 }
 
 fn global_batches(n: usize, steps: usize, micro: Micro) -> Vec<Vec<(Vec<u32>, Vec<u32>)>> {

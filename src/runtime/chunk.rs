@@ -191,17 +191,14 @@ impl Chunk {
 
     /// The chunk as [`ChunkInfo`].
     pub fn info(&self) -> ChunkInfo {
-        let mut buckets: Vec<(usize, Range<usize>)> = self
-            .unit_of
-            .iter()
-            .enumerate()
-            .map(|(b, &u)| (b, self.grid.units[u].range.clone()))
-            .collect();
-        buckets.sort_by_key(|x| x.0);
         ChunkInfo {
             stage: self.stage,
             flat_len: self.grid.total,
-            buckets: buckets.into_iter().map(|x| x.1).collect(),
+            buckets: self
+                .unit_of
+                .iter()
+                .map(|&u| self.grid.units[u].range.clone())
+                .collect(),
             grid: self.grid.clone(),
             block_spans: self
                 .blocks

@@ -6,6 +6,7 @@
 //! build   each pipeline position's chunk shapes (from the devices that hold it)   JSON
 //! step    every device's WorkerRun (op records, stats, bytes, peaks, memory)      JSON
 //! state   every device's pieces of params / m / v in its stage-local layout       f32 bytes
+//!         (encoded where they are gathered, `state.rs`)
 //! ```
 //!
 //! A process runs its devices' workers only; what it learns here is data, never control: every
@@ -76,12 +77,4 @@ pub(super) fn exchange_runs(
         )));
     }
     Ok(runs)
-}
-
-/// Every process's byte record, in rank order (model-state pieces, hashes).
-pub(super) fn exchange_bytes(
-    control: &mut dyn Communicator,
-    mine: Vec<u8>,
-) -> Result<Vec<Vec<u8>>> {
-    control.all_gather_bytes(mine)
 }

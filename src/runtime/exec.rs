@@ -418,9 +418,10 @@ impl Runtime {
             }
             return Err(error);
         }
+        let devices = self.mesh.devices();
         let exchanged = self
             .control()
-            .map(|mut c| exchange_runs(&mut **c, runs.clone(), self.mesh.devices()));
+            .map(|mut c| exchange_runs(&mut **c, std::mem::take(&mut runs), devices));
         match exchanged {
             Some(Ok(all)) => runs = all,
             Some(Err(e)) => {

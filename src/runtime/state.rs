@@ -10,7 +10,6 @@
 //! ```
 
 use super::chunk::Chunk;
-use super::exchange::exchange_bytes;
 use super::exec::Runtime;
 use crate::error::{Error, Result};
 use crate::gpu::View;
@@ -79,7 +78,7 @@ impl Runtime {
         let Some(mut c) = self.control() else {
             return Ok(mine);
         };
-        let all = exchange_bytes(&mut **c, encode(&mine))?;
+        let all = c.all_gather_bytes(encode(&mine))?;
         let mut out = Vec::new();
         for (rank, b) in all.iter().enumerate() {
             out.extend(decode(b).ok_or_else(|| {
@@ -202,7 +201,7 @@ impl Runtime {
                 let json = serde_json::to_vec(&mine)
                     .map_err(|e| Error::Config(format!("encoding parameter checksums: {e}")))?;
                 let mut all = Vec::new();
-                for (rank, b) in exchange_bytes(&mut **c, json)?.iter().enumerate() {
+                for (rank, b) in c.all_gather_bytes(json)?.iter().enumerate() {
                     let theirs: Vec<(usize, usize, usize, String)> = serde_json::from_slice(b)
                         .map_err(|e| {
                             Error::Config(format!("corrupt checksums from device {rank}: {e}"))
