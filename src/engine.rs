@@ -55,6 +55,8 @@ pub struct EngineOptions {
     /// How microbatch gradients accumulate: `grads +=` in order, or the pairwise tree that
     /// gives the same bits for dp = 1, 2, 4, … (with the tree all-reduce).
     pub accumulation: crate::parallel::accumulate::Accumulation,
+    /// What each layer's backward recomputes (the bits are those of `none`).
+    pub recompute: crate::model::Recompute,
 }
 
 impl Default for EngineOptions {
@@ -70,6 +72,7 @@ impl Default for EngineOptions {
             bucket_bytes: crate::parallel::bucket::BUCKET_BYTES,
             dp_algo: crate::collective::Algo::Ring,
             accumulation: crate::parallel::accumulate::Accumulation::Sequential,
+            recompute: crate::model::Recompute::None,
         }
     }
 }
@@ -302,6 +305,7 @@ fn runtime_options(opts: &EngineOptions) -> RuntimeOptions {
         bucket_bytes: opts.bucket_bytes,
         dp_algo: opts.dp_algo,
         accumulation: opts.accumulation,
+        recompute: opts.recompute,
         ..RuntimeOptions::default()
     }
 }

@@ -23,7 +23,7 @@
 
 use std::ops::Range;
 
-use super::{fit, Block, GptConfig, Micro, TpRank};
+use super::{fit, Block, GptConfig, Micro, Recompute, TpRank};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::Op;
@@ -31,9 +31,16 @@ use crate::params::Buffers;
 
 mod backward;
 mod forward;
+mod recompute;
+
+use recompute::Dims;
+pub use recompute::Workspace;
 
 /// Activations a transformer layer saves for its backward pass. Shapes for n = B·T rows.
-struct LayerActs {
+/// Under recomputation some (selective: `att`) or all (full) are views of the chunk's shared
+/// [`Workspace`] instead of buffers of their own.
+#[derive(Clone)]
+struct Acts {
     ln1: View,      // [n, C]
     ln1_mean: View, // [n]
     ln1_rstd: View, // [n]
@@ -48,7 +55,45 @@ struct LayerActs {
     fch: View,      // [n, 4C]
     fch_gelu: View, // [n, 4C]
     fcproj: View,   // [n, C]
+}
+
+/// One layer's activations and, for a split backward, the output gradients W reads.
+struct LayerActs {
+    acts: Acts,
     saved: Option<Saved>,
+}
+
+/// Op ranges of one layer's forward that a recomputing backward replays.
+#[derive(Clone, Debug)]
+struct LayerOps {
+    /// `attention_forward` (writes atty and att).
+    attention: Range<usize>,
+    /// From the layer's first op through gelu: everything the layer's backward reads
+    /// (fcproj's product and the last residual add are not replayed).
+    upto_gelu: Range<usize>,
+    /// Tensor-parallel cut inside `upto_gelu` (the attention output's all-reduce), if any.
+    cut: Option<usize>,
+}
+
+/// How a model is built beyond its blocks and shape.
+#[derive(Clone)]
+pub struct BuildOptions {
+    /// Zero-bubble split backward (B and a deferred W).
+    pub split: bool,
+    /// Tensor-parallel rank of this replica.
+    pub tp: TpRank,
+    /// Recomputation, with the workspace shared by the chunk's slots (`None`: keep all).
+    pub workspace: Option<Workspace>,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions {
+            split: false,
+            tp: TpRank::SINGLE,
+            workspace: None,
+        }
+    }
 }
 
 /// Head activations and the loss.
@@ -88,6 +133,10 @@ pub struct GpuModel {
     /// Gradient w.r.t. the residual stream, updated in place by the backward pass.
     pub dresid: View,
     layers: Vec<(usize, LayerActs)>,
+    /// Per layer (in `layers` order): the forward op ranges a recomputing backward replays.
+    layer_ops: Vec<LayerOps>,
+    /// What the backward recomputes.
+    pub recompute: Recompute,
     head: Option<HeadActs>,
     scratch: Scratch,
     pub forward: Vec<Op>,
@@ -118,6 +167,7 @@ pub type BlockRanges = Vec<(Block, Range<usize>)>;
 pub type Cuts = Vec<(usize, View)>;
 
 /// Output gradients a split backward keeps per layer for W: [n,C], [n,4C], [n,C], [n,3C].
+#[derive(Clone)]
 struct Saved {
     fcproj: View,
     fch: View,
@@ -177,6 +227,26 @@ impl GpuModel {
         split: bool,
         tp: TpRank,
     ) -> Result<GpuModel> {
+        let opts = BuildOptions {
+            split,
+            tp,
+            workspace: None,
+        };
+        GpuModel::build(gpu, cfg, blocks, micro, dloss, buffers, &opts)
+    }
+
+    /// The general constructor: [`GpuModel::with_buffers_tp`] with recomputation (`opts.workspace`
+    /// from [`Workspace::new`] for the same config, shape and tensor-parallel degree).
+    pub fn build(
+        gpu: &Gpu,
+        cfg: GptConfig,
+        blocks: &[Block],
+        micro: Micro,
+        dloss: f32,
+        buffers: Buffers,
+        opts: &BuildOptions,
+    ) -> Result<GpuModel> {
+        let (split, tp) = (opts.split, opts.tp);
         cfg.check_tp(tp.t)?;
         if tp.r >= tp.t {
             return Err(Error::Config(format!(
@@ -191,6 +261,19 @@ impl GpuModel {
         if buffers.layout.tensors != cfg.layout_tp(blocks, tp.t).tensors {
             return Err(Error::Config(
                 "parameter buffers do not match the block range".into(),
+            ));
+        }
+        let ws = opts.workspace.as_ref();
+        if let Some(w) = ws {
+            w.check(&cfg, micro, tp.t)?;
+        }
+        let recompute = ws.map_or(Recompute::None, |w| w.mode);
+        if recompute == Recompute::Full && split && tp.t > 1 {
+            return Err(Error::Config(
+                "full recomputation with a zero-bubble split under tensor parallelism is not \
+                 supported: W would repeat the attention all-reduce outside B; use \
+                 --recompute selective, or a schedule without the split (1f1b)"
+                    .into(),
             ));
         }
         let (n, c, v) = (micro.tokens(), cfg.channels, cfg.vocab);
@@ -211,26 +294,25 @@ impl GpuModel {
         let resid = (0..=layer_ids.len())
             .map(|k| buf(&format!("resid{k}"), n * c))
             .collect();
+        let dims = Dims {
+            n,
+            c,
+            ct,
+            ft,
+            att_len,
+        };
         let layers = layer_ids
             .iter()
-            .map(|&l| {
-                (
+            .map(|&l| -> Result<(usize, LayerActs)> {
+                let acts = match ws {
+                    Some(w) if w.mode == Recompute::Full => w.layer()?,
+                    Some(w) => Acts::alloc(gpu, &dims, w.att.clone()),
+                    None => Acts::alloc(gpu, &dims, None),
+                };
+                Ok((
                     l,
                     LayerActs {
-                        ln1: buf("ln1", n * c),
-                        ln1_mean: buf("ln1.mean", n),
-                        ln1_rstd: buf("ln1.rstd", n),
-                        qkv: buf("qkv", n * 3 * ct),
-                        atty: buf("atty", n * ct),
-                        att: buf("att", att_len),
-                        attproj: buf("attproj", n * c),
-                        x2: buf("x2", n * c),
-                        ln2: buf("ln2", n * c),
-                        ln2_mean: buf("ln2.mean", n),
-                        ln2_rstd: buf("ln2.rstd", n),
-                        fch: buf("fch", n * ft),
-                        fch_gelu: buf("fch_gelu", n * ft),
-                        fcproj: buf("fcproj", n * c),
+                        acts,
                         saved: split.then(|| Saved {
                             fcproj: buf("keep.dfcproj", n * c),
                             fch: buf("keep.dfch", n * ft),
@@ -238,9 +320,9 @@ impl GpuModel {
                             qkv: buf("keep.dqkv", n * 3 * ct),
                         }),
                     },
-                )
+                ))
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
         let head = blocks.contains(&Block::Head).then(|| HeadActs {
             lnf: buf("lnf", n * c),
             lnf_mean: buf("lnf.mean", n),
@@ -269,6 +351,8 @@ impl GpuModel {
             resid,
             dresid: buf("dresid", n * c),
             layers,
+            layer_ops: Vec::new(),
+            recompute,
             head,
             scratch,
             forward: Vec::new(),
@@ -282,7 +366,9 @@ impl GpuModel {
             backward_cuts: Vec::new(),
             grad_ready: Vec::new(),
         };
-        (m.forward, m.forward_blocks, m.forward_cuts) = m.build_forward(dloss)?;
+        let fw = m.build_forward(dloss)?;
+        (m.forward, m.forward_blocks, m.forward_cuts, m.layer_ops) =
+            (fw.ops, fw.ranges, fw.cuts, fw.layers);
         let bw = m.build_backward()?;
         (m.backward, m.backward_blocks, m.weight, m.grad_ready) =
             (bw.ops, bw.ranges, bw.weight, bw.ready);

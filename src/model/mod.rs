@@ -19,6 +19,9 @@
 pub mod cpu_model;
 pub mod fit;
 pub mod gpu_model;
+pub mod recompute;
+
+pub use recompute::Recompute;
 
 use crate::error::{Error, Result};
 use crate::params::{Layout, Spec};

@@ -15,8 +15,8 @@ use std::ops::Range;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::{elementwise as ke, Op};
-use crate::model::gpu_model::GpuModel;
-use crate::model::{Block, GptConfig, Micro};
+use crate::model::gpu_model::{BuildOptions, GpuModel, Workspace};
+use crate::model::{Block, GptConfig, Micro, Recompute};
 use crate::params::Buffers;
 
 /// One block and its flat range in the whole model's layout.
@@ -64,16 +64,22 @@ pub struct Chain {
 
 impl Chain {
     /// Block i reads its parameters from `params(i)` and accumulates gradients into `grads(i)`
-    /// (views of the block's layout length).
+    /// (views of the block's layout length). Recomputing layers share one workspace.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         gpu: &Gpu,
         cfg: GptConfig,
         micro: Micro,
         dloss: f32,
+        recompute: Recompute,
         spans: &[Span],
         params: impl Fn(usize) -> View,
         grads: impl Fn(usize) -> View,
     ) -> Result<Chain> {
+        let opts = BuildOptions {
+            workspace: Workspace::new(gpu, &cfg, micro, 1, recompute)?,
+            ..BuildOptions::default()
+        };
         let models = spans
             .iter()
             .enumerate()
@@ -93,7 +99,7 @@ impl Chain {
                     params: p,
                     grads: g,
                 };
-                GpuModel::with_buffers(gpu, cfg, &[s.block], micro, dloss, b, false)
+                GpuModel::build(gpu, cfg, &[s.block], micro, dloss, b, &opts)
             })
             .collect::<Result<Vec<_>>>()?;
         let n = models.len();

@@ -18,7 +18,7 @@ use super::ir::{ChunkShape, Mark};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::memory::Category;
-use crate::model::{GptConfig, Micro};
+use crate::model::{GptConfig, Micro, Recompute};
 use crate::parallel::bucket::Bucket;
 use crate::parallel::chain::{Chain, Span};
 
@@ -39,6 +39,7 @@ pub(super) struct Blocks {
     pub model: GptConfig,
     pub micro: Micro,
     pub dloss: f32,
+    pub recompute: Recompute,
 }
 
 impl Blocks {
@@ -60,6 +61,7 @@ impl Blocks {
             self.model,
             self.micro,
             self.dloss,
+            self.recompute,
             spans,
             |i| match slots.get(i % 2) {
                 Some(s) => s.slice(0, spans[i].range.len()),

@@ -18,7 +18,8 @@ use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::Op;
 use crate::memory::Category;
-use crate::model::{gpu_model::GpuModel, Block, TpRank};
+use crate::model::gpu_model::{BuildOptions, GpuModel, Workspace};
+use crate::model::{Block, Recompute, TpRank};
 use crate::optim::Optimizer;
 use crate::parallel::accumulate::TreeAccumulator;
 use crate::parallel::bucket::{buckets, Bucket};
@@ -44,6 +45,8 @@ pub(super) struct ChunkSpec<'a> {
     pub dloss: f32,
     /// Pairwise-tree accumulation over this many microbatches per step (None: `grads +=`).
     pub tree: Option<usize>,
+    /// What each layer's backward recomputes.
+    pub recompute: Recompute,
 }
 
 /// What a test or a report may read of one chunk: where it sits, its flat size, its gradient
@@ -119,17 +122,26 @@ impl Chunk {
             Buffers::new(gpu, &local)
         };
         gpu.upload(&buffers.params, &shards[r])?;
+        // one recompute workspace for every slot of the chunk (none without layers)
+        let has_layers = spec.blocks.iter().any(|b| matches!(b, Block::Layer(_)));
+        let opts = BuildOptions {
+            split: spec.split,
+            tp: spec.tp,
+            workspace: match has_layers {
+                true => Workspace::new(gpu, &cfg.model, cfg.micro, t, spec.recompute)?,
+                false => None,
+            },
+        };
         let slots = (0..spec.slots.max(1))
             .map(|_| {
-                GpuModel::with_buffers_tp(
+                GpuModel::build(
                     gpu,
                     cfg.model,
                     spec.blocks,
                     cfg.micro,
                     spec.dloss,
                     buffers.clone(),
-                    spec.split,
-                    spec.tp,
+                    &opts,
                 )
             })
             .collect::<Result<Vec<_>>>()?;
@@ -441,6 +453,7 @@ fn by_blocks(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Result<Chunk> {
             model,
             micro: cfg.micro,
             dloss: spec.dloss,
+            recompute: spec.recompute,
         }),
         split: false,
         slots: Vec::new(),

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::link::Link;
 use crate::mesh::Mesh;
-use crate::model::{Block, TpRank};
+use crate::model::{Block, Recompute, TpRank};
 use crate::parallel::accumulate::Accumulation;
 use crate::parallel::bucket::BUCKET_BYTES;
 use crate::pipeline::partition::{stage_blocks, Balance};
@@ -74,6 +74,8 @@ pub struct RuntimeOptions {
     /// all-reduce and power-of-two dp and m) gives the same bits for dp = 1, 2, 4, … at the
     /// same global batch.
     pub accumulation: Accumulation,
+    /// What each layer's backward recomputes (the bits stay those of `none`).
+    pub recompute: Recompute,
 }
 
 impl Default for RuntimeOptions {
@@ -92,6 +94,7 @@ impl Default for RuntimeOptions {
             prefetch: true,
             dp_algo: Algo::Ring,
             accumulation: Accumulation::Sequential,
+            recompute: Recompute::None,
         }
     }
 }
@@ -230,6 +233,7 @@ impl Runtime {
                         dloss,
                         tree: (opts.accumulation == Accumulation::PairwiseTree)
                             .then_some(mesh.microbatches),
+                        recompute: opts.recompute,
                     };
                     Chunk::new(gpu, &cfg, &spec)
                 })

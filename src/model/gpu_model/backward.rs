@@ -4,13 +4,16 @@
 //! their own. Also where each parameter's gradient is final (for data-parallel buckets) and the
 //! tensor-parallel cuts after each column-parallel matmul's input gradient.
 
+use std::ops::Range;
+
 use super::{BlockRanges, Cuts, GpuModel};
+use crate::error::Error;
 use crate::error::Result;
 use crate::gpu::View;
 use crate::kernels::{
     attention as ka, elementwise as ke, encoder as kenc, matmul as km, norm as kn, Op,
 };
-use crate::model::Block;
+use crate::model::{Block, Recompute};
 
 /// What `build_backward` makes.
 pub(super) struct Backward {
@@ -53,7 +56,7 @@ impl GpuModel {
         let mut ready = Vec::new();
         let mut cuts = Vec::new();
         // one linear layer's backward: dinp = dout·W now; dW, db now or in W (from `keep`)
-        let mut linear = |ops: &mut Vec<Op>, lin: Linear| -> Result<()> {
+        let linear = |ops: &mut Vec<Op>, wops: &mut Vec<Op>, lin: Linear| -> Result<()> {
             match (self.split, lin.keep) {
                 (false, _) => ops.extend(km::matmul_backward(
                     g,
@@ -97,6 +100,7 @@ impl GpuModel {
             let (dw, w) = (d("headw")?, p("headw")?);
             linear(
                 &mut ops,
+                &mut wops,
                 Linear {
                     dinp: &s.dln,
                     dw,
@@ -128,19 +132,31 @@ impl GpuModel {
             ready.push((ops.len(), vec!["lnfw".to_string(), "lnfb".to_string()]));
             ranges.push((Block::Head, 0..ops.len()));
         }
-        for (k, (l, a)) in self.layers.iter().enumerate().rev() {
+        for (k, (l, la)) in self.layers.iter().enumerate().rev() {
+            let a = &la.acts;
+            let lo = &self.layer_ops[k];
             let start = ops.len();
+            if self.recompute == Recompute::Full {
+                // the layer's forward again, up to gelu, into the shared workspace
+                let cut = lo.cut.map(|i| (i, a.attproj.clone()));
+                self.replay(&mut ops, Some(&mut cuts), &lo.upto_gelu, cut.clone())?;
+                if self.split {
+                    // W runs later, after other passes reused the workspace: again there
+                    self.replay(&mut wops, None, &lo.upto_gelu, cut)?;
+                }
+            }
             let w = |x: &str| p(&format!("h{l}.{x}"));
             let dw = |x: &str| d(&format!("h{l}.{x}"));
             let names = |xs: &[&str]| xs.iter().map(|x| format!("h{l}.{x}")).collect::<Vec<_>>();
             let x = &self.resid[k];
-            let sv = a.saved.as_ref();
+            let sv = la.saved.as_ref();
             // split: activation gradients W needs later live in the slot, not in shared scratch
             let dfch = sv.map_or(&s.dfch, |k| &k.fch);
             let dqkv = sv.map_or(&s.dqkv, |k| &k.qkv);
             // dx holds ∂L/∂out = ∂L/∂fcproj = ∂L/∂x2 (through the residual)
             linear(
                 &mut ops,
+                &mut wops,
                 Linear {
                     dinp: &s.dfch_gelu,
                     dw: dw("fcprojw")?,
@@ -157,6 +173,7 @@ impl GpuModel {
             ops.push(ke::gelu_backward(g, dfch, &a.fch, &s.dfch_gelu, n * ft)?);
             linear(
                 &mut ops,
+                &mut wops,
                 Linear {
                     dinp: &s.dln,
                     dw: dw("fcw")?,
@@ -191,6 +208,7 @@ impl GpuModel {
             // dx now holds ∂L/∂x2 = ∂L/∂attproj
             linear(
                 &mut ops,
+                &mut wops,
                 Linear {
                     dinp: &s.datty,
                     dw: dw("attprojw")?,
@@ -204,11 +222,16 @@ impl GpuModel {
                 },
             )?;
             ready.push((ops.len(), names(&["attprojw", "attprojb"])));
+            if self.recompute == Recompute::Selective {
+                // attention's probabilities again, from the kept qkv
+                self.replay(&mut ops, None, &lo.attention, None)?;
+            }
             ops.extend(ka::attention_backward(
                 g, dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, ct, ht,
             )?);
             linear(
                 &mut ops,
+                &mut wops,
                 Linear {
                     dinp: &s.dln,
                     dw: dw("qkvw")?,
@@ -265,5 +288,32 @@ impl GpuModel {
             weight: wops,
             ready,
         })
+    }
+
+    /// Appends the forward's ops `r` to `ops` (a recomputation); the forward's tensor-parallel
+    /// cut `cut` = (op index, view), when inside `r`, becomes a cut of `ops`'s pass.
+    fn replay(
+        &self,
+        ops: &mut Vec<Op>,
+        mut cuts: Option<&mut Cuts>,
+        r: &Range<usize>,
+        cut: Option<(usize, View)>,
+    ) -> Result<()> {
+        for i in r.clone() {
+            if let Some((at, view)) = &cut {
+                if *at == i {
+                    let Some(cuts) = cuts.as_deref_mut() else {
+                        return Err(Error::Config(
+                            "a recomputation with a tensor-parallel all-reduce in a pass \
+                             without cuts"
+                                .into(),
+                        ));
+                    };
+                    cuts.push((ops.len(), view.clone()));
+                }
+            }
+            ops.push(self.forward[i].clone());
+        }
+        Ok(())
     }
 }

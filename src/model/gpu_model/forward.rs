@@ -2,16 +2,26 @@
 //! its loss (if the range ends with it), with the tensor-parallel cuts after each row-parallel
 //! matmul.
 
-use super::{BlockRanges, Cuts, GpuModel};
+use super::{BlockRanges, Cuts, GpuModel, LayerOps};
 use crate::error::Result;
 use crate::kernels::{
     attention as ka, elementwise as ke, encoder as kenc, loss as kl, matmul as km, norm as kn, Op,
 };
 use crate::model::Block;
 
+/// What `build_forward` makes.
+pub(super) struct Forward {
+    pub(super) ops: Vec<Op>,
+    pub(super) ranges: BlockRanges,
+    pub(super) cuts: Cuts,
+    /// Per layer: the op ranges a recomputing backward replays.
+    pub(super) layers: Vec<LayerOps>,
+}
+
 impl GpuModel {
-    /// The forward pass, its ops per block, and its tensor-parallel cuts.
-    pub(super) fn build_forward(&self, dloss: f32) -> Result<(Vec<Op>, BlockRanges, Cuts)> {
+    /// The forward pass, its ops per block, its tensor-parallel cuts, and what of each layer
+    /// a recomputing backward replays.
+    pub(super) fn build_forward(&self, dloss: f32) -> Result<Forward> {
         let g = &self.gpu;
         let (b, t) = (self.micro.b, self.micro.t);
         let (n, c, v) = (b * t, self.cfg.channels, self.cfg.vocab);
@@ -21,6 +31,7 @@ impl GpuModel {
         let mut ops = Vec::new();
         let mut ranges = Vec::new();
         let mut cuts = Vec::new();
+        let mut layers = Vec::new();
         if self.blocks[0] == Block::Embedding {
             ops.extend(kenc::encoder_forward(
                 g,
@@ -34,7 +45,8 @@ impl GpuModel {
             )?);
             ranges.push((Block::Embedding, 0..ops.len()));
         }
-        for (k, (l, a)) in self.layers.iter().enumerate() {
+        for (k, (l, la)) in self.layers.iter().enumerate() {
+            let a = &la.acts;
             let start = ops.len();
             let w = |x: &str| p(&format!("h{l}.{x}"));
             let (x, out) = (&self.resid[k], &self.resid[k + 1]);
@@ -59,9 +71,12 @@ impl GpuModel {
                 c,
                 3 * ct,
             )?);
+            let att_start = ops.len();
             ops.extend(ka::attention_forward(
                 g, &a.atty, &a.att, &a.qkv, b, t, ct, ht,
             )?);
+            let attention = att_start..ops.len();
+            let mut cut = None;
             ops.extend(km::matmul_forward(
                 g,
                 &a.attproj,
@@ -73,6 +88,7 @@ impl GpuModel {
                 c,
             )?);
             if tp {
+                cut = Some(ops.len());
                 cuts.push((ops.len(), a.attproj.clone()));
             }
             ops.push(ke::residual_forward(g, &a.x2, x, &a.attproj, n * c)?);
@@ -98,6 +114,11 @@ impl GpuModel {
                 ft,
             )?);
             ops.push(ke::gelu_forward(g, &a.fch_gelu, &a.fch, n * ft)?);
+            layers.push(LayerOps {
+                attention,
+                upto_gelu: start..ops.len(),
+                cut,
+            });
             ops.extend(km::matmul_forward(
                 g,
                 &a.fcproj,
@@ -150,6 +171,11 @@ impl GpuModel {
             )?);
             ranges.push((Block::Head, start..ops.len()));
         }
-        Ok((ops, ranges, cuts))
+        Ok(Forward {
+            ops,
+            ranges,
+            cuts,
+            layers,
+        })
     }
 }
