@@ -48,7 +48,8 @@ impl Signal {
         }
     }
 
-    fn code(self) -> u8 {
+    /// 1, 2 or 3: the signal as one byte (for agreeing on it across processes).
+    pub fn code(self) -> u8 {
         match self {
             Signal::Sigint => 1,
             Signal::Sigterm => 2,
@@ -56,7 +57,8 @@ impl Signal {
         }
     }
 
-    fn from_code(c: u8) -> Option<Signal> {
+    /// The signal of [`Signal::code`]; `None` for any other byte.
+    pub fn from_code(c: u8) -> Option<Signal> {
         match c {
             1 => Some(Signal::Sigint),
             2 => Some(Signal::Sigterm),

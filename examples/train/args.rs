@@ -52,6 +52,10 @@ pub struct Args {
     /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1.
     #[arg(long, default_value = "1f1b")]
     pub schedule: String,
+    /// What each layer's backward recomputes: none, selective (attention's probabilities) or
+    /// full (the layer from its input); the parameters stay bit-identical to none.
+    #[arg(long, default_value = "none")]
+    pub recompute: String,
     /// Model chunks per pipeline device (interleaved schedule).
     #[arg(long, default_value_t = 1)]
     pub chunks: usize,

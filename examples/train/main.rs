@@ -142,6 +142,7 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
         tp_link: Link::by_name(&a.tp_link)?,
         serial: a.serial,
         fault: a.fault.as_deref().map(report::parse_fault).transpose()?,
+        recompute: a.recompute.parse()?,
         ..EngineOptions::default()
     };
     let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, a.software)?;
@@ -201,7 +202,8 @@ fn run(a: &Args) -> anyhow::Result<i32> {
             sample: String::new(),
             model_checksum: String::new(),
             memory: Vec::new(),
-            parallel: Some(json!({ "layout": s.mesh, "link": a.link, "tp_link": a.tp_link })),
+            parallel: Some(json!({ "layout": s.mesh, "link": a.link, "tp_link": a.tp_link,
+                "recompute": a.recompute })),
             stopped: None,
         },
         costs: Vec::new(),
@@ -257,7 +259,7 @@ fn run(a: &Args) -> anyhow::Result<i32> {
     // record (every rank is alive after a finished or agreed stop; after a failure, it is not)
     #[cfg(feature = "mpi")]
     if let (Some(j), StopReason::Finished | StopReason::Interrupted) = (job.as_mut(), reason) {
-        let _ = j.any(false);
+        let _ = j.agree(None);
     }
     // (MPI finalises here, when the job drops)
     #[cfg(feature = "mpi")]
@@ -410,10 +412,7 @@ fn train(
             // every rank of an MPI job stops at the same step boundary
             #[cfg(feature = "mpi")]
             let asked = match job.as_mut() {
-                Some(j) => match j.any(asked.is_some())? {
-                    true => asked.or(Some(Signal::Sigterm)),
-                    false => None,
-                },
+                Some(j) => j.agree(asked)?,
                 None => asked,
             };
             if let Some(sig) = asked {

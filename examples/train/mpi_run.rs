@@ -9,6 +9,7 @@ use triaxis::comm::mpi::{self, MpiComm, Reduction, SimpleCommunicator, Universe}
 use triaxis::comm::{Communicator, GroupOptions};
 use triaxis::engine::{Engine, EngineOptions};
 use triaxis::gpu::{AdapterChoice, Gpu};
+use triaxis::interrupt::Signal;
 use triaxis::mesh::Mesh;
 use triaxis::runtime::{group_members, Comms};
 use triaxis::step::TrainConfig;
@@ -146,10 +147,17 @@ impl MpiRun {
         )?)
     }
 
-    /// Whether any rank asks to stop (every rank gets the same answer at the same step).
-    pub fn any(&mut self, mine: bool) -> anyhow::Result<bool> {
-        let all = self.flags.all_gather_bytes(vec![mine as u8])?;
-        Ok(all.iter().any(|b| b.first() == Some(&1)))
+    /// The stop request every rank follows at this step boundary: the signal of the lowest
+    /// rank that has one, or `None` (every rank gets the same answer at the same step).
+    pub fn agree(&mut self, mine: Option<Signal>) -> anyhow::Result<Option<Signal>> {
+        let all = self
+            .flags
+            .all_gather_bytes(vec![mine.map_or(0, Signal::code)])?;
+        // the lowest rank's signal: every rank reads the same list, so all stop alike (same
+        // record, same exit code), whichever of them saw a signal first
+        Ok(all
+            .iter()
+            .find_map(|b| b.first().copied().and_then(Signal::from_code)))
     }
 
     /// What the run record says about the job.
