@@ -281,6 +281,11 @@ impl Gpu {
         self.buffer_in(Category::Activations, label, len)
     }
 
+    /// A storage buffer like [`Gpu::buffer`] counted as workspace: scratch used within one pass.
+    pub fn scratch(&self, label: &str, len: usize) -> View {
+        self.buffer_in(Category::Workspace, label, len)
+    }
+
     /// A storage buffer like [`Gpu::buffer`], recorded in the memory ledger under `category`
     /// until the last view of it drops.
     pub fn buffer_in(&self, category: Category, label: &str, len: usize) -> View {

@@ -8,8 +8,10 @@
 //!                                                 ledger.current[Gradients] −= 4n
 //! ```
 //!
-//! Untagged buffers (`gpu.buffer(label, n)`: the model's activations, kernel scratch) count as
-//! activations; the mapped staging buffers of `upload` / `download` as communication staging.
+//! Untagged buffers (`gpu.buffer(label, n)`: what a microbatch's forward keeps for its backward,
+//! and recomputation's workspace) count as activations; scratch that lives only inside one pass
+//! (activation gradients, kernel temporaries, optimizer partials) as workspace; the mapped staging
+//! buffers of `upload` / `download` as communication staging.
 //! Uniform buffers of pre-built ops (16 bytes each) are not counted. Bytes are what wgpu was
 //! asked for (`4·len` rounded up to 4), not what a driver may round them to.
 
@@ -22,19 +24,24 @@ pub enum Category {
     Gradients,
     /// Adam moments m and v (the optimizer's per-parameter state).
     OptimizerState,
-    /// Activations and every other compute scratch (norm partials, hyper-parameters).
+    /// What a microbatch's forward keeps for its backward (and the recompute workspace): what
+    /// [`crate::cost::activation`] predicts.
     Activations,
     /// Host-staging buffers of transfers (upload, download, timestamp read-back).
     Staging,
+    /// Scratch used within one pass: activation gradients, kernel temporaries (padded operands,
+    /// norm partials), optimizer partials and hyper-parameters.
+    Workspace,
 }
 
 impl Category {
-    pub const ALL: [Category; 5] = [
+    pub const ALL: [Category; 6] = [
         Category::Parameters,
         Category::Gradients,
         Category::OptimizerState,
         Category::Activations,
         Category::Staging,
+        Category::Workspace,
     ];
 
     fn index(self) -> usize {
@@ -48,6 +55,7 @@ impl Category {
             Category::OptimizerState => "optimizer state",
             Category::Activations => "activations",
             Category::Staging => "comm staging",
+            Category::Workspace => "workspace",
         }
     }
 }
@@ -60,16 +68,19 @@ pub struct Bytes {
     pub optimizer_state: u64,
     pub activations: u64,
     pub staging: u64,
+    #[serde(default)]
+    pub workspace: u64,
 }
 
 impl Bytes {
-    fn from_array(a: [u64; 5]) -> Bytes {
+    fn from_array(a: [u64; 6]) -> Bytes {
         Bytes {
             parameters: a[0],
             gradients: a[1],
             optimizer_state: a[2],
             activations: a[3],
             staging: a[4],
+            workspace: a[5],
         }
     }
 
@@ -80,6 +91,7 @@ impl Bytes {
             Category::OptimizerState => self.optimizer_state,
             Category::Activations => self.activations,
             Category::Staging => self.staging,
+            Category::Workspace => self.workspace,
         }
     }
 
@@ -89,12 +101,12 @@ impl Bytes {
     }
 
     pub fn total(&self) -> u64 {
-        self.model_state() + self.activations + self.staging
+        self.model_state() + self.activations + self.staging + self.workspace
     }
 
     /// Element-wise maximum.
     pub fn max(&self, o: &Bytes) -> Bytes {
-        let mut a = [0u64; 5];
+        let mut a = [0u64; 6];
         for (i, c) in Category::ALL.iter().enumerate() {
             a[i] = self.get(*c).max(o.get(*c));
         }
@@ -117,8 +129,8 @@ pub struct Usage {
 
 #[derive(Debug, Default)]
 struct State {
-    current: [u64; 5],
-    peak: [u64; 5],
+    current: [u64; 6],
+    peak: [u64; 6],
     peak_total: u64,
     allocations: u64,
 }
@@ -208,17 +220,18 @@ impl Drop for Allocation {
 pub fn table(usages: &[Usage]) -> String {
     let mib = |b: u64| format!("{:.3}", b as f64 / (1 << 20) as f64);
     let mut s = String::from(
-        "device   peak MiB: parameters  gradients  optimizer  activations  staging   model state now\n",
+        "device   peak MiB: parameters  gradients  optimizer  activations  staging  workspace   model state now\n",
     );
     for u in usages {
         s.push_str(&format!(
-            "{:<8} {:>21} {:>10} {:>10} {:>12} {:>8} {:>17}\n",
+            "{:<8} {:>21} {:>10} {:>10} {:>12} {:>8} {:>10} {:>17}\n",
             u.device,
             mib(u.peak.parameters),
             mib(u.peak.gradients),
             mib(u.peak.optimizer_state),
             mib(u.peak.activations),
             mib(u.peak.staging),
+            mib(u.peak.workspace),
             mib(u.current.model_state()),
         ));
     }

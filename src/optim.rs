@@ -21,7 +21,6 @@ use crate::cpu::AdamW;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::{elementwise as ke, optim as ko, Op};
-use crate::memory::Category;
 use crate::params::{Buffers, Layout, ALIGN};
 
 /// A contiguous flat range an optimizer updates, and where it lives in each storage buffer:
@@ -135,20 +134,16 @@ impl Optimizer {
                 }
             }
         }
-        let sq = gpu.buffer_in(
-            Category::Activations,
-            "grad.part_sq",
-            parts.len().max(1) * ALIGN,
-        );
+        let sq = gpu.scratch("grad.part_sq", parts.len().max(1) * ALIGN);
         let longest = part_views.iter().map(|v| v.len).max().unwrap_or(1);
-        let scratch = gpu.buffer("grad.norm_scratch", ko::norm_scratch_len(longest));
+        let scratch = gpu.scratch("grad.norm_scratch", ko::norm_scratch_len(longest));
         let mut norm_ops = Vec::new();
         for (i, g) in part_views.iter().enumerate() {
             let out = sq.slice(i * ALIGN, 1);
             norm_ops.extend(ko::grad_norm_squared(gpu, &out, &scratch, g)?);
         }
-        let hp = gpu.buffer("adam.hp", 8);
-        let norm_sq = gpu.buffer("grad.norm_sq", 1);
+        let hp = gpu.scratch("adam.hp", 8);
+        let norm_sq = gpu.scratch("grad.norm_sq", 1);
         // one AdamW dispatch per contiguous decay segment of each piece
         let mut adam_ops = Vec::new();
         for p in pieces {

@@ -33,6 +33,7 @@
 //! assert_eq!((lost * 100.0).round(), 26.0);
 //! ```
 
+pub mod activation;
 pub mod cluster;
 pub mod comm;
 pub mod layout;

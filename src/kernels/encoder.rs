@@ -112,8 +112,8 @@ pub fn encoder_backward(
     if n == 0 {
         return Ok(Vec::new());
     }
-    let links = g.buffer("encoder links", n);
-    let firsts = g.buffer("encoder first positions", v);
+    let links = g.scratch("encoder links", n);
+    let firsts = g.scratch("encoder first positions", v);
     let (entry, cw) = if c.is_multiple_of(4) {
         ("encoder_backward4", c / 4)
     } else {

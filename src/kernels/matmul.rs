@@ -118,7 +118,7 @@ fn aligned(g: &Gpu, ops: &mut Vec<Op>, m: Mat) -> Result<Mat> {
         return Ok(m);
     }
     let ld = m.sc.next_multiple_of(4);
-    let padded = g.buffer("matmul padded operand", m.sr * ld);
+    let padded = g.scratch("matmul padded operand", m.sr * ld);
     ops.push(op(
         g,
         S,

@@ -158,7 +158,7 @@ pub fn layernorm_backward(
             "layernorm: {part_len} partial sums exceed u32"
         )));
     }
-    let part = g.buffer("layernorm partials", part_len);
+    let part = g.scratch("layernorm partials", part_len);
     let dims = [n as u32, c as u32, chunks as u32];
     let (entry, threads) = if v4 {
         ("layernorm_dparams_partial4", chunks * c / 4)

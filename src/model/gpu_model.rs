@@ -333,12 +333,12 @@ impl GpuModel {
         });
         let has_layers = !layer_ids.is_empty();
         let scratch = Scratch {
-            dln: buf("dln", n * c),
-            dqkv: buf("dqkv", if has_layers { n * 3 * ct } else { 1 }),
-            datty: buf("datty", if has_layers { n * ct } else { 1 }),
-            datt: buf("datt", if has_layers { att_len } else { 1 }),
-            dfch: buf("dfch", if has_layers { n * ft } else { 1 }),
-            dfch_gelu: buf("dfch_gelu", if has_layers { n * ft } else { 1 }),
+            dln: gpu.scratch("dln", n * c),
+            dqkv: gpu.scratch("dqkv", if has_layers { n * 3 * ct } else { 1 }),
+            datty: gpu.scratch("datty", if has_layers { n * ct } else { 1 }),
+            datt: gpu.scratch("datt", if has_layers { att_len } else { 1 }),
+            dfch: gpu.scratch("dfch", if has_layers { n * ft } else { 1 }),
+            dfch_gelu: gpu.scratch("dfch_gelu", if has_layers { n * ft } else { 1 }),
         };
         let mut m = GpuModel {
             gpu: gpu.clone(),
@@ -349,7 +349,7 @@ impl GpuModel {
             tokens: buf("tokens", n),
             targets: buf("targets", n),
             resid,
-            dresid: buf("dresid", n * c),
+            dresid: gpu.scratch("dresid", n * c),
             layers,
             layer_ops: Vec::new(),
             recompute,

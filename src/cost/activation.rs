@@ -1,0 +1,189 @@
+//! Activation memory per device, predicted from the layout: what each microbatch's forward
+//! keeps for its backward, times the microbatches the device's schedule holds at once, plus the
+//! recompute workspace. The memory ledger's `activations` category measures the same thing
+//! (compared in `plan --validate`, the `zero` example and `tests/activation_memory.rs`).
+//!
+//! Per layer per microbatch, n = b·s tokens, h = C, a heads, t-way tensor parallel, f32
+//! elements (what this model's kernels keep; Korthikanti et al. 2022, Table 2, counts the same
+//! tensors for Megatron with 16-bit elements and 1-byte dropout masks):
+//!
+//! ```text
+//! kept tensor          elements        none  selective  full
+//! input x              n·h             ✓     ✓          ✓
+//! ln1, x2, ln2         3·n·h           ✓     ✓
+//! qkv, atty            4·n·h/t         ✓     ✓
+//! attproj, fcproj      2·n·h           ✓     ✓          (row-parallel outputs, summed over t)
+//! fch, gelu(fch)       8·n·h/t         ✓     ✓
+//! ln mean, rstd        4·n             ✓     ✓
+//! att (probabilities)  b·(a/t)·s²      ✓
+//!
+//! none:       4·s·b·h·(6 + 12/t) + 16·s·b + 4·a·s²·b/t   bytes     (Korthikanti, 16-bit:
+//! selective:  4·s·b·h·(6 + 12/t) + 16·s·b                          s·b·h·(10 + 24/t + 5·a·s/(h·t)))
+//! full:       4·s·b·h
+//! ```
+//!
+//! A zero-bubble split keeps four output gradients per layer for W (`n·h·(2 + 7/t)`). Each
+//! microbatch slot also holds the token ids and targets (2n), the stage's output `x` (n·h), and,
+//! on the last stage, the head's lnf (n·h + 2n), logits and their gradient (2·n·V) and losses (n).
+//! Recomputation writes into one workspace per chunk: one layer's `none` tensors but its input
+//! (full), or one `att` (selective).
+//!
+//! Microbatches held per chunk (the slots the runtime allocates): p = 1: 1; GPipe: m; 1F1B:
+//! min(m, p − s) on stage s; ZB-H1: min(m, p) (a slot is freed by W, which the schedule defers);
+//! interleaved: read off the schedule's action list (no closed form per chunk; the sum over a
+//! device's chunks is at least Megatron's p + (p − 1)/v microbatches of L/p layers).
+//! ZeRO-2/3 run the model block by block on one microbatch: one slot per block.
+
+use crate::error::Result;
+use crate::mesh::Mesh;
+use crate::model::{Block, GptConfig, Micro, Recompute};
+use crate::pipeline::partition::{stage_blocks, Balance};
+use crate::pipeline::{Schedule, ScheduleKind};
+
+/// Bytes of `len` f32 elements as the ledger counts them (a buffer has at least one element).
+fn bytes(len: usize) -> u64 {
+    4 * len.max(1) as u64
+}
+
+/// One layer's activations on a tensor-parallel rank, as separate buffers (f32 elements).
+fn layer_buffers(cfg: &GptConfig, micro: Micro, t: usize, mode: Recompute) -> Vec<usize> {
+    let (n, c) = (micro.tokens(), cfg.channels);
+    let (ct, ft) = (c / t, 4 * c / t);
+    let att = micro.b * (cfg.heads / t) * micro.t * micro.t;
+    match mode {
+        Recompute::Full => Vec::new(),
+        _ => {
+            let mut v = vec![n * c, n, n, 3 * n * ct, n * ct, n * c, n * c, n * c, n, n];
+            v.extend([n * ft, n * ft, n * c]);
+            if mode == Recompute::None {
+                v.push(att);
+            }
+            v
+        }
+    }
+}
+
+/// Bytes one microbatch slot of a chunk holding `blocks` keeps (see the module table).
+pub fn slot_bytes(
+    cfg: &GptConfig,
+    blocks: &[Block],
+    micro: Micro,
+    t: usize,
+    mode: Recompute,
+    split: bool,
+) -> u64 {
+    let (n, c, v) = (micro.tokens(), cfg.channels, cfg.vocab);
+    let (ct, ft) = (c / t, 4 * c / t);
+    let layers = blocks
+        .iter()
+        .filter(|b| matches!(b, Block::Layer(_)))
+        .count();
+    // token ids, targets, and the residual stream at every layer boundary
+    let mut total = 2 * bytes(n) + (layers as u64 + 1) * bytes(n * c);
+    let per_layer: u64 = layer_buffers(cfg, micro, t, mode)
+        .into_iter()
+        .map(bytes)
+        .sum();
+    total += layers as u64 * per_layer;
+    if split {
+        let saved = [n * c, n * ft, n * c, n * 3 * ct];
+        total += layers as u64 * saved.into_iter().map(bytes).sum::<u64>();
+    }
+    if blocks.contains(&Block::Head) {
+        total += bytes(n * c) + 3 * bytes(n) + 2 * bytes(n * v);
+    }
+    total
+}
+
+/// Bytes of a chunk's recompute workspace (0 without layers or recomputation).
+pub fn workspace_bytes(
+    cfg: &GptConfig,
+    blocks: &[Block],
+    micro: Micro,
+    t: usize,
+    mode: Recompute,
+) -> u64 {
+    if !blocks.iter().any(|b| matches!(b, Block::Layer(_))) {
+        return 0;
+    }
+    match mode {
+        Recompute::None => 0,
+        Recompute::Selective => bytes(micro.b * (cfg.heads / t) * micro.t * micro.t),
+        Recompute::Full => layer_buffers(cfg, micro, t, Recompute::None)
+            .into_iter()
+            .map(bytes)
+            .sum(),
+    }
+}
+
+/// Microbatches chunk `chunk` of pipeline device `s` holds at once (the module's rules).
+pub fn held(schedule: &Schedule, s: usize, chunk: usize) -> usize {
+    let (p, m) = (schedule.p, schedule.m);
+    match schedule.kind {
+        _ if p == 1 && schedule.v == 1 => 1,
+        ScheduleKind::GPipe => m,
+        ScheduleKind::OneFOneB => m.min(p - s),
+        ScheduleKind::ZeroBubbleH1 => m.min(p),
+        ScheduleKind::Interleaved => schedule.slots_needed()[s][chunk],
+    }
+}
+
+/// One device's predicted activation bytes, with its parts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceActivations {
+    /// Per chunk of the device: (microbatches held, bytes per microbatch).
+    pub chunks: Vec<(usize, u64)>,
+    /// Recompute workspaces of the device's chunks.
+    pub workspace: u64,
+    /// Σ held · per microbatch + workspace.
+    pub total: u64,
+}
+
+/// The predicted activation bytes of every device of `mesh` (global device order) for
+/// microbatches `micro` of `cfg` under `mode`, stages balanced by `balance`.
+pub fn predict(
+    cfg: &GptConfig,
+    micro: Micro,
+    mesh: &Mesh,
+    balance: &Balance,
+    mode: Recompute,
+) -> Result<Vec<DeviceActivations>> {
+    let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
+    let stages = stage_blocks(cfg, schedule.stages(), balance)?;
+    let split = schedule.kind.split_backward();
+    let t = mesh.tp;
+    let by_blocks = mesh.zero >= 2 && mesh.dp > 1;
+    (0..mesh.devices())
+        .map(|d| {
+            let s = mesh.coords(d).stage;
+            let (chunks, workspace): (Vec<(usize, u64)>, u64) = if by_blocks {
+                // the whole model as a chain of one-block models, one microbatch each
+                let all = cfg.blocks();
+                let chunks = all
+                    .iter()
+                    .map(|b| (1, slot_bytes(cfg, &[*b], micro, 1, mode, false)))
+                    .collect();
+                (chunks, workspace_bytes(cfg, &all, micro, 1, mode))
+            } else {
+                let mut ws = 0;
+                let chunks = (0..mesh.chunks)
+                    .map(|k| {
+                        let blocks = &stages[schedule.stage(s, k)];
+                        ws += workspace_bytes(cfg, blocks, micro, t, mode);
+                        (
+                            held(&schedule, s, k),
+                            slot_bytes(cfg, blocks, micro, t, mode, split),
+                        )
+                    })
+                    .collect();
+                (chunks, ws)
+            };
+            let total = chunks.iter().map(|(h, b)| *h as u64 * b).sum::<u64>() + workspace;
+            Ok(DeviceActivations {
+                chunks,
+                workspace,
+                total,
+            })
+        })
+        .collect()
+}
