@@ -15,6 +15,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use serde_json::json;
+use triaxis::cost::activation;
 use triaxis::cost::memory::{zero_state_bytes, ZeroStage};
 use triaxis::cost::zero::{self, formula_bytes, predicted_comm_bytes};
 use triaxis::engine::EngineOptions;
@@ -22,6 +23,8 @@ use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::memory::Usage;
 use triaxis::mesh::Mesh;
+use triaxis::model::Recompute;
+use triaxis::pipeline::partition::Balance;
 use triaxis::pipeline::Link;
 use triaxis::progress::{self, say};
 
@@ -65,6 +68,9 @@ struct Args {
     /// Gradient bucket (= shard unit) size in MB (above 0, at most 10⁶).
     #[arg(long, default_value_t = 0.25)]
     bucket_mb: f64,
+    /// What each layer's backward recomputes: none, selective or full.
+    #[arg(long, default_value = "none")]
+    recompute: String,
     /// Measured steps per configuration (1 to 10⁶).
     #[arg(long, default_value_t = 2)]
     steps: usize,
@@ -93,6 +99,7 @@ struct Checked {
     link: Link,
     choice: AdapterChoice,
     m: model_flags::Model,
+    recompute: Recompute,
 }
 
 /// Every flag, before any device work: the error names the flag and the constraint. The output
@@ -113,6 +120,7 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
     let link = Link::by_name(a.link.trim())?;
     let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?;
     let m = model_flags::check(a.layers, a.channels, a.heads, a.seq, a.micro_batch)?;
+    let recompute = a.recompute.parse()?;
     flags::output_dir("--out", &a.out)?;
     Ok(Checked {
         degrees,
@@ -120,6 +128,7 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
         link,
         choice,
         m,
+        recompute,
     })
 }
 
@@ -138,6 +147,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         link,
         choice,
         m,
+        recompute,
     } = c;
     let model_flags::Model {
         corpus,
@@ -168,14 +178,15 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
     say(
         &bar,
         format!(
-            "\n{:>2} {:>5} | {:>10} {:>10} {:>7} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>6} {:>6} | {:>8} {:>8} {:>8} {:>5}",
-            "d", "stage", "state MB", "formula", "Δ %", "peak P", "peak G", "act", "staging",
+            "\n{:>2} {:>5} | {:>10} {:>10} {:>7} | {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>6} {:>6} | {:>8} {:>8} {:>8} {:>5}",
+            "d", "stage", "state MB", "formula", "Δ %", "peak P", "peak G", "act", "act pred", "staging",
             "MB/rank", "predict", "×st0", "link ms", "step s", "dev s", "bits=st0", "loss"
         ),
     );
     let opts = EngineOptions {
         link,
         bucket_bytes: (a.bucket_mb * 1e6) as usize,
+        recompute,
         ..EngineOptions::default()
     };
     let mut rows = Vec::new();
@@ -211,9 +222,15 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                 .filter(|&c| c > 0)
                 .map(|c| last.dp_bytes as f64 / c as f64);
             let mem = &last.memory;
+            let act_pred = activation::predict(&model, micro, &mesh, &Balance::Params, recompute)?
+                .iter()
+                .map(|p| p.total)
+                .max()
+                .unwrap_or(0);
             let row = json!({
                 "d": d, "stage": s, "model_state_bytes": state, "formula_bytes": formula,
                 "peak": mem.iter().map(|u| &u.peak).collect::<Vec<_>>(),
+                "activation_bytes_predicted": act_pred, "recompute": recompute,
                 "comm_bytes_busiest_rank": last.dp_bytes, "predicted_bytes_per_rank": predicted,
                 "comm_link_s": last.dp_comm, "step_wall_s": last.wall,
                 "step_device_s": last.device_step, "bits_equal_stage0": same,
@@ -222,7 +239,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             say(
                 &bar,
                 format!(
-                    "{:>2} {:>5} | {:>10} {:>10} {:>+7.3} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>6} {:>6.2} | {:>8.3} {:>8} {:>8} {:>5.3}",
+                    "{:>2} {:>5} | {:>10} {:>10} {:>+7.3} | {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>6} {:>6.2} | {:>8.3} {:>8} {:>8} {:>5.3}",
                     d,
                     s,
                     mb(state),
@@ -231,6 +248,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                     mb(max_of(mem, |u| u.peak.parameters)),
                     mb(max_of(mem, |u| u.peak.gradients)),
                     mb(max_of(mem, |u| u.peak.activations)),
+                    mb(act_pred as f64),
                     mb(max_of(mem, |u| u.peak.staging)),
                     mb(last.dp_bytes as f64),
                     mb(predicted),

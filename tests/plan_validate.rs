@@ -356,6 +356,14 @@ fn zero_layouts_measure_the_state_and_bytes_expect_derives() {
                 got.dp_bytes, exp.dp_bytes_ledger,
                 "dp {d} ZeRO-{zero}: bytes"
             );
+            println!(
+                "dp {d} ZeRO-{zero}: activations {} B (predicted {} B)",
+                got.activation_bytes, exp.activation_bytes
+            );
+            assert_eq!(
+                got.activation_bytes, exp.activation_bytes,
+                "dp {d} ZeRO-{zero}: activation peak"
+            );
             if n.is_multiple_of(64 * d) {
                 assert_eq!(got.state_bytes as f64, formula, "dp {d} ZeRO-{zero}");
                 assert_eq!(got.dp_bytes, comm, "dp {d} ZeRO-{zero}");

@@ -607,17 +607,20 @@ fn print_rows(rows: &[Row], conv: &Conventions, model: &GptConfig, steps: usize)
     );
     println!("   gives every device its own link, so its groups run at once: measured ≈ tp·pp × predicted, by convention)");
     println!(
-        "\n  {:<38} {:<28} {:<21} model state (16 B/param)",
-        "bytes per device per step, MB", "DP all-reduce", "TP all-reduces"
+        "\n  {:<38} {:<28} {:<21} {:<24} activations",
+        "bytes per device per step, MB",
+        "DP all-reduce",
+        "TP all-reduces",
+        "model state (16 B/param)"
     );
     println!(
-        "  {:<38} {:>6} {:>6} {:>6} {:>5}   {:>6} {:>6} {:>5}   {:>6} {:>6} {:>5}",
-        "layout", "pred", "ring*", "meas", "×", "pred", "meas", "×", "pred", "meas", "×"
+        "  {:<38} {:>6} {:>6} {:>6} {:>5}   {:>6} {:>6} {:>5}   {:>6} {:>6} {:>5}   {:>6} {:>6} {:>5}",
+        "layout", "pred", "ring*", "meas", "×", "pred", "meas", "×", "pred", "meas", "×", "pred", "meas", "×"
     );
     let mb = |b: f64| b / 1e6;
     for r in rows {
         println!(
-            "  {:<38} {:>6.3} {:>6.3} {:>6.3} {:>5.3}   {:>6.3} {:>6.3} {:>5.3}   {:>6.3} {:>6.3} {:>5.3}",
+            "  {:<38} {:>6.3} {:>6.3} {:>6.3} {:>5.3}   {:>6.3} {:>6.3} {:>5.3}   {:>6.3} {:>6.3} {:>5.3}   {:>6.3} {:>6.3} {:>5.3}",
             r.candidate.layout.label().to_string(),
             mb(r.dp_bytes.predicted),
             mb(r.dp_ring_formula),
@@ -628,7 +631,10 @@ fn print_rows(rows: &[Row], conv: &Conventions, model: &GptConfig, steps: usize)
             r.tp_bytes.ratio(),
             mb(r.state_bytes.predicted),
             mb(r.state_bytes.measured),
-            r.state_bytes.ratio()
+            r.state_bytes.ratio(),
+            mb(r.activation_bytes.predicted),
+            mb(r.activation_bytes.measured),
+            r.activation_bytes.ratio()
         );
         for m in &r.mismatch {
             println!("    MISMATCH: {m}");
@@ -640,7 +646,8 @@ fn print_rows(rows: &[Row], conv: &Conventions, model: &GptConfig, steps: usize)
         Convention::Ring
     );
     println!("   meas DP: the engine's ledger counts per replica, summed over its tp·pp devices' all-reduces; shown is the busiest");
-    println!("   device's share of that sum by its gradient buffer, checked to add up exactly; state: the busiest device's buffers)");
+    println!("   device's share of that sum by its gradient buffer, checked to add up exactly; state: the busiest device's buffers;");
+    println!("   activations: what the busiest device's forward keeps for backward, cost::activation vs the ledger's peak)");
     println!(
         "  ledgers: {exact} of {} layouts send exactly the ring volumes of the engine's buffers (DP, TP) and place the blocks as its partition says",
         rows.len()

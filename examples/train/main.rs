@@ -202,8 +202,10 @@ fn run(a: &Args) -> anyhow::Result<i32> {
             sample: String::new(),
             model_checksum: String::new(),
             memory: Vec::new(),
-            parallel: Some(json!({ "layout": s.mesh, "link": a.link, "tp_link": a.tp_link,
-                "recompute": a.recompute })),
+            parallel: Some(
+                json!({ "layout": s.mesh, "link": a.link, "tp_link": a.tp_link,
+                "recompute": a.recompute }),
+            ),
             stopped: None,
         },
         costs: Vec::new(),

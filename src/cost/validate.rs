@@ -241,6 +241,9 @@ pub struct Expected {
     pub dp_bytes_ledger: u64,
     /// `StepCosts::tp_bytes`: ring all-reduce bytes of the busiest tensor-parallel rank.
     pub tp_bytes: u64,
+    /// Activation bytes of the busiest device ([`crate::cost::activation::predict`], nothing
+    /// recomputed).
+    pub activation_bytes: u64,
 }
 
 /// The engine's placement of `model` under `mesh` (microbatches of `micro_b` sequences of
@@ -316,7 +319,20 @@ pub fn expect(model: &GptConfig, mesh: &Mesh, micro_b: usize, seq: usize) -> Res
         .map(|dev| (4 * mesh.microbatches * dev.layers) as u64 * ring_all_reduce_bytes(message, t))
         .max()
         .unwrap_or(0);
+    let micro = crate::model::Micro { b: micro_b, t: seq };
+    let activation_bytes = crate::cost::activation::predict(
+        model,
+        micro,
+        mesh,
+        &Balance::Params,
+        crate::model::Recompute::None,
+    )?
+    .iter()
+    .map(|a| a.total)
+    .max()
+    .unwrap_or(0);
     Ok(Expected {
+        activation_bytes,
         state_bytes: devices
             .iter()
             .map(DeviceShare::state_bytes)
@@ -418,6 +434,9 @@ pub struct Row {
     /// Model-state bytes of the busiest device (params, grads, Adam m and v; P,G,K = 4,4,8):
     /// the cost model's vs the memory ledger's.
     pub state_bytes: Pair,
+    /// Activation bytes of the busiest device: the activation predictor's vs the memory
+    /// ledger's peak.
+    pub activation_bytes: Pair,
     /// The engine's ledgers and placement equal what its buffers and partition imply.
     pub exact: bool,
     /// What differed, if not exact.
@@ -452,6 +471,12 @@ pub fn compare(
             got.state_bytes, exp.state_bytes
         ));
     }
+    if got.activation_bytes != exp.activation_bytes {
+        mismatch.push(format!(
+            "memory ledger {} B of activations at the peak, predicted {} B",
+            got.activation_bytes, exp.activation_bytes
+        ));
+    }
     let want: Vec<String> = (0..mesh.dp)
         .flat_map(|_| exp.devices.iter().map(DeviceShare::blocks))
         .collect();
@@ -472,6 +497,7 @@ pub fn compare(
             got.tp_bytes as f64,
         ),
         state_bytes: Pair::new(c.memory.states, got.state_bytes as f64),
+        activation_bytes: Pair::new(exp.activation_bytes as f64, got.activation_bytes as f64),
         exact: mismatch.is_empty(),
         mismatch,
     }

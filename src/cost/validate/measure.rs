@@ -39,6 +39,8 @@ pub struct Measured {
     /// The memory ledger's model state (params, grads, Adam moments held between steps) of
     /// the busiest device after the run.
     pub state_bytes: u64,
+    /// The busiest device's activation peak (the memory ledger's, from the engine's build on).
+    pub activation_bytes: u64,
     /// Wall seconds of all runs, warm-up steps included.
     pub wall: f64,
 }
@@ -105,6 +107,7 @@ pub fn measure(
         tp_bytes,
         blocks,
         state_bytes: full.state_bytes,
+        activation_bytes: full.activation_bytes,
         wall: t0.elapsed().as_secs_f64(),
     })
 }
@@ -117,6 +120,7 @@ struct Run {
     bubble: Option<f64>,
     bytes: (u64, u64),
     state_bytes: u64,
+    activation_bytes: u64,
 }
 
 fn run(
@@ -144,6 +148,10 @@ fn run(
         serial: true,
         ..EngineOptions::default()
     };
+    // this run's activation peak only (the devices outlive the layouts run before it)
+    for g in &gpus[..mesh.devices()] {
+        g.reset_memory_peaks();
+    }
     let mut engine = Engine::new(&gpus[..mesh.devices()], cfg, *mesh, opts)?;
     let mut batcher = Batcher::new(1);
     let (mut dev, mut dp, mut bubble) = (vec![], vec![], vec![]);
@@ -178,6 +186,11 @@ fn run(
         state_bytes: gpus[..mesh.devices()]
             .iter()
             .map(|g| g.memory().current.model_state())
+            .max()
+            .unwrap_or(0),
+        activation_bytes: gpus[..mesh.devices()]
+            .iter()
+            .map(|g| g.memory().peak.activations)
             .max()
             .unwrap_or(0),
     };
