@@ -23,6 +23,7 @@ pub mod loss;
 pub mod matmul;
 pub mod norm;
 pub mod optim;
+pub mod packed;
 
 /// Every shader source, by family name. The run record hashes these.
 pub const SHADERS: &[(&str, &str)] = &[
@@ -37,6 +38,10 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("matmul", include_str!("../../shaders/matmul.wgsl")),
     ("norm", include_str!("../../shaders/norm.wgsl")),
     ("optim", include_str!("../../shaders/optim.wgsl")),
+    (
+        "packed_optim",
+        include_str!("../../shaders/packed_optim.wgsl"),
+    ),
 ];
 
 /// Threads per workgroup of every 1-D kernel.
