@@ -20,7 +20,7 @@ use std::ops::Range;
 use crate::cpu::AdamW;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
-use crate::kernels::{elementwise as ke, optim as ko, Op};
+use crate::kernels::{elementwise as ke, optim as ko, packed::optim as kp, Op};
 use crate::params::{Buffers, Layout, ALIGN};
 
 /// A contiguous flat range an optimizer updates, and where it lives in each storage buffer:
@@ -90,7 +90,79 @@ impl Optimizer {
             .windows(2)
             .map(|w| Piece::identity(w[0]..w[1]))
             .collect();
-        Optimizer::sharded(gpu, &b.layout, &b.params, &b.grads, &b.m, &b.v, &pieces)
+        match &b.master {
+            None => Optimizer::sharded(gpu, &b.layout, &b.params, &b.grads, &b.m, &b.v, &pieces),
+            Some(master) => Optimizer::mixed(gpu, b, master, &pieces),
+        }
+    }
+
+    /// Mixed precision over whole buffers cut into `pieces` (identity storage): packed bf16
+    /// gradients in, f32 master weights and moments updated, the rounded master weights written
+    /// to the packed parameters ([`crate::kernels::packed::optim`]). The norm parts are those of
+    /// [`Optimizer::sharded`], each Σg² a fixed-order f32 reduction over the part's words.
+    fn mixed(gpu: &Gpu, b: &Buffers, master: &View, pieces: &[Piece]) -> Result<Optimizer> {
+        let layout = &b.layout;
+        let words = |v: &View, at: usize, len: usize| v.slice(at / 2, len.div_ceil(2));
+        let mut parts = Vec::new();
+        let mut part_views = Vec::new();
+        for p in pieces {
+            if p.flat != (p.params..p.params + p.flat.len()) || !p.flat.start.is_multiple_of(2) {
+                return Err(Error::Config(format!(
+                    "mixed-precision optimizer piece {p:?}: only unsharded storage at even offsets"
+                )));
+            }
+            for t in &layout.tensors {
+                let (a, e) = (
+                    t.offset.max(p.flat.start),
+                    (t.offset + t.len).min(p.flat.end),
+                );
+                if a < e {
+                    parts.push((t.name.clone(), a));
+                    part_views.push((words(&b.grads, a, e - a), e - a));
+                }
+            }
+        }
+        let sq = gpu.scratch("grad.part_sq", parts.len().max(1) * ALIGN);
+        let longest = part_views.iter().map(|(v, _)| v.len).max().unwrap_or(1);
+        let scratch = gpu.scratch("grad.norm_scratch", ko::norm_scratch_len(longest));
+        let mut norm_ops = Vec::new();
+        for (i, (g, n)) in part_views.iter().enumerate() {
+            let out = sq.slice(i * ALIGN, 1);
+            norm_ops.extend(kp::grad_norm_squared_bf16(gpu, &out, &scratch, g, *n)?);
+        }
+        let hp = gpu.scratch("adam.hp", 8);
+        let norm_sq = gpu.scratch("grad.norm_sq", 1);
+        let mut adam_ops = Vec::new();
+        for p in pieces {
+            for (r, decay) in layout.decay_segments() {
+                let (a, e) = (r.start.max(p.flat.start), r.end.min(p.flat.end));
+                if a >= e {
+                    continue;
+                }
+                let len = e - a;
+                adam_ops.push(kp::adamw_bf16(
+                    gpu,
+                    &words(&b.params, a, len),
+                    &master.slice(a, len),
+                    &words(&b.grads, a, len),
+                    &b.m.slice(a, len),
+                    &b.v.slice(a, len),
+                    &hp,
+                    &norm_sq,
+                    if decay { len } else { 0 },
+                )?);
+            }
+        }
+        Ok(Optimizer {
+            gpu: gpu.clone(),
+            parts,
+            sq,
+            norm_ops,
+            zero_grads: ke::fill(gpu, &b.grads, 0.0)?,
+            adam_ops,
+            hp,
+            norm_sq,
+        })
     }
 
     /// Over `pieces` of the flat buffer described by `layout`, stored in `params`, `grads`, `m`,

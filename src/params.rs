@@ -108,7 +108,10 @@ impl Layout {
     }
 }
 
-/// The four flat buffers of one device.
+/// The flat buffers of one device: parameters, gradients and the AdamW moments, and under
+/// bf16 mixed precision the f32 master weights, with `params` and `grads` packed bf16 (two
+/// elements per u32 word: a tensor at flat offset `o` of `len` elements is words
+/// `o/2 .. o/2 + ⌈len/2⌉`; offsets are multiples of 64, so no word holds two tensors).
 #[derive(Clone)]
 pub struct Buffers {
     pub layout: Layout,
@@ -116,10 +119,12 @@ pub struct Buffers {
     pub grads: View,
     pub m: View,
     pub v: View,
+    /// bf16: the f32 master weights (`params` holds them rounded); `None` under f32.
+    pub master: Option<View>,
 }
 
 impl Buffers {
-    /// Allocates zeroed buffers for `layout` on `gpu`.
+    /// Allocates zeroed f32 buffers for `layout` on `gpu`.
     pub fn new(gpu: &Gpu, layout: &Layout) -> Buffers {
         Buffers {
             layout: layout.clone(),
@@ -127,6 +132,22 @@ impl Buffers {
             grads: gpu.buffer_in(Category::Gradients, "grads", layout.total),
             m: gpu.buffer_in(Category::OptimizerState, "adam.m", layout.total),
             v: gpu.buffer_in(Category::OptimizerState, "adam.v", layout.total),
+            master: None,
+        }
+    }
+
+    /// Allocates zeroed mixed-precision buffers: packed bf16 parameters and gradients (2 bytes
+    /// per element each), f32 master weights and moments (12 bytes per element, counted as
+    /// optimizer state).
+    pub fn new_bf16(gpu: &Gpu, layout: &Layout) -> Buffers {
+        let words = layout.total.div_ceil(2);
+        Buffers {
+            layout: layout.clone(),
+            params: gpu.buffer_in(Category::Parameters, "params.bf16", words),
+            grads: gpu.buffer_in(Category::Gradients, "grads.bf16", words),
+            m: gpu.buffer_in(Category::OptimizerState, "adam.m", layout.total),
+            v: gpu.buffer_in(Category::OptimizerState, "adam.v", layout.total),
+            master: Some(gpu.buffer_in(Category::OptimizerState, "master", layout.total)),
         }
     }
 
@@ -141,23 +162,54 @@ impl Buffers {
             m: grads.slice(0, 0),
             v: grads.slice(0, 0),
             grads,
+            master: None,
         }
     }
 
-    /// The parameter view of `name`.
+    /// Whether `params` and `grads` are packed bf16 (mixed precision).
+    pub fn packed(&self) -> bool {
+        self.master.is_some()
+    }
+
+    /// The view of tensor `name` in flat buffer `flat` (words under bf16).
+    fn tensor(&self, flat: &View, name: &str) -> Result<View> {
+        let t = self.layout.get(name)?;
+        Ok(match self.packed() {
+            true => flat.slice(t.offset / 2, t.len.div_ceil(2)),
+            false => flat.slice(t.offset, t.len),
+        })
+    }
+
+    /// The parameter view of `name` (packed bf16 words under mixed precision).
     pub fn p(&self, name: &str) -> Result<View> {
-        let t = self.layout.get(name)?;
-        Ok(self.params.slice(t.offset, t.len))
+        self.tensor(&self.params, name)
     }
 
-    /// The gradient view of `name`.
+    /// The gradient view of `name` (packed bf16 words under mixed precision).
     pub fn g(&self, name: &str) -> Result<View> {
-        let t = self.layout.get(name)?;
-        Ok(self.grads.slice(t.offset, t.len))
+        self.tensor(&self.grads, name)
     }
 
-    /// Bytes held by params + grads + both moments.
+    /// The f32 flat parameters: the master weights under mixed precision.
+    pub fn params_f32(&self) -> &View {
+        self.master.as_ref().unwrap_or(&self.params)
+    }
+
+    /// Uploads f32 flat parameters: under mixed precision into the master weights, and rounded
+    /// to bf16 (round to nearest even, as the kernels round) into `params`.
+    pub fn upload_params(&self, gpu: &Gpu, flat: &[f32]) -> Result<()> {
+        match &self.master {
+            Some(master) => {
+                gpu.upload(master, flat)?;
+                gpu.upload(&self.params, &crate::cpu::pack_bf16(flat))
+            }
+            None => gpu.upload(&self.params, flat),
+        }
+    }
+
+    /// Bytes held by params + grads + both moments (+ master weights).
     pub fn bytes(&self) -> u64 {
-        4 * self.params.bytes()
+        let master = self.master.as_ref().map_or(0, |m| m.bytes());
+        self.params.bytes() + self.grads.bytes() + self.m.bytes() + self.v.bytes() + master
     }
 }

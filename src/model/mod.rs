@@ -19,8 +19,10 @@
 pub mod cpu_model;
 pub mod fit;
 pub mod gpu_model;
+pub mod precision;
 pub mod recompute;
 
+pub use precision::Precision;
 pub use recompute::Recompute;
 
 use crate::error::{Error, Result};

@@ -98,6 +98,7 @@ impl Chain {
                     v: g.slice(0, 0),
                     params: p,
                     grads: g,
+                    master: None,
                 };
                 GpuModel::build(gpu, cfg, &[s.block], micro, dloss, b, &opts)
             })

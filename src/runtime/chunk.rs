@@ -440,6 +440,7 @@ fn by_blocks(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Result<Chunk> {
         grads,
         m: m.slice(0, 0),
         v: v.slice(0, 0),
+        master: None,
     };
     Ok(Chunk {
         stage: spec.stage,
