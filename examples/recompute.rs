@@ -15,7 +15,7 @@ use triaxis::engine::EngineOptions;
 use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::mesh::Mesh;
-use triaxis::model::Recompute;
+use triaxis::model::{Precision, Recompute};
 use triaxis::pipeline::partition::Balance;
 use triaxis::pipeline::ScheduleKind;
 use triaxis::progress::{self, say};
@@ -156,11 +156,17 @@ fn run(a: &Args) -> anyhow::Result<()> {
         };
         let tps = tokens / wall;
         let measured: Vec<u64> = med.memory.iter().map(|u| u.peak.activations).collect();
-        let predicted: Vec<u64> =
-            activation::predict(&m.model, m.micro, &mesh, &Balance::Params, mode)?
-                .iter()
-                .map(|p| p.total)
-                .collect();
+        let predicted: Vec<u64> = activation::predict(
+            &m.model,
+            m.micro,
+            &mesh,
+            &Balance::Params,
+            mode,
+            Precision::F32,
+        )?
+        .iter()
+        .map(|p| p.total)
+        .collect();
         let peak = measured.iter().copied().max().unwrap_or(0);
         let sum = run.engine.checksum()?;
         let (b_tps, b_dev, b_peak) = *base.get_or_insert((tps, med.device_step, peak));

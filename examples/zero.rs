@@ -23,7 +23,7 @@ use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::memory::Usage;
 use triaxis::mesh::Mesh;
-use triaxis::model::Recompute;
+use triaxis::model::{Precision, Recompute};
 use triaxis::pipeline::partition::Balance;
 use triaxis::pipeline::Link;
 use triaxis::progress::{self, say};
@@ -222,11 +222,18 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                 .filter(|&c| c > 0)
                 .map(|c| last.dp_bytes as f64 / c as f64);
             let mem = &last.memory;
-            let act_pred = activation::predict(&model, micro, &mesh, &Balance::Params, recompute)?
-                .iter()
-                .map(|p| p.total)
-                .max()
-                .unwrap_or(0);
+            let act_pred = activation::predict(
+                &model,
+                micro,
+                &mesh,
+                &Balance::Params,
+                recompute,
+                Precision::F32,
+            )?
+            .iter()
+            .map(|p| p.total)
+            .max()
+            .unwrap_or(0);
             let row = json!({
                 "d": d, "stage": s, "model_state_bytes": state, "formula_bytes": formula,
                 "peak": mem.iter().map(|u| &u.peak).collect::<Vec<_>>(),

@@ -57,6 +57,8 @@ pub struct EngineOptions {
     pub accumulation: crate::parallel::accumulate::Accumulation,
     /// What each layer's backward recomputes (the bits are those of `none`).
     pub recompute: crate::model::Recompute,
+    /// f32, or bf16 mixed precision (f32 master weights and moments).
+    pub precision: crate::model::Precision,
 }
 
 impl Default for EngineOptions {
@@ -73,6 +75,7 @@ impl Default for EngineOptions {
             dp_algo: crate::collective::Algo::Ring,
             accumulation: crate::parallel::accumulate::Accumulation::Sequential,
             recompute: crate::model::Recompute::None,
+            precision: crate::model::Precision::F32,
         }
     }
 }
@@ -306,6 +309,7 @@ fn runtime_options(opts: &EngineOptions) -> RuntimeOptions {
         dp_algo: opts.dp_algo,
         accumulation: opts.accumulation,
         recompute: opts.recompute,
+        precision: opts.precision,
         ..RuntimeOptions::default()
     }
 }

@@ -131,7 +131,12 @@ impl<'c> Session<'c> {
             m: st.m,
             v: st.v,
             data_cursor: self.batcher.state(),
-            layout: self.engine.mesh.describe(),
+            // the layout and the precision it trained in (the state is f32 in both)
+            layout: format!(
+                "{} precision={}",
+                self.engine.mesh.describe(),
+                self.engine.opts.precision
+            ),
             dataset_version: self.corpus.version.clone(),
         }
         .save(path)?;

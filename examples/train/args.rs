@@ -52,6 +52,10 @@ pub struct Args {
     /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1.
     #[arg(long, default_value = "1f1b")]
     pub schedule: String,
+    /// Precision: f32, or bf16 mixed precision (bf16 parameters, gradients and activations,
+    /// f32 master weights and moments; one device or a pipeline for now).
+    #[arg(long, default_value = "f32")]
+    pub precision: String,
     /// What each layer's backward recomputes: none, selective (attention's probabilities) or
     /// full (the layer from its input); the parameters stay bit-identical to none.
     #[arg(long, default_value = "none")]

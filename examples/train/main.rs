@@ -143,6 +143,7 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
         serial: a.serial,
         fault: a.fault.as_deref().map(report::parse_fault).transpose()?,
         recompute: a.recompute.parse()?,
+        precision: a.precision.parse()?,
         ..EngineOptions::default()
     };
     let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, a.software)?;
@@ -204,7 +205,7 @@ fn run(a: &Args) -> anyhow::Result<i32> {
             memory: Vec::new(),
             parallel: Some(
                 json!({ "layout": s.mesh, "link": a.link, "tp_link": a.tp_link,
-                "recompute": a.recompute }),
+                "recompute": a.recompute, "precision": a.precision }),
             ),
             stopped: None,
         },

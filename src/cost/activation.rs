@@ -22,6 +22,10 @@
 //! full:       4·s·b·h
 //! ```
 //!
+//! Under bf16 every tensor but the layernorm statistics takes ⌈len/2⌉ 4-byte words (two bf16
+//! per word): half the bytes above, the statistics' 16·s·b kept; the head's logits, their
+//! gradient and the losses stay f32.
+//!
 //! A zero-bubble split keeps four output gradients per layer for W (`n·h·(2 + 7/t)`). Each
 //! microbatch slot also holds the token ids and targets (2n), the stage's output `x` (n·h), and,
 //! on the last stage, the head's lnf (n·h + 2n), logits and their gradient (2·n·V) and losses (n).
@@ -36,7 +40,7 @@
 
 use crate::error::Result;
 use crate::mesh::Mesh;
-use crate::model::{Block, GptConfig, Micro, Recompute};
+use crate::model::{Block, GptConfig, Micro, Precision, Recompute};
 use crate::pipeline::partition::{stage_blocks, Balance};
 use crate::pipeline::{Schedule, ScheduleKind};
 
@@ -45,22 +49,54 @@ fn bytes(len: usize) -> u64 {
     4 * len.max(1) as u64
 }
 
-/// One layer's activations on a tensor-parallel rank, as separate buffers (f32 elements).
-fn layer_buffers(cfg: &GptConfig, micro: Micro, t: usize, mode: Recompute) -> Vec<usize> {
+/// Bytes of a tensor of `len` elements of the model's precision (bf16: ⌈len/2⌉ words).
+fn tensor_bytes(prec: Precision, len: usize) -> u64 {
+    bytes(prec.words(len))
+}
+
+/// One layer's activations on a tensor-parallel rank, as separate buffers: (elements, whether
+/// the buffer stays f32 whatever the precision: the layernorm statistics).
+fn layer_buffers(cfg: &GptConfig, micro: Micro, t: usize, mode: Recompute) -> Vec<(usize, bool)> {
     let (n, c) = (micro.tokens(), cfg.channels);
     let (ct, ft) = (c / t, 4 * c / t);
     let att = micro.b * (cfg.heads / t) * micro.t * micro.t;
     match mode {
         Recompute::Full => Vec::new(),
         _ => {
-            let mut v = vec![n * c, n, n, 3 * n * ct, n * ct, n * c, n * c, n * c, n, n];
-            v.extend([n * ft, n * ft, n * c]);
+            let mut v = vec![(n * c, false), (n, true), (n, true), (3 * n * ct, false)];
+            v.extend([
+                (n * ct, false),
+                (n * c, false),
+                (n * c, false),
+                (n * c, false),
+            ]);
+            v.extend([
+                (n, true),
+                (n, true),
+                (n * ft, false),
+                (n * ft, false),
+                (n * c, false),
+            ]);
             if mode == Recompute::None {
-                v.push(att);
+                v.push((att, false));
             }
             v
         }
     }
+}
+
+/// Bytes of `buffers` in precision `prec`.
+fn sum(prec: Precision, buffers: Vec<(usize, bool)>) -> u64 {
+    buffers
+        .into_iter()
+        .map(|(len, f32)| {
+            if f32 {
+                bytes(len)
+            } else {
+                tensor_bytes(prec, len)
+            }
+        })
+        .sum()
 }
 
 /// Bytes one microbatch slot of a chunk holding `blocks` keeps (see the module table).
@@ -71,6 +107,7 @@ pub fn slot_bytes(
     t: usize,
     mode: Recompute,
     split: bool,
+    prec: Precision,
 ) -> u64 {
     let (n, c, v) = (micro.tokens(), cfg.channels, cfg.vocab);
     let (ct, ft) = (c / t, 4 * c / t);
@@ -79,18 +116,16 @@ pub fn slot_bytes(
         .filter(|b| matches!(b, Block::Layer(_)))
         .count();
     // token ids, targets, and the residual stream at every layer boundary
-    let mut total = 2 * bytes(n) + (layers as u64 + 1) * bytes(n * c);
-    let per_layer: u64 = layer_buffers(cfg, micro, t, mode)
-        .into_iter()
-        .map(bytes)
-        .sum();
-    total += layers as u64 * per_layer;
+    let mut total = 2 * bytes(n) + (layers as u64 + 1) * tensor_bytes(prec, n * c);
+    total += layers as u64 * sum(prec, layer_buffers(cfg, micro, t, mode));
     if split {
         let saved = [n * c, n * ft, n * c, n * 3 * ct];
-        total += layers as u64 * saved.into_iter().map(bytes).sum::<u64>();
+        let each: u64 = saved.into_iter().map(|l| tensor_bytes(prec, l)).sum();
+        total += layers as u64 * each;
     }
     if blocks.contains(&Block::Head) {
-        total += bytes(n * c) + 3 * bytes(n) + 2 * bytes(n * v);
+        // lnf (the precision's), its statistics, logits and dlogits and losses (f32)
+        total += tensor_bytes(prec, n * c) + 3 * bytes(n) + 2 * bytes(n * v);
     }
     total
 }
@@ -102,17 +137,15 @@ pub fn workspace_bytes(
     micro: Micro,
     t: usize,
     mode: Recompute,
+    prec: Precision,
 ) -> u64 {
     if !blocks.iter().any(|b| matches!(b, Block::Layer(_))) {
         return 0;
     }
     match mode {
         Recompute::None => 0,
-        Recompute::Selective => bytes(micro.b * (cfg.heads / t) * micro.t * micro.t),
-        Recompute::Full => layer_buffers(cfg, micro, t, Recompute::None)
-            .into_iter()
-            .map(bytes)
-            .sum(),
+        Recompute::Selective => tensor_bytes(prec, micro.b * (cfg.heads / t) * micro.t * micro.t),
+        Recompute::Full => sum(prec, layer_buffers(cfg, micro, t, Recompute::None)),
     }
 }
 
@@ -140,13 +173,15 @@ pub struct DeviceActivations {
 }
 
 /// The predicted activation bytes of every device of `mesh` (global device order) for
-/// microbatches `micro` of `cfg` under `mode`, stages balanced by `balance`.
+/// microbatches `micro` of `cfg` under `mode` in precision `prec`, stages balanced by
+/// `balance`.
 pub fn predict(
     cfg: &GptConfig,
     micro: Micro,
     mesh: &Mesh,
     balance: &Balance,
     mode: Recompute,
+    prec: Precision,
 ) -> Result<Vec<DeviceActivations>> {
     let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
     let stages = stage_blocks(cfg, schedule.stages(), balance)?;
@@ -161,18 +196,18 @@ pub fn predict(
                 let all = cfg.blocks();
                 let chunks = all
                     .iter()
-                    .map(|b| (1, slot_bytes(cfg, &[*b], micro, 1, mode, false)))
+                    .map(|b| (1, slot_bytes(cfg, &[*b], micro, 1, mode, false, prec)))
                     .collect();
-                (chunks, workspace_bytes(cfg, &all, micro, 1, mode))
+                (chunks, workspace_bytes(cfg, &all, micro, 1, mode, prec))
             } else {
                 let mut ws = 0;
                 let chunks = (0..mesh.chunks)
                     .map(|k| {
                         let blocks = &stages[schedule.stage(s, k)];
-                        ws += workspace_bytes(cfg, blocks, micro, t, mode);
+                        ws += workspace_bytes(cfg, blocks, micro, t, mode, prec);
                         (
                             held(&schedule, s, k),
-                            slot_bytes(cfg, blocks, micro, t, mode, split),
+                            slot_bytes(cfg, blocks, micro, t, mode, split, prec),
                         )
                     })
                     .collect();

@@ -326,6 +326,7 @@ pub fn expect(model: &GptConfig, mesh: &Mesh, micro_b: usize, seq: usize) -> Res
         mesh,
         &Balance::Params,
         crate::model::Recompute::None,
+        crate::model::Precision::F32,
     )?
     .iter()
     .map(|a| a.total)

@@ -23,7 +23,7 @@
 
 use std::ops::Range;
 
-use super::{fit, Block, GptConfig, Micro, Recompute, TpRank};
+use super::{fit, Block, GptConfig, Micro, Precision, Recompute, TpRank};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::Op;
@@ -84,6 +84,9 @@ pub struct BuildOptions {
     pub tp: TpRank,
     /// Recomputation, with the workspace shared by the chunk's slots (`None`: keep all).
     pub workspace: Option<Workspace>,
+    /// f32, or bf16 mixed precision (packed activations; `buffers` made by
+    /// [`Buffers::new_bf16`]).
+    pub precision: Precision,
 }
 
 impl Default for BuildOptions {
@@ -92,6 +95,7 @@ impl Default for BuildOptions {
             split: false,
             tp: TpRank::SINGLE,
             workspace: None,
+            precision: Precision::F32,
         }
     }
 }
@@ -230,7 +234,7 @@ impl GpuModel {
         let opts = BuildOptions {
             split,
             tp,
-            workspace: None,
+            ..BuildOptions::default()
         };
         GpuModel::build(gpu, cfg, blocks, micro, dloss, buffers, &opts)
     }
@@ -263,9 +267,10 @@ impl GpuModel {
                 "parameter buffers do not match the block range".into(),
             ));
         }
+        check_precision(&cfg, micro, tp.t, opts.precision, &buffers)?;
         let ws = opts.workspace.as_ref();
         if let Some(w) = ws {
-            w.check(&cfg, micro, tp.t)?;
+            w.check(&cfg, micro, tp.t, opts.precision)?;
         }
         let recompute = ws.map_or(Recompute::None, |w| w.mode);
         if recompute == Recompute::Full && split && tp.t > 1 {
@@ -281,6 +286,9 @@ impl GpuModel {
         let (ct, ft) = (c / tp.t, 4 * c / tp.t);
         let att_len = micro.b * (cfg.heads / tp.t) * micro.t * micro.t;
         let buf = |name: &str, len: usize| gpu.buffer(name, len);
+        // words of a bf16 tensor (f32: elements); statistics, logits and losses stay f32
+        let prec = opts.precision;
+        let w = |len: usize| prec.words(len);
         let layer_ids: Vec<usize> = blocks
             .iter()
             .filter_map(|b| {
@@ -292,7 +300,7 @@ impl GpuModel {
             })
             .collect();
         let resid = (0..=layer_ids.len())
-            .map(|k| buf(&format!("resid{k}"), n * c))
+            .map(|k| buf(&format!("resid{k}"), w(n * c)))
             .collect();
         let dims = Dims {
             n,
@@ -300,6 +308,7 @@ impl GpuModel {
             ct,
             ft,
             att_len,
+            prec,
         };
         let layers = layer_ids
             .iter()
@@ -314,17 +323,17 @@ impl GpuModel {
                     LayerActs {
                         acts,
                         saved: split.then(|| Saved {
-                            fcproj: buf("keep.dfcproj", n * c),
-                            fch: buf("keep.dfch", n * ft),
-                            attproj: buf("keep.dattproj", n * c),
-                            qkv: buf("keep.dqkv", n * 3 * ct),
+                            fcproj: buf("keep.dfcproj", w(n * c)),
+                            fch: buf("keep.dfch", w(n * ft)),
+                            attproj: buf("keep.dattproj", w(n * c)),
+                            qkv: buf("keep.dqkv", w(n * 3 * ct)),
                         }),
                     },
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
         let head = blocks.contains(&Block::Head).then(|| HeadActs {
-            lnf: buf("lnf", n * c),
+            lnf: buf("lnf", w(n * c)),
             lnf_mean: buf("lnf.mean", n),
             lnf_rstd: buf("lnf.rstd", n),
             logits: buf("logits", n * v),
@@ -333,12 +342,12 @@ impl GpuModel {
         });
         let has_layers = !layer_ids.is_empty();
         let scratch = Scratch {
-            dln: gpu.scratch("dln", n * c),
-            dqkv: gpu.scratch("dqkv", if has_layers { n * 3 * ct } else { 1 }),
-            datty: gpu.scratch("datty", if has_layers { n * ct } else { 1 }),
-            datt: gpu.scratch("datt", if has_layers { att_len } else { 1 }),
-            dfch: gpu.scratch("dfch", if has_layers { n * ft } else { 1 }),
-            dfch_gelu: gpu.scratch("dfch_gelu", if has_layers { n * ft } else { 1 }),
+            dln: gpu.scratch("dln", w(n * c)),
+            dqkv: gpu.scratch("dqkv", if has_layers { w(n * 3 * ct) } else { 1 }),
+            datty: gpu.scratch("datty", if has_layers { w(n * ct) } else { 1 }),
+            datt: gpu.scratch("datt", if has_layers { w(att_len) } else { 1 }),
+            dfch: gpu.scratch("dfch", if has_layers { w(n * ft) } else { 1 }),
+            dfch_gelu: gpu.scratch("dfch_gelu", if has_layers { w(n * ft) } else { 1 }),
         };
         let mut m = GpuModel {
             gpu: gpu.clone(),
@@ -349,7 +358,7 @@ impl GpuModel {
             tokens: buf("tokens", n),
             targets: buf("targets", n),
             resid,
-            dresid: gpu.scratch("dresid", n * c),
+            dresid: gpu.scratch("dresid", w(n * c)),
             layers,
             layer_ops: Vec::new(),
             recompute,
@@ -376,14 +385,14 @@ impl GpuModel {
         Ok(m)
     }
 
-    /// Uploads a host copy of the flat parameters.
+    /// Uploads a host copy of the flat parameters (bf16: the master weights, and rounded).
     pub fn set_params(&self, flat: &[f32]) -> Result<()> {
-        self.gpu.upload(&self.buffers.params, flat)
+        self.buffers.upload_params(&self.gpu, flat)
     }
 
-    /// Reads the flat parameters back.
+    /// Reads the flat f32 parameters back (bf16: the master weights).
     pub fn params(&self) -> Result<Vec<f32>> {
-        self.gpu.download(&self.buffers.params)
+        self.gpu.download(self.buffers.params_f32())
     }
 
     /// Per-token losses of the last forward pass (head ranges only).
@@ -419,6 +428,41 @@ impl GpuModel {
     fn row_bias(&self, name: &str) -> Result<Option<View>> {
         (self.tp.r == 0).then(|| self.buffers.p(name)).transpose()
     }
+}
+
+/// bf16: the buffers are packed, and every row a kernel writes has an even length (a word never
+/// holds elements of two rows, so no two invocations write one word): C/NH and T even; one
+/// tensor-parallel rank (the tensor-parallel all-reduce sums f32).
+fn check_precision(
+    cfg: &GptConfig,
+    micro: Micro,
+    t: usize,
+    prec: Precision,
+    buffers: &Buffers,
+) -> Result<()> {
+    if buffers.packed() != (prec == Precision::Bf16) {
+        return Err(Error::Config(format!(
+            "a {prec} model needs {} parameter buffers",
+            if prec == Precision::Bf16 {
+                "packed bf16"
+            } else {
+                "f32"
+            }
+        )));
+    }
+    if prec == Precision::F32 {
+        return Ok(());
+    }
+    let hs = cfg.channels / cfg.heads;
+    if !hs.is_multiple_of(2) || !micro.t.is_multiple_of(2) || t > 1 {
+        return Err(Error::Config(format!(
+            "bf16 needs an even head size (channels / heads = {hs}), an even sequence length \
+             (got {}) and one tensor-parallel rank (got {t}): two bf16 share a word, and every \
+             row a kernel writes must own its words",
+            micro.t
+        )));
+    }
+    Ok(())
 }
 
 /// Blocks must be a non-empty contiguous run of `cfg.blocks()`.

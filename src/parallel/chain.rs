@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::{elementwise as ke, Op};
 use crate::model::gpu_model::{BuildOptions, GpuModel, Workspace};
-use crate::model::{Block, GptConfig, Micro, Recompute};
+use crate::model::{Block, GptConfig, Micro, Precision, Recompute};
 use crate::params::Buffers;
 
 /// One block and its flat range in the whole model's layout.
@@ -77,7 +77,7 @@ impl Chain {
         grads: impl Fn(usize) -> View,
     ) -> Result<Chain> {
         let opts = BuildOptions {
-            workspace: Workspace::new(gpu, &cfg, micro, 1, recompute)?,
+            workspace: Workspace::new(gpu, &cfg, micro, 1, recompute, Precision::F32)?,
             ..BuildOptions::default()
         };
         let models = spans

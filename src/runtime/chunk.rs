@@ -19,7 +19,7 @@ use crate::gpu::{Gpu, View};
 use crate::kernels::Op;
 use crate::memory::Category;
 use crate::model::gpu_model::{BuildOptions, GpuModel, Workspace};
-use crate::model::{Block, Recompute, TpRank};
+use crate::model::{Block, Precision, Recompute, TpRank};
 use crate::optim::Optimizer;
 use crate::parallel::accumulate::TreeAccumulator;
 use crate::parallel::bucket::{buckets, Bucket};
@@ -47,6 +47,7 @@ pub(super) struct ChunkSpec<'a> {
     pub tree: Option<usize>,
     /// What each layer's backward recomputes.
     pub recompute: Recompute,
+    pub precision: Precision,
 }
 
 /// What a test or a report may read of one chunk: where it sits, its flat size, its gradient
@@ -116,19 +117,27 @@ impl Chunk {
         let shards = tp::shard(&cfg.model, spec.blocks, &full, t)?;
         let local = cfg.model.layout_tp(spec.blocks, t);
         let sharded = spec.zero >= 1 && spec.dp.1 > 1;
-        let buffers = if sharded {
-            Buffers::without_moments(gpu, &local)
-        } else {
-            Buffers::new(gpu, &local)
+        let buffers = match (sharded, spec.precision) {
+            (true, _) => Buffers::without_moments(gpu, &local),
+            (false, Precision::F32) => Buffers::new(gpu, &local),
+            (false, Precision::Bf16) => Buffers::new_bf16(gpu, &local),
         };
-        gpu.upload(&buffers.params, &shards[r])?;
+        buffers.upload_params(gpu, &shards[r])?;
         // one recompute workspace for every slot of the chunk (none without layers)
         let has_layers = spec.blocks.iter().any(|b| matches!(b, Block::Layer(_)));
         let opts = BuildOptions {
             split: spec.split,
             tp: spec.tp,
+            precision: spec.precision,
             workspace: match has_layers {
-                true => Workspace::new(gpu, &cfg.model, cfg.micro, t, spec.recompute)?,
+                true => Workspace::new(
+                    gpu,
+                    &cfg.model,
+                    cfg.micro,
+                    t,
+                    spec.recompute,
+                    spec.precision,
+                )?,
                 false => None,
             },
         };

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::link::Link;
 use crate::mesh::Mesh;
-use crate::model::{Block, Recompute, TpRank};
+use crate::model::{Block, Precision, Recompute, TpRank};
 use crate::parallel::accumulate::Accumulation;
 use crate::parallel::bucket::BUCKET_BYTES;
 use crate::pipeline::partition::{stage_blocks, Balance};
@@ -76,6 +76,8 @@ pub struct RuntimeOptions {
     pub accumulation: Accumulation,
     /// What each layer's backward recomputes (the bits stay those of `none`).
     pub recompute: Recompute,
+    /// f32, or bf16 mixed precision (f32 master weights and moments).
+    pub precision: Precision,
 }
 
 impl Default for RuntimeOptions {
@@ -95,6 +97,7 @@ impl Default for RuntimeOptions {
             dp_algo: Algo::Ring,
             accumulation: Accumulation::Sequential,
             recompute: Recompute::None,
+            precision: Precision::F32,
         }
     }
 }
@@ -210,6 +213,7 @@ impl Runtime {
                 crate::model::fit::check(&cfg.model, blocks, cfg.micro, mesh.tp, &gpu.limits)?;
             }
         }
+        check_precision(mesh, &opts)?;
         let slots = schedule.slots_needed();
         let dloss = 1.0 / (cfg.tokens_per_step() * mesh.dp) as f32;
         let mut chunks: Vec<Vec<Chunk>> = Vec::with_capacity(local.len());
@@ -234,6 +238,7 @@ impl Runtime {
                         tree: (opts.accumulation == Accumulation::PairwiseTree)
                             .then_some(mesh.microbatches),
                         recompute: opts.recompute,
+                        precision: opts.precision,
                     };
                     Chunk::new(gpu, &cfg, &spec)
                 })
@@ -465,4 +470,30 @@ fn tree_fits(mesh: &Mesh, algo: Algo) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// bf16 mixed precision runs one device or a pipeline (whose stages move packed activations
+/// and gradients as they are); the collectives that sum (data-parallel, ZeRO, tensor-parallel)
+/// do not reduce bf16 yet, nor does the pairwise tree.
+fn check_precision(mesh: Mesh, opts: &RuntimeOptions) -> Result<()> {
+    if opts.precision == Precision::F32 {
+        return Ok(());
+    }
+    let what = if mesh.dp > 1 {
+        Some(format!("data parallelism (dp = {})", mesh.dp))
+    } else if mesh.tp > 1 {
+        Some(format!("tensor parallelism (tp = {})", mesh.tp))
+    } else if opts.accumulation == Accumulation::PairwiseTree {
+        Some("pairwise-tree accumulation".to_string())
+    } else {
+        None
+    };
+    match what {
+        Some(w) => Err(Error::Config(format!(
+            "--precision {} runs on one device or a pipeline (pp) for now: {w} needs collectives \
+             that reduce bf16, which are not built yet; use --precision f32",
+            opts.precision
+        ))),
+        None => Ok(()),
+    }
 }

@@ -141,6 +141,8 @@ impl Runtime {
                 for c in w.chunks.iter().filter(|c| c.stage == s) {
                     let src = &shards[k];
                     match shard_of(c, which) {
+                        // mixed precision: the master weights, and the bf16 parameters rounded
+                        None if which == Which::Params => c.buffers.upload_params(&w.gpu, src)?,
                         None => w.gpu.upload(full_of(c, which), src)?,
                         Some(view) => {
                             let mut shard = vec![0.0f32; view.len];
@@ -191,7 +193,7 @@ impl Runtime {
         let mut mine = Vec::new();
         for w in &self.workers {
             for c in w.chunks.iter().filter(|c| !c.params_sharded) {
-                let p: Vec<f32> = w.gpu.download(&c.buffers.params)?;
+                let p: Vec<f32> = w.gpu.download(c.buffers.params_f32())?;
                 mine.push((w.place.replica, c.stage, w.place.tp_rank, checksum(&p)));
             }
         }
@@ -272,10 +274,10 @@ fn shard_of(c: &Chunk, which: Which) -> Option<&View> {
     }
 }
 
-/// The full (unsharded) buffer of `which`.
+/// The full (unsharded) f32 buffer of `which` (the master weights under mixed precision).
 fn full_of(c: &Chunk, which: Which) -> &View {
     match which {
-        Which::Params => &c.buffers.params,
+        Which::Params => c.buffers.params_f32(),
         Which::M => &c.buffers.m,
         Which::V => &c.buffers.v,
     }

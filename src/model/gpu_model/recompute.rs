@@ -4,7 +4,7 @@
 use super::Acts;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
-use crate::model::{GptConfig, Micro, Recompute};
+use crate::model::{GptConfig, Micro, Precision, Recompute};
 
 /// A layer's activation sizes (f32 elements) on one tensor-parallel rank: n = B·T rows, C
 /// channels, `ct` = C/t attention channels, `ft` = 4C/t MLP units, `att_len` = B·(NH/t)·T².
@@ -14,10 +14,11 @@ pub(super) struct Dims {
     pub ct: usize,
     pub ft: usize,
     pub att_len: usize,
+    pub prec: Precision,
 }
 
 impl Dims {
-    fn of(cfg: &GptConfig, micro: Micro, t: usize) -> Dims {
+    fn of(cfg: &GptConfig, micro: Micro, t: usize, prec: Precision) -> Dims {
         let c = cfg.channels;
         Dims {
             n: micro.tokens(),
@@ -25,6 +26,7 @@ impl Dims {
             ct: c / t,
             ft: 4 * c / t,
             att_len: micro.b * (cfg.heads / t) * micro.t * micro.t,
+            prec,
         }
     }
 }
@@ -33,20 +35,22 @@ impl Acts {
     /// One layer's activations as buffers of their own; `att` given: that view instead of a
     /// buffer of its own for the attention probabilities (selective recomputation).
     pub(super) fn alloc(gpu: &Gpu, d: &Dims, att: Option<View>) -> Acts {
-        let buf = |name: &str, len: usize| gpu.buffer(name, len);
+        // bf16 tensors in words; the layernorm statistics stay f32
+        let buf = |name: &str, len: usize| gpu.buffer(name, d.prec.words(len));
+        let f32 = |name: &str, len: usize| gpu.buffer(name, len);
         let (n, c, ct, ft) = (d.n, d.c, d.ct, d.ft);
         Acts {
             ln1: buf("ln1", n * c),
-            ln1_mean: buf("ln1.mean", n),
-            ln1_rstd: buf("ln1.rstd", n),
+            ln1_mean: f32("ln1.mean", n),
+            ln1_rstd: f32("ln1.rstd", n),
             qkv: buf("qkv", n * 3 * ct),
             atty: buf("atty", n * ct),
             att: att.unwrap_or_else(|| buf("att", d.att_len)),
             attproj: buf("attproj", n * c),
             x2: buf("x2", n * c),
             ln2: buf("ln2", n * c),
-            ln2_mean: buf("ln2.mean", n),
-            ln2_rstd: buf("ln2.rstd", n),
+            ln2_mean: f32("ln2.mean", n),
+            ln2_rstd: f32("ln2.rstd", n),
             fch: buf("fch", n * ft),
             fch_gelu: buf("fch_gelu", n * ft),
             fcproj: buf("fcproj", n * c),
@@ -63,31 +67,35 @@ pub struct Workspace {
     pub mode: Recompute,
     acts: Option<Acts>,
     pub(super) att: Option<View>,
-    shape: (GptConfig, Micro, usize),
+    shape: (GptConfig, Micro, usize, Precision),
 }
 
 impl Workspace {
     /// The workspace of `mode` for microbatches `micro` of `cfg` at tensor-parallel degree
-    /// `t`; `None` for [`Recompute::None`].
+    /// `t` in precision `prec`; `None` for [`Recompute::None`].
     pub fn new(
         gpu: &Gpu,
         cfg: &GptConfig,
         micro: Micro,
         t: usize,
         mode: Recompute,
+        prec: Precision,
     ) -> Result<Option<Workspace>> {
         cfg.check_tp(t)?;
-        let d = Dims::of(cfg, micro, t);
+        let d = Dims::of(cfg, micro, t, prec);
         let (acts, att) = match mode {
             Recompute::None => return Ok(None),
-            Recompute::Selective => (None, Some(gpu.buffer("recompute.att", d.att_len))),
+            Recompute::Selective => (
+                None,
+                Some(gpu.buffer("recompute.att", prec.words(d.att_len))),
+            ),
             Recompute::Full => (Some(Acts::alloc(gpu, &d, None)), None),
         };
         Ok(Some(Workspace {
             mode,
             acts,
             att,
-            shape: (*cfg, micro, t),
+            shape: (*cfg, micro, t, prec),
         }))
     }
 
@@ -98,13 +106,19 @@ impl Workspace {
             .ok_or_else(|| Error::Config("this recompute workspace holds no layer".into()))
     }
 
-    /// The workspace was made for this config, shape and degree.
-    pub(super) fn check(&self, cfg: &GptConfig, micro: Micro, t: usize) -> Result<()> {
-        if self.shape != (*cfg, micro, t) {
+    /// The workspace was made for this config, shape, degree and precision.
+    pub(super) fn check(
+        &self,
+        cfg: &GptConfig,
+        micro: Micro,
+        t: usize,
+        p: Precision,
+    ) -> Result<()> {
+        if self.shape != (*cfg, micro, t, p) {
             return Err(Error::Config(format!(
                 "recompute workspace made for {:?}, used for {:?}",
                 self.shape,
-                (cfg, micro, t)
+                (cfg, micro, t, p)
             )));
         }
         Ok(())
