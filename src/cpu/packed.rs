@@ -1,6 +1,10 @@
-//! Twins of the packed-bf16 kernels ([`crate::kernels::packed`]): each unpacks its bf16 inputs
-//! ([`super::unpack_bf16`]), runs the f32 twin, and packs its bf16 outputs ([`super::pack_bf16`])
-//! — which is the kernels' specification: f32 arithmetic between a widening load and a
-//! rounding store.
+//! Twins of the packed-bf16 kernels ([`crate::kernels::packed`]), one module per family, and
+//! their specification: each unpacks its bf16 inputs with [`unpack_bf16`](super::unpack_bf16),
+//! runs the f32 twin of [`crate::cpu`], and packs its outputs with
+//! [`pack_bf16`](super::pack_bf16) (a `+=` output is unpacked first, accumulated by the f32
+//! twin, then packed). So a packed kernel is its f32 kernel computed on the widened values, with
+//! each stored element rounded to bf16 once. Packed slices hold `⌈len/2⌉` u32 words; f32 ones
+//! (layernorm mean/rstd) stay f32.
 
+pub mod elementwise;
 pub mod optim;

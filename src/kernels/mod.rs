@@ -39,6 +39,10 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("norm", include_str!("../../shaders/norm.wgsl")),
     ("optim", include_str!("../../shaders/optim.wgsl")),
     (
+        "packed_elementwise",
+        include_str!("../../shaders/packed_elementwise.wgsl"),
+    ),
+    (
         "packed_optim",
         include_str!("../../shaders/packed_optim.wgsl"),
     ),

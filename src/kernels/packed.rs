@@ -1,11 +1,26 @@
-//! Packed-bf16 kernels for mixed precision: every float tensor of the model is stored as bf16,
-//! two per u32 word (element 2i in the low half of word i; a tensor of `len` elements takes
-//! ⌈len/2⌉ words), except layernorm statistics, per-token losses, the logits and their
-//! gradient, and the optimizer's master weights and moments, which stay f32. Arithmetic inside
-//! every kernel is f32: widen on load, accumulate, reduce and take softmax in f32, round to
-//! nearest even (as `half` does, [`super::bf16`]) only when storing; an accumulating output is
-//! widened, added to in f32 and rounded again. Each invocation writes whole words.
-//!
-//! Twins: [`crate::cpu::packed`] (unpack the inputs, run the f32 twin, pack the outputs).
+//! Packed-bf16 kernels: the bf16-mode twins of the f32 kernel families, one module per family
+//! (shaders/packed_<family>.wgsl). Every float tensor of the model is bf16, two per u32 word
+//! (element `2i` in the low half of word `i`, as in [`super::bf16`]), except the few kept in f32
+//! (layernorm mean/rstd, losses, logits/dlogits, the optimizer's master weights and moments).
+//! Inside a kernel all arithmetic is f32: widen on load, accumulate in f32, narrow (round to
+//! nearest even) only when storing; a `+=` output is widened, added to in f32 and narrowed.
+//! Every invocation writes whole words, so kernels that write rows need even row lengths and
+//! refuse odd ones with [`Error::Config`]. Views are in u32 words for packed operands and in
+//! elements for f32 ones. Twins: [`crate::cpu::packed`].
 
+pub mod elementwise;
 pub mod optim;
+
+use crate::error::{Error, Result};
+use crate::gpu::View;
+
+/// Checks that packed `v` holds at least `words` u32 words, naming the operand.
+pub(crate) fn need_words(name: &str, v: &View, words: usize) -> Result<()> {
+    if v.len < words {
+        return Err(Error::Config(format!(
+            "{name}: view has {} u32 words, kernel needs {words} (bf16 pairs)",
+            v.len
+        )));
+    }
+    Ok(())
+}

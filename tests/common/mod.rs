@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod example;
+pub mod packed;
 pub mod tiny;
 
 use triaxis::gpu::{Gpu, View};
