@@ -7,4 +7,5 @@
 //! (layernorm mean/rstd) stay f32.
 
 pub mod elementwise;
+pub mod norm;
 pub mod optim;

@@ -9,6 +9,7 @@
 //! elements for f32 ones. Twins: [`crate::cpu::packed`].
 
 pub mod elementwise;
+pub mod norm;
 pub mod optim;
 
 use crate::error::{Error, Result};
@@ -20,6 +21,22 @@ pub(crate) fn need_words(name: &str, v: &View, words: usize) -> Result<()> {
         return Err(Error::Config(format!(
             "{name}: view has {} u32 words, kernel needs {words} (bf16 pairs)",
             v.len
+        )));
+    }
+    Ok(())
+}
+
+/// The first `words` words of packed `v`, after checking there are that many.
+pub(crate) fn first_words(name: &str, v: &View, words: usize) -> Result<View> {
+    need_words(name, v, words)?;
+    Ok(v.slice(0, words))
+}
+
+/// Refuses an odd row length `c`: a row would end inside a word shared with the next row.
+pub(crate) fn even_rows(family: &str, what: &str, c: usize) -> Result<()> {
+    if !c.is_multiple_of(2) {
+        return Err(Error::Config(format!(
+            "{family} bf16: {what} = {c} must be even (each invocation writes whole bf16 pairs)"
         )));
     }
     Ok(())
