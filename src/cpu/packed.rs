@@ -7,5 +7,6 @@
 //! (layernorm mean/rstd) stay f32.
 
 pub mod elementwise;
+pub mod encoder;
 pub mod norm;
 pub mod optim;

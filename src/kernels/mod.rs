@@ -43,6 +43,10 @@ pub const SHADERS: &[(&str, &str)] = &[
         include_str!("../../shaders/packed_elementwise.wgsl"),
     ),
     (
+        "packed_encoder",
+        include_str!("../../shaders/packed_encoder.wgsl"),
+    ),
+    (
         "packed_norm",
         include_str!("../../shaders/packed_norm.wgsl"),
     ),

@@ -9,6 +9,7 @@
 //! elements for f32 ones. Twins: [`crate::cpu::packed`].
 
 pub mod elementwise;
+pub mod encoder;
 pub mod norm;
 pub mod optim;
 
