@@ -193,7 +193,8 @@ fn product(
 }
 
 /// Rejects empty or oversized dimensions (every padded index must fit a u32 in the shader).
-fn check_dims(n: usize, c: usize, oc: usize) -> Result<()> {
+/// Also used by the packed-bf16 variants ([`super::packed::matmul`]).
+pub(crate) fn check_dims(n: usize, c: usize, oc: usize) -> Result<()> {
     if n == 0 || c == 0 || oc == 0 {
         return Err(Error::Config(format!(
             "matmul: dimensions must be ≥ 1 (n={n}, c={c}, oc={oc})"

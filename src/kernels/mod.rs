@@ -47,6 +47,10 @@ pub const SHADERS: &[(&str, &str)] = &[
         include_str!("../../shaders/packed_encoder.wgsl"),
     ),
     (
+        "packed_matmul",
+        include_str!("../../shaders/packed_matmul.wgsl"),
+    ),
+    (
         "packed_norm",
         include_str!("../../shaders/packed_norm.wgsl"),
     ),

@@ -10,6 +10,7 @@
 
 pub mod elementwise;
 pub mod encoder;
+pub mod matmul;
 pub mod norm;
 pub mod optim;
 
