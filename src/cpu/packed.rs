@@ -8,5 +8,6 @@
 
 pub mod elementwise;
 pub mod encoder;
+pub mod matmul;
 pub mod norm;
 pub mod optim;
