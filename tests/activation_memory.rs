@@ -7,7 +7,7 @@ use common::tiny;
 use triaxis::cost::activation;
 use triaxis::gpu;
 use triaxis::mesh::Mesh;
-use triaxis::model::Recompute;
+use triaxis::model::{Precision, Recompute};
 use triaxis::pipeline::partition::Balance;
 use triaxis::pipeline::ScheduleKind;
 use triaxis::runtime::{Runtime, RuntimeOptions};
@@ -49,8 +49,15 @@ fn predicted_activation_bytes_match_the_ledger_on_every_device() {
     for mesh in layouts() {
         for mode in Recompute::ALL {
             let what = format!("{} recompute {mode}", mesh.describe());
-            let predicted =
-                activation::predict(&cfg.model, cfg.micro, &mesh, &Balance::Params, mode).unwrap();
+            let predicted = activation::predict(
+                &cfg.model,
+                cfg.micro,
+                &mesh,
+                &Balance::Params,
+                mode,
+                Precision::F32,
+            )
+            .unwrap();
             for g in &gpus {
                 g.reset_memory_peaks();
             }

@@ -6,6 +6,7 @@
 //! each stored element rounded to bf16 once. Packed slices hold `⌈len/2⌉` u32 words; f32 ones
 //! (layernorm mean/rstd) stay f32.
 
+pub mod attention;
 pub mod elementwise;
 pub mod encoder;
 pub mod matmul;

@@ -14,8 +14,8 @@ use crate::gpu::{Gpu, View};
 
 const S: &str = "attention";
 
-/// Checks the shape and returns hs = C/NH.
-fn head_size(b: usize, t: usize, c: usize, nh: usize) -> Result<usize> {
+/// Checks the shape and returns hs = C/NH (also used by the packed variant).
+pub(crate) fn head_size(b: usize, t: usize, c: usize, nh: usize) -> Result<usize> {
     if nh == 0 || c == 0 || !c.is_multiple_of(nh) {
         return Err(Error::Config(format!(
             "attention: channels c = {c} must be a positive multiple of the head count nh = {nh}"
@@ -34,8 +34,8 @@ fn head_size(b: usize, t: usize, c: usize, nh: usize) -> Result<usize> {
     Ok(c / nh)
 }
 
-/// Uniform: b, t, c, nh, hs, scale (f32 bits).
-fn dims(b: usize, t: usize, c: usize, nh: usize, hs: usize) -> [u32; 8] {
+/// Uniform: b, t, c, nh, hs, scale (f32 bits) (also used by the packed variant).
+pub(crate) fn dims(b: usize, t: usize, c: usize, nh: usize, hs: usize) -> [u32; 8] {
     let scale = 1.0 / (hs as f32).sqrt();
     [
         b as u32,

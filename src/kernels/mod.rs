@@ -39,6 +39,10 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("norm", include_str!("../../shaders/norm.wgsl")),
     ("optim", include_str!("../../shaders/optim.wgsl")),
     (
+        "packed_attention",
+        include_str!("../../shaders/packed_attention.wgsl"),
+    ),
+    (
         "packed_elementwise",
         include_str!("../../shaders/packed_elementwise.wgsl"),
     ),

@@ -8,6 +8,7 @@
 //! refuse odd ones with [`Error::Config`]. Views are in u32 words for packed operands and in
 //! elements for f32 ones. Twins: [`crate::cpu::packed`].
 
+pub mod attention;
 pub mod elementwise;
 pub mod encoder;
 pub mod matmul;
