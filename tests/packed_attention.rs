@@ -1,9 +1,10 @@
 //! Packed-bf16 attention kernels vs their twins (the f32 twins on unpacked values), compared as
-//! bf16 values: at least 99 % bit-identical and every element within 1 bf16 ulp. Shapes include
-//! T = 2, T not a multiple of 4 (the f32 kernel's tile) nor of the 256-thread workgroup, row
-//! pairs and rows spilling past one workgroup, and GPT-2's heads. Outputs and scratch are
-//! poisoned first; views inside larger buffers; a bit-identical repeat; odd T, odd head sizes
-//! and short views are refused.
+//! bf16 values: at least 99 % bit-identical and every element within 1 bf16 ulp (see
+//! `check_bf16` for the near-zero floor). Shapes cover both paths (register-tiled, hs % 4 == 0;
+//! scalar, hs = 2, 6), T = 2, T not a multiple of 4 (the tile) nor of the workgroups, row pairs
+//! and rows spilling past one workgroup, a partial chunk tile and GPT-2's heads. Outputs and
+//! scratch are poisoned first; views inside larger buffers; a bit-identical repeat; odd T, odd
+//! head sizes and short views are refused.
 mod common;
 use common::*;
 use triaxis::cpu::packed::attention as twin;
@@ -13,7 +14,7 @@ use triaxis::{cpu, gpu, kernels::packed::attention as k, rng::Rng, Error, View};
 const POISON_WORD: u32 = 0x7f81_ff81;
 
 /// (b, t, c, nh): hs = c / nh, even; t even.
-const SHAPES: [(usize, usize, usize, usize); 11] = [
+const SHAPES: [(usize, usize, usize, usize); 14] = [
     (1, 2, 2, 1),      // T = 2, hs 2
     (2, 2, 8, 2),      // T = 2, hs 4
     (1, 4, 4, 2),      // hs 2
@@ -25,6 +26,9 @@ const SHAPES: [(usize, usize, usize, usize); 11] = [
     (1, 258, 64, 1),   // rows past one workgroup, hs 64
     (1, 514, 8, 2),    // row pairs past one workgroup (257 a head)
     (1, 128, 768, 12), // GPT-2 small heads
+    (2, 18, 12, 2),    // hs 6 (scalar path)
+    (1, 514, 4, 2),    // hs 2, row pairs past one workgroup (scalar path)
+    (3, 14, 24, 1),    // hs 24: 6 chunks, a partial chunk tile
 ];
 
 fn words(g: &gpu::Gpu, data: &[u32]) -> View {
