@@ -70,6 +70,56 @@ impl Layout {
         }
     }
 
+    /// The same tensors in the same order, each on a 128-element boundary: the storage layout of
+    /// packed bf16 buffers, where a tensor at element offset `o` is words `o/2 ..` and a view
+    /// must start on a 64-word (256-byte) boundary. Master weights and moments use it too, so
+    /// one offset addresses a tensor in every buffer of a mixed-precision chunk.
+    pub fn packed(&self) -> Layout {
+        let mut tensors = Vec::with_capacity(self.tensors.len());
+        let mut off = 0;
+        for t in &self.tensors {
+            tensors.push(Tensor {
+                offset: off,
+                ..t.clone()
+            });
+            off = (off + t.len).next_multiple_of(2 * ALIGN);
+        }
+        Layout {
+            tensors,
+            total: off,
+        }
+    }
+
+    /// A host flat buffer of layout `self` moved into layout `to` (same tensors by name, any
+    /// offsets; padding zero).
+    pub fn relayout(&self, flat: &[f32], to: &Layout) -> Result<Vec<f32>> {
+        let mut out = vec![0.0f32; to.total];
+        for t in &to.tensors {
+            let src = self.slice(flat, &t.name)?;
+            if src.len() != t.len {
+                return Err(Error::Config(format!(
+                    "tensor {}: {} elements, the target layout holds {}",
+                    t.name,
+                    src.len(),
+                    t.len
+                )));
+            }
+            out[t.offset..t.offset + t.len].copy_from_slice(src);
+        }
+        Ok(out)
+    }
+
+    /// Whether both layouts hold the same tensors (names, shapes, decay) in the same order,
+    /// wherever they are placed.
+    pub fn same_tensors(&self, o: &Layout) -> bool {
+        self.tensors.len() == o.tensors.len()
+            && self
+                .tensors
+                .iter()
+                .zip(&o.tensors)
+                .all(|(a, b)| a.name == b.name && a.shape == b.shape && a.decay == b.decay)
+    }
+
     /// Maximal runs of tensors with one decay flag: `(flat range, decayed?)`, covering
     /// `[0, total)` (padding belongs to the run before it).
     pub fn decay_segments(&self) -> Vec<(std::ops::Range<usize>, bool)> {
@@ -136,11 +186,13 @@ impl Buffers {
         }
     }
 
-    /// Allocates zeroed mixed-precision buffers: packed bf16 parameters and gradients (2 bytes
-    /// per element each), f32 master weights and moments (12 bytes per element, counted as
+    /// Allocates zeroed mixed-precision buffers for the tensors of `layout`, placed by its
+    /// [`Layout::packed`] storage layout: packed bf16 parameters and gradients (2 bytes per
+    /// element each), f32 master weights and moments (12 bytes per element, counted as
     /// optimizer state).
     pub fn new_bf16(gpu: &Gpu, layout: &Layout) -> Buffers {
-        let words = layout.total.div_ceil(2);
+        let layout = &layout.packed();
+        let words = layout.total / 2;
         Buffers {
             layout: layout.clone(),
             params: gpu.buffer_in(Category::Parameters, "params.bf16", words),
@@ -195,8 +247,9 @@ impl Buffers {
         self.master.as_ref().unwrap_or(&self.params)
     }
 
-    /// Uploads f32 flat parameters: under mixed precision into the master weights, and rounded
-    /// to bf16 (round to nearest even, as the kernels round) into `params`.
+    /// Uploads f32 flat parameters in this buffer's layout: under mixed precision into the
+    /// master weights, and rounded to bf16 (to nearest even, as the kernels round) into
+    /// `params`.
     pub fn upload_params(&self, gpu: &Gpu, flat: &[f32]) -> Result<()> {
         match &self.master {
             Some(master) => {

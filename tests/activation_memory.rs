@@ -1,6 +1,7 @@
 //! The activation memory the cost model predicts per device (`cost::activation`) against the
-//! memory ledger's peak of the same category, for every recompute mode on layouts covering each
-//! schedule, tensor parallelism, data parallelism and ZeRO's block-by-block chain.
+//! memory ledger's peak of the same category, for every recompute mode and both precisions on
+//! layouts covering each schedule, tensor parallelism, data parallelism and ZeRO's
+//! block-by-block chain (bf16: one device and the pipelines).
 mod common;
 
 use common::tiny;
@@ -25,6 +26,7 @@ fn layouts() -> Vec<Mesh> {
         sched(ScheduleKind::GPipe, 1, tiny::mesh(1, 1, 2, 4)),
         sched(ScheduleKind::OneFOneB, 1, tiny::mesh(1, 1, 4, 4)),
         sched(ScheduleKind::ZeroBubbleH1, 1, tiny::mesh(2, 1, 2, 4)),
+        sched(ScheduleKind::ZeroBubbleH1, 1, tiny::mesh(1, 1, 2, 4)),
         sched(ScheduleKind::Interleaved, 2, tiny::mesh(1, 1, 2, 4)),
         sched(ScheduleKind::OneFOneB, 1, tiny::mesh(1, 2, 2, 4)),
         Mesh {
@@ -46,16 +48,21 @@ fn predicted_activation_bytes_match_the_ledger_on_every_device() {
     let _one = tiny::one_at_a_time();
     let cfg = tiny::cfg(1);
     let mut checked = 0;
-    for mesh in layouts() {
+    for (mesh, prec) in layouts()
+        .into_iter()
+        .flat_map(|m| Precision::ALL.map(|p| (m, p)))
+        // bf16 runs one device or a pipeline
+        .filter(|(m, p)| *p == Precision::F32 || (m.dp == 1 && m.tp == 1))
+    {
         for mode in Recompute::ALL {
-            let what = format!("{} recompute {mode}", mesh.describe());
+            let what = format!("{} recompute {mode} {prec}", mesh.describe());
             let predicted = activation::predict(
                 &cfg.model,
                 cfg.micro,
                 &mesh,
                 &Balance::Params,
                 mode,
-                Precision::F32,
+                prec,
             )
             .unwrap();
             for g in &gpus {
@@ -63,6 +70,7 @@ fn predicted_activation_bytes_match_the_ledger_on_every_device() {
             }
             let opts = RuntimeOptions {
                 recompute: mode,
+                precision: prec,
                 ..RuntimeOptions::default()
             };
             let mut rt = Runtime::new(
@@ -94,5 +102,5 @@ fn predicted_activation_bytes_match_the_ledger_on_every_device() {
             }
         }
     }
-    assert!(checked >= 18 * 3, "{checked} device checks");
+    assert!(checked >= 30 * 3, "{checked} device checks");
 }

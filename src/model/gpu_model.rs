@@ -31,6 +31,7 @@ use crate::params::Buffers;
 
 mod backward;
 mod forward;
+mod kernels;
 mod recompute;
 
 use recompute::Dims;
@@ -141,6 +142,8 @@ pub struct GpuModel {
     layer_ops: Vec<LayerOps>,
     /// What the backward recomputes.
     pub recompute: Recompute,
+    /// f32, or bf16 (packed activations, parameters and gradients).
+    pub precision: Precision,
     head: Option<HeadActs>,
     scratch: Scratch,
     pub forward: Vec<Op>,
@@ -262,7 +265,12 @@ impl GpuModel {
         check_contiguous(&cfg, blocks)?;
         // the one place every model passes before its activations are allocated
         fit::check(&cfg, blocks, micro, tp.t, &gpu.limits)?;
-        if buffers.layout.tensors != cfg.layout_tp(blocks, tp.t).tensors {
+        let want = cfg.layout_tp(blocks, tp.t);
+        let placed = match buffers.packed() {
+            true => buffers.layout.tensors == want.packed().tensors,
+            false => buffers.layout.tensors == want.tensors,
+        };
+        if !placed {
             return Err(Error::Config(
                 "parameter buffers do not match the block range".into(),
             ));
@@ -362,6 +370,7 @@ impl GpuModel {
             layers,
             layer_ops: Vec::new(),
             recompute,
+            precision: opts.precision,
             head,
             scratch,
             forward: Vec::new(),
@@ -416,6 +425,14 @@ impl GpuModel {
     /// The range's output activations (what a pipeline stage sends forward).
     pub fn output(&self) -> &View {
         self.resid.last().expect("resid is never empty")
+    }
+
+    /// The kernels of this model's precision.
+    fn k(&self) -> kernels::Kernels<'_> {
+        kernels::Kernels {
+            g: &self.gpu,
+            bf16: self.precision == Precision::Bf16,
+        }
     }
 
     /// Rank-local (attention channels, heads, MLP units): (C, NH, 4C) / t.

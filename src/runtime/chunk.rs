@@ -74,6 +74,9 @@ pub(super) struct Chunk {
     /// Model stage of this chunk.
     pub stage: usize,
     pub buffers: Buffers,
+    /// The chunk's canonical (tensor-rank-local, 64-aligned) layout, in which model state is
+    /// exchanged; `buffers.layout` is the same, or its packed storage layout under bf16.
+    pub local: crate::params::Layout,
     /// ZeRO-1–3: this rank's shard of the AdamW moments (the buffers hold placeholders).
     pub moments: Option<(View, View)>,
     /// ZeRO-3: `buffers.params` is this rank's shard (stored as the grid's storage says).
@@ -122,7 +125,7 @@ impl Chunk {
             (false, Precision::F32) => Buffers::new(gpu, &local),
             (false, Precision::Bf16) => Buffers::new_bf16(gpu, &local),
         };
-        buffers.upload_params(gpu, &shards[r])?;
+        buffers.upload_params(gpu, &local.relayout(&shards[r], &buffers.layout)?)?;
         // one recompute workspace for every slot of the chunk (none without layers)
         let has_layers = spec.blocks.iter().any(|b| matches!(b, Block::Layer(_)));
         let opts = BuildOptions {
@@ -155,10 +158,12 @@ impl Chunk {
             })
             .collect::<Result<Vec<_>>>()?;
         let m0 = &slots[0];
-        let buckets = buckets(&local, &m0.grad_ready, spec.bucket_bytes);
+        // buckets and shards are ranges of the storage layout (= `local` under f32)
+        let stored = &buffers.layout;
+        let buckets = buckets(stored, &m0.grad_ready, spec.bucket_bytes);
         let units: Vec<Range<usize>> = buckets.iter().map(|b| b.range.clone()).collect();
         let (rank, d) = spec.dp;
-        let grid = Grid::new(&units, local.total, d)?;
+        let grid = Grid::new(&units, stored.total, d)?;
         let unit_of = units_of(&grid, &buckets)?;
         let (optim, moments) = if sharded {
             let len = grid.shard_len(rank).max(1);
@@ -193,6 +198,7 @@ impl Chunk {
         Ok(Chunk {
             stage: spec.stage,
             buffers,
+            local,
             moments,
             params_sharded: false,
             blocks: None,
@@ -309,6 +315,23 @@ impl Chunk {
     pub fn end_step(&mut self) {
         if let Some(b) = &mut self.blocks {
             b.work = None;
+        }
+    }
+
+    /// A host copy of one of the chunk's flat f32 buffers (storage layout) in the canonical
+    /// layout.
+    pub fn canonical(&self, flat: Vec<f32>) -> Result<Vec<f32>> {
+        match self.buffers.packed() {
+            true => self.buffers.layout.relayout(&flat, &self.local),
+            false => Ok(flat),
+        }
+    }
+
+    /// The inverse of [`Chunk::canonical`].
+    pub fn stored(&self, flat: &[f32]) -> Result<Vec<f32>> {
+        match self.buffers.packed() {
+            true => self.local.relayout(flat, &self.buffers.layout),
+            false => Ok(flat.to_vec()),
         }
     }
 
@@ -443,6 +466,7 @@ fn by_blocks(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Result<Chunk> {
     let zero_grads = crate::kernels::elementwise::fill(gpu, &grads, 0.0)?;
     let shape = blocks::shape(&spans, &buckets, gather);
     let per: Vec<Range<usize>> = (0..spans.len()).map(|i| i..i + 1).collect();
+    let layout_canonical = layout.clone();
     let buffers = Buffers {
         layout,
         params,
@@ -453,6 +477,7 @@ fn by_blocks(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Result<Chunk> {
     };
     Ok(Chunk {
         stage: spec.stage,
+        local: layout_canonical,
         buffers,
         moments: Some((m, v)),
         params_sharded: gather,

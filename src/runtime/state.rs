@@ -47,9 +47,9 @@ impl Runtime {
                     None if r == 0 => out.push(Piece {
                         stage: c.stage,
                         tp_rank: k,
-                        total,
+                        total: c.local.total,
                         at: 0,
-                        data: w.gpu.download(full_of(c, which))?,
+                        data: c.canonical(w.gpu.download(full_of(c, which))?)?,
                     }),
                     None => {}
                     Some(view) => {
@@ -142,8 +142,10 @@ impl Runtime {
                     let src = &shards[k];
                     match shard_of(c, which) {
                         // mixed precision: the master weights, and the bf16 parameters rounded
-                        None if which == Which::Params => c.buffers.upload_params(&w.gpu, src)?,
-                        None => w.gpu.upload(full_of(c, which), src)?,
+                        None if which == Which::Params => {
+                            c.buffers.upload_params(&w.gpu, &c.stored(src)?)?
+                        }
+                        None => w.gpu.upload(full_of(c, which), &c.stored(src)?)?,
                         Some(view) => {
                             let mut shard = vec![0.0f32; view.len];
                             for (u, unit) in c.grid.units.iter().enumerate() {

@@ -10,9 +10,7 @@ use super::{BlockRanges, Cuts, GpuModel};
 use crate::error::Error;
 use crate::error::Result;
 use crate::gpu::View;
-use crate::kernels::{
-    attention as ka, elementwise as ke, encoder as kenc, matmul as km, norm as kn, Op,
-};
+use crate::kernels::Op;
 use crate::model::{Block, Recompute};
 
 /// What `build_backward` makes.
@@ -36,6 +34,8 @@ struct Linear<'a> {
     w: View,
     c: usize,
     oc: usize,
+    /// `dout` is f32 (the head's dlogits) whatever the precision.
+    f32_dout: bool,
 }
 
 impl GpuModel {
@@ -44,7 +44,7 @@ impl GpuModel {
     /// (zero-bubble), B computes only input gradients and keeps each linear's output gradient
     /// in the slot (`Saved`) so W can form dweight/dbias later from the same bits.
     pub(super) fn build_backward(&self) -> Result<Backward> {
-        let g = &self.gpu;
+        let kern = self.k();
         let (b, t) = (self.micro.b, self.micro.t);
         let (n, c, v) = (b * t, self.cfg.channels, self.cfg.vocab);
         let (ct, ht, ft) = self.local_dims();
@@ -58,8 +58,7 @@ impl GpuModel {
         // one linear layer's backward: dinp = dout·W now; dW, db now or in W (from `keep`)
         let linear = |ops: &mut Vec<Op>, wops: &mut Vec<Op>, lin: Linear| -> Result<()> {
             match (self.split, lin.keep) {
-                (false, _) => ops.extend(km::matmul_backward(
-                    g,
+                (false, _) => ops.extend(kern.matmul_backward(
                     lin.dinp,
                     &lin.dw,
                     lin.db.as_ref(),
@@ -69,20 +68,26 @@ impl GpuModel {
                     n,
                     lin.c,
                     lin.oc,
+                    lin.f32_dout,
                 )?),
                 (true, keep) => {
                     let dout_w = match keep {
-                        Some(k) => {
-                            ops.push(ke::copy(g, k, lin.dout)?);
-                            k
+                        Some(keep) => {
+                            ops.push(kern.copy(keep, lin.dout)?);
+                            keep
                         }
                         None => lin.dout,
                     };
-                    ops.extend(km::matmul_backward_input(
-                        g, lin.dinp, lin.dout, &lin.w, n, lin.c, lin.oc,
+                    ops.extend(kern.matmul_backward_input(
+                        lin.dinp,
+                        lin.dout,
+                        &lin.w,
+                        n,
+                        lin.c,
+                        lin.oc,
+                        lin.f32_dout,
                     )?);
-                    wops.extend(km::matmul_backward_weight(
-                        g,
+                    wops.extend(kern.matmul_backward_weight(
                         &lin.dw,
                         lin.db.as_ref(),
                         dout_w,
@@ -90,13 +95,14 @@ impl GpuModel {
                         n,
                         lin.c,
                         lin.oc,
+                        lin.f32_dout,
                     )?);
                 }
             }
             Ok(())
         };
         if let Some(h) = &self.head {
-            ops.push(ke::fill(g, dx, 0.0)?);
+            ops.push(kern.fill(dx, 0.0)?);
             let (dw, w) = (d("headw")?, p("headw")?);
             linear(
                 &mut ops,
@@ -111,13 +117,13 @@ impl GpuModel {
                     w,
                     c,
                     oc: v,
+                    f32_dout: true,
                 },
             )?;
             ready.push((ops.len(), vec!["headw".to_string()]));
             let (lw, lb, lwp) = (d("lnfw")?, d("lnfb")?, p("lnfw")?);
             let x = self.output();
-            ops.extend(kn::layernorm_backward(
-                g,
+            ops.extend(kern.layernorm_backward(
                 dx,
                 &lw,
                 &lb,
@@ -167,10 +173,11 @@ impl GpuModel {
                     w: w("fcprojw")?,
                     c: ft,
                     oc: c,
+                    f32_dout: false,
                 },
             )?;
             ready.push((ops.len(), names(&["fcprojw", "fcprojb"])));
-            ops.push(ke::gelu_backward(g, dfch, &a.fch, &s.dfch_gelu, n * ft)?);
+            ops.push(kern.gelu_backward(dfch, &a.fch, &s.dfch_gelu, n * ft)?);
             linear(
                 &mut ops,
                 &mut wops,
@@ -184,6 +191,7 @@ impl GpuModel {
                     w: w("fcw")?,
                     c,
                     oc: ft,
+                    f32_dout: false,
                 },
             )?;
             ready.push((ops.len(), names(&["fcw", "fcb"])));
@@ -191,8 +199,7 @@ impl GpuModel {
                 cuts.push((ops.len(), s.dln.clone()));
             }
             let (l2w, l2b, l2p) = (dw("ln2w")?, dw("ln2b")?, w("ln2w")?);
-            ops.extend(kn::layernorm_backward(
-                g,
+            ops.extend(kern.layernorm_backward(
                 dx,
                 &l2w,
                 &l2b,
@@ -219,6 +226,7 @@ impl GpuModel {
                     w: w("attprojw")?,
                     c: ct,
                     oc: c,
+                    f32_dout: false,
                 },
             )?;
             ready.push((ops.len(), names(&["attprojw", "attprojb"])));
@@ -226,9 +234,9 @@ impl GpuModel {
                 // attention's probabilities again, from the kept qkv
                 self.replay(&mut ops, None, &lo.attention, None)?;
             }
-            ops.extend(ka::attention_backward(
-                g, dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, ct, ht,
-            )?);
+            ops.extend(
+                kern.attention_backward(dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, ct, ht)?,
+            );
             linear(
                 &mut ops,
                 &mut wops,
@@ -242,6 +250,7 @@ impl GpuModel {
                     w: w("qkvw")?,
                     c,
                     oc: 3 * ct,
+                    f32_dout: false,
                 },
             )?;
             ready.push((ops.len(), names(&["qkvw", "qkvb"])));
@@ -249,8 +258,7 @@ impl GpuModel {
                 cuts.push((ops.len(), s.dln.clone()));
             }
             let (l1w, l1b, l1p) = (dw("ln1w")?, dw("ln1b")?, w("ln1w")?);
-            ops.extend(kn::layernorm_backward(
-                g,
+            ops.extend(kern.layernorm_backward(
                 dx,
                 &l1w,
                 &l1b,
@@ -267,8 +275,7 @@ impl GpuModel {
         }
         if self.blocks[0] == Block::Embedding {
             let start = ops.len();
-            ops.extend(kenc::encoder_backward(
-                g,
+            ops.extend(kern.encoder_backward(
                 &d("wte")?,
                 &d("wpe")?,
                 dx,

@@ -4,9 +4,7 @@
 
 use super::{BlockRanges, Cuts, GpuModel, LayerOps};
 use crate::error::Result;
-use crate::kernels::{
-    attention as ka, elementwise as ke, encoder as kenc, loss as kl, matmul as km, norm as kn, Op,
-};
+use crate::kernels::{loss as kl, Op};
 use crate::model::Block;
 
 /// What `build_forward` makes.
@@ -23,6 +21,7 @@ impl GpuModel {
     /// a recomputing backward replays.
     pub(super) fn build_forward(&self, dloss: f32) -> Result<Forward> {
         let g = &self.gpu;
+        let kern = self.k();
         let (b, t) = (self.micro.b, self.micro.t);
         let (n, c, v) = (b * t, self.cfg.channels, self.cfg.vocab);
         let (ct, ht, ft) = self.local_dims();
@@ -33,8 +32,7 @@ impl GpuModel {
         let mut cuts = Vec::new();
         let mut layers = Vec::new();
         if self.blocks[0] == Block::Embedding {
-            ops.extend(kenc::encoder_forward(
-                g,
+            ops.extend(kern.encoder_forward(
                 &self.resid[0],
                 &self.tokens,
                 &p("wte")?,
@@ -50,8 +48,7 @@ impl GpuModel {
             let start = ops.len();
             let w = |x: &str| p(&format!("h{l}.{x}"));
             let (x, out) = (&self.resid[k], &self.resid[k + 1]);
-            ops.extend(kn::layernorm_forward(
-                g,
+            ops.extend(kern.layernorm_forward(
                 &a.ln1,
                 &a.ln1_mean,
                 &a.ln1_rstd,
@@ -61,8 +58,7 @@ impl GpuModel {
                 n,
                 c,
             )?);
-            ops.extend(km::matmul_forward(
-                g,
+            ops.extend(kern.matmul_forward(
                 &a.qkv,
                 &a.ln1,
                 &w("qkvw")?,
@@ -70,15 +66,13 @@ impl GpuModel {
                 n,
                 c,
                 3 * ct,
+                false,
             )?);
             let att_start = ops.len();
-            ops.extend(ka::attention_forward(
-                g, &a.atty, &a.att, &a.qkv, b, t, ct, ht,
-            )?);
+            ops.extend(kern.attention_forward(&a.atty, &a.att, &a.qkv, b, t, ct, ht)?);
             let attention = att_start..ops.len();
             let mut cut = None;
-            ops.extend(km::matmul_forward(
-                g,
+            ops.extend(kern.matmul_forward(
                 &a.attproj,
                 &a.atty,
                 &w("attprojw")?,
@@ -86,14 +80,14 @@ impl GpuModel {
                 n,
                 ct,
                 c,
+                false,
             )?);
             if tp {
                 cut = Some(ops.len());
                 cuts.push((ops.len(), a.attproj.clone()));
             }
-            ops.push(ke::residual_forward(g, &a.x2, x, &a.attproj, n * c)?);
-            ops.extend(kn::layernorm_forward(
-                g,
+            ops.push(kern.residual_forward(&a.x2, x, &a.attproj, n * c)?);
+            ops.extend(kern.layernorm_forward(
                 &a.ln2,
                 &a.ln2_mean,
                 &a.ln2_rstd,
@@ -103,8 +97,7 @@ impl GpuModel {
                 n,
                 c,
             )?);
-            ops.extend(km::matmul_forward(
-                g,
+            ops.extend(kern.matmul_forward(
                 &a.fch,
                 &a.ln2,
                 &w("fcw")?,
@@ -112,15 +105,15 @@ impl GpuModel {
                 n,
                 c,
                 ft,
+                false,
             )?);
-            ops.push(ke::gelu_forward(g, &a.fch_gelu, &a.fch, n * ft)?);
+            ops.push(kern.gelu_forward(&a.fch_gelu, &a.fch, n * ft)?);
             layers.push(LayerOps {
                 attention,
                 upto_gelu: start..ops.len(),
                 cut,
             });
-            ops.extend(km::matmul_forward(
-                g,
+            ops.extend(kern.matmul_forward(
                 &a.fcproj,
                 &a.fch_gelu,
                 &w("fcprojw")?,
@@ -128,18 +121,18 @@ impl GpuModel {
                 n,
                 ft,
                 c,
+                false,
             )?);
             if tp {
                 cuts.push((ops.len(), a.fcproj.clone()));
             }
-            ops.push(ke::residual_forward(g, out, &a.x2, &a.fcproj, n * c)?);
+            ops.push(kern.residual_forward(out, &a.x2, &a.fcproj, n * c)?);
             ranges.push((Block::Layer(*l), start..ops.len()));
         }
         if let Some(h) = &self.head {
             let start = ops.len();
             let x = self.output();
-            ops.extend(kn::layernorm_forward(
-                g,
+            ops.extend(kern.layernorm_forward(
                 &h.lnf,
                 &h.lnf_mean,
                 &h.lnf_rstd,
@@ -149,8 +142,7 @@ impl GpuModel {
                 n,
                 c,
             )?);
-            ops.extend(km::matmul_forward(
-                g,
+            ops.extend(kern.matmul_forward(
                 &h.logits,
                 &h.lnf,
                 &p("headw")?,
@@ -158,6 +150,7 @@ impl GpuModel {
                 n,
                 c,
                 v,
+                true, // the logits stay f32 for the loss
             )?);
             ops.extend(kl::crossentropy_forward_backward(
                 g,

@@ -1,0 +1,245 @@
+//! The kernels of a model's precision: every method calls the f32 kernel, or under bf16 its
+//! packed twin ([`crate::kernels::packed`]), with the f32 kernel's arguments. Views of bf16
+//! tensors are packed words; layernorm statistics, losses, logits and their gradient are f32 in
+//! both precisions.
+
+use crate::error::Result;
+use crate::gpu::{Gpu, View};
+use crate::kernels::packed::{
+    attention as pa, elementwise as pe, encoder as penc, matmul as pm, norm as pn,
+};
+use crate::kernels::{
+    attention as ka, elementwise as ke, encoder as kenc, matmul as km, norm as kn, Op,
+};
+
+pub(super) struct Kernels<'a> {
+    pub g: &'a Gpu,
+    pub bf16: bool,
+}
+
+#[allow(clippy::too_many_arguments)]
+impl Kernels<'_> {
+    pub fn encoder_forward(
+        &self,
+        out: &View,
+        tokens: &View,
+        wte: &View,
+        wpe: &View,
+        b: usize,
+        t: usize,
+        c: usize,
+    ) -> Result<Vec<Op>> {
+        match self.bf16 {
+            true => penc::encoder_forward_bf16(self.g, out, tokens, wte, wpe, b, t, c),
+            false => kenc::encoder_forward(self.g, out, tokens, wte, wpe, b, t, c),
+        }
+    }
+
+    pub fn encoder_backward(
+        &self,
+        dwte: &View,
+        dwpe: &View,
+        dout: &View,
+        tokens: &View,
+        b: usize,
+        t: usize,
+        c: usize,
+        v: usize,
+    ) -> Result<Vec<Op>> {
+        match self.bf16 {
+            true => penc::encoder_backward_bf16(self.g, dwte, dwpe, dout, tokens, b, t, c, v),
+            false => kenc::encoder_backward(self.g, dwte, dwpe, dout, tokens, b, t, c, v),
+        }
+    }
+
+    pub fn layernorm_forward(
+        &self,
+        out: &View,
+        mean: &View,
+        rstd: &View,
+        inp: &View,
+        w: &View,
+        bias: &View,
+        n: usize,
+        c: usize,
+    ) -> Result<Vec<Op>> {
+        match self.bf16 {
+            true => pn::layernorm_forward_bf16(self.g, out, mean, rstd, inp, w, bias, n, c),
+            false => kn::layernorm_forward(self.g, out, mean, rstd, inp, w, bias, n, c),
+        }
+    }
+
+    pub fn layernorm_backward(
+        &self,
+        dinp: &View,
+        dw: &View,
+        db: &View,
+        dout: &View,
+        inp: &View,
+        w: &View,
+        mean: &View,
+        rstd: &View,
+        n: usize,
+        c: usize,
+    ) -> Result<Vec<Op>> {
+        match self.bf16 {
+            true => {
+                pn::layernorm_backward_bf16(self.g, dinp, dw, db, dout, inp, w, mean, rstd, n, c)
+            }
+            false => kn::layernorm_backward(self.g, dinp, dw, db, dout, inp, w, mean, rstd, n, c),
+        }
+    }
+
+    /// A linear layer's product; `f32_out` (the head's logits): the output stays f32.
+    pub fn matmul_forward(
+        &self,
+        out: &View,
+        inp: &View,
+        w: &View,
+        bias: Option<&View>,
+        n: usize,
+        c: usize,
+        oc: usize,
+        f32_out: bool,
+    ) -> Result<Vec<Op>> {
+        match (self.bf16, f32_out) {
+            (true, false) => pm::matmul_forward_bf16(self.g, out, inp, w, bias, n, c, oc),
+            (true, true) => pm::matmul_forward_bf16_f32out(self.g, out, inp, w, bias, n, c, oc),
+            (false, _) => km::matmul_forward(self.g, out, inp, w, bias, n, c, oc),
+        }
+    }
+
+    /// dinp = dout·W, dW += doutᵀ·inp, db += Σ dout; `f32_dout` (the head's dlogits).
+    pub fn matmul_backward(
+        &self,
+        dinp: &View,
+        dw: &View,
+        db: Option<&View>,
+        dout: &View,
+        inp: &View,
+        w: &View,
+        n: usize,
+        c: usize,
+        oc: usize,
+        f32_dout: bool,
+    ) -> Result<Vec<Op>> {
+        let g = self.g;
+        match (self.bf16, f32_dout) {
+            (true, false) => pm::matmul_backward_bf16(g, dinp, dw, db, dout, inp, w, n, c, oc),
+            (true, true) => {
+                pm::matmul_backward_bf16_f32dout(g, dinp, dw, db, dout, inp, w, n, c, oc)
+            }
+            (false, _) => km::matmul_backward(g, dinp, dw, db, dout, inp, w, n, c, oc),
+        }
+    }
+
+    /// The zero-bubble split's input half: dinp = dout·W; `f32_dout` (the head's dlogits).
+    pub fn matmul_backward_input(
+        &self,
+        dinp: &View,
+        dout: &View,
+        w: &View,
+        n: usize,
+        c: usize,
+        oc: usize,
+        f32_dout: bool,
+    ) -> Result<Vec<Op>> {
+        let g = self.g;
+        match (self.bf16, f32_dout) {
+            (true, false) => pm::matmul_backward_input_bf16(g, dinp, dout, w, n, c, oc),
+            (true, true) => pm::matmul_backward_input_bf16_f32dout(g, dinp, dout, w, n, c, oc),
+            (false, _) => km::matmul_backward_input(g, dinp, dout, w, n, c, oc),
+        }
+    }
+
+    /// The split's weight half W: dW += doutᵀ·inp, db += Σ dout.
+    pub fn matmul_backward_weight(
+        &self,
+        dw: &View,
+        db: Option<&View>,
+        dout: &View,
+        inp: &View,
+        n: usize,
+        c: usize,
+        oc: usize,
+        f32_dout: bool,
+    ) -> Result<Vec<Op>> {
+        let g = self.g;
+        match (self.bf16, f32_dout) {
+            (true, false) => pm::matmul_backward_weight_bf16(g, dw, db, dout, inp, n, c, oc),
+            (true, true) => pm::matmul_backward_weight_bf16_f32dout(g, dw, db, dout, inp, n, c, oc),
+            (false, _) => km::matmul_backward_weight(g, dw, db, dout, inp, n, c, oc),
+        }
+    }
+
+    pub fn attention_forward(
+        &self,
+        out: &View,
+        att: &View,
+        qkv: &View,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+    ) -> Result<Vec<Op>> {
+        match self.bf16 {
+            true => pa::attention_forward_bf16(self.g, out, att, qkv, b, t, c, nh),
+            false => ka::attention_forward(self.g, out, att, qkv, b, t, c, nh),
+        }
+    }
+
+    pub fn attention_backward(
+        &self,
+        dqkv: &View,
+        datt: &View,
+        dout: &View,
+        qkv: &View,
+        att: &View,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+    ) -> Result<Vec<Op>> {
+        let g = self.g;
+        match self.bf16 {
+            true => pa::attention_backward_bf16(g, dqkv, datt, dout, qkv, att, b, t, c, nh),
+            false => ka::attention_backward(g, dqkv, datt, dout, qkv, att, b, t, c, nh),
+        }
+    }
+
+    pub fn residual_forward(&self, out: &View, a: &View, b: &View, n: usize) -> Result<Op> {
+        match self.bf16 {
+            true => pe::residual_forward_bf16(self.g, out, a, b, n),
+            false => ke::residual_forward(self.g, out, a, b, n),
+        }
+    }
+
+    pub fn gelu_forward(&self, out: &View, inp: &View, n: usize) -> Result<Op> {
+        match self.bf16 {
+            true => pe::gelu_forward_bf16(self.g, out, inp, n),
+            false => ke::gelu_forward(self.g, out, inp, n),
+        }
+    }
+
+    pub fn gelu_backward(&self, dinp: &View, inp: &View, dout: &View, n: usize) -> Result<Op> {
+        match self.bf16 {
+            true => pe::gelu_backward_bf16(self.g, dinp, inp, dout, n),
+            false => ke::gelu_backward(self.g, dinp, inp, dout, n),
+        }
+    }
+
+    pub fn fill(&self, out: &View, value: f32) -> Result<Op> {
+        match self.bf16 {
+            true => pe::fill_bf16(self.g, out, value),
+            false => ke::fill(self.g, out, value),
+        }
+    }
+
+    /// A raw copy (words under bf16: no float operation touches the bits).
+    pub fn copy(&self, out: &View, a: &View) -> Result<Op> {
+        match self.bf16 {
+            true => pe::copy_bf16(self.g, out, a),
+            false => ke::copy(self.g, out, a),
+        }
+    }
+}

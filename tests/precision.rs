@@ -1,0 +1,274 @@
+//! bf16 mixed precision on the runtime: runs repeat bit for bit and every pipeline schedule
+//! gives the one-device bits (stages move packed activations as they are); recomputation keeps
+//! them; the ledger holds 2 + 2 + 12 bytes per parameter; a checkpoint keeps the f32 master
+//! weights, so a bf16 run resumes exactly and checkpoints move between f32 and bf16; bf16
+//! learns as f32 does on a short run; layouts bf16 cannot run yet are refused by name.
+mod common;
+
+use common::tiny;
+use triaxis::data::{AdditionSpec, Corpus};
+use triaxis::engine::{Engine, EngineOptions};
+use triaxis::gpu::{self, Gpu};
+use triaxis::mesh::Mesh;
+use triaxis::model::{GptConfig, Micro, Precision, Recompute};
+use triaxis::pipeline::ScheduleKind;
+use triaxis::runtime::{Runtime, RuntimeOptions};
+use triaxis::session::{CheckpointPolicy, Session};
+use triaxis::step::TrainConfig;
+
+fn opts(precision: Precision, recompute: Recompute) -> RuntimeOptions {
+    RuntimeOptions {
+        precision,
+        recompute,
+        ..RuntimeOptions::default()
+    }
+}
+
+/// Per-step loss bits and the checksum of `mesh` on the runtime.
+fn run(gpus: &[Gpu], mesh: Mesh, o: RuntimeOptions) -> (Vec<u32>, String) {
+    let what = format!("{} {:?}", mesh.describe(), o.precision);
+    let mut rt = Runtime::new(
+        &gpus[..mesh.devices()],
+        tiny::cfg(mesh.microbatches),
+        mesh,
+        o,
+    )
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let data = tiny::batches(mesh.microbatches, 3);
+    let n = rt.batches_per_step();
+    let losses = data
+        .iter()
+        .enumerate()
+        .map(|(s, b)| {
+            let r = rt
+                .step(&b[..n], s)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            r.runs[0].stats.loss.to_bits()
+        })
+        .collect();
+    (losses, rt.checksum().unwrap())
+}
+
+fn pp(kind: ScheduleKind, p: usize, v: usize, m: usize) -> Mesh {
+    Mesh {
+        pp: p,
+        schedule: kind,
+        chunks: v,
+        microbatches: m,
+        ..Mesh::default()
+    }
+}
+
+#[test]
+fn bf16_repeats_and_every_pipeline_schedule_gives_the_one_device_bits() {
+    let Some(gpus) = gpu::test_gpus(4) else {
+        return;
+    };
+    let bf16 = opts(Precision::Bf16, Recompute::None);
+    let one = tiny::mesh(1, 1, 1, 4);
+    let (losses, sum) = run(&gpus, one, bf16.clone());
+    let (f32_losses, f32_sum) = run(&gpus, one, opts(Precision::F32, Recompute::None));
+    println!("one device: bf16 {sum}, f32 {f32_sum}");
+    assert_ne!(sum, f32_sum, "bf16 rounds: other bits than f32");
+    for (s, (a, b)) in losses.iter().zip(&f32_losses).enumerate() {
+        let (a, b) = (f32::from_bits(*a), f32::from_bits(*b));
+        assert!(
+            (a - b).abs() / b < 0.02,
+            "step {s}: bf16 loss {a} vs f32 {b}"
+        );
+    }
+    assert_eq!(
+        run(&gpus, one, bf16),
+        (losses.clone(), sum.clone()),
+        "repeat"
+    );
+    for mesh in [
+        pp(ScheduleKind::GPipe, 2, 1, 4),
+        pp(ScheduleKind::OneFOneB, 4, 1, 4),
+        pp(ScheduleKind::ZeroBubbleH1, 2, 1, 4),
+        pp(ScheduleKind::Interleaved, 2, 2, 4),
+    ] {
+        for mode in Recompute::ALL {
+            let got = run(&gpus, mesh, opts(Precision::Bf16, mode));
+            println!("{} recompute {mode}: {}", mesh.describe(), got.1);
+            assert_eq!(got, (losses.clone(), sum.clone()), "{}", mesh.describe());
+        }
+    }
+}
+
+#[test]
+fn bf16_model_state_is_2_2_12_bytes_per_parameter() {
+    let Some(gpus) = gpu::test_gpus(1) else {
+        return;
+    };
+    let _one = tiny::one_at_a_time();
+    let g = &gpus[0];
+    let base = g.memory().current;
+    let rt = Runtime::new(
+        &gpus,
+        tiny::cfg(1),
+        tiny::mesh(1, 1, 1, 1),
+        opts(Precision::Bf16, Recompute::None),
+    )
+    .unwrap();
+    let model = tiny::model();
+    // the packed storage layout: every tensor on a 128-element boundary
+    let n = model.layout(&model.blocks()).packed().total as u64;
+    let now = g.memory().current;
+    let grew = |f: fn(&triaxis::memory::Bytes) -> u64| f(&now) - f(&base);
+    println!("N = {n}: {now:?}");
+    assert_eq!(grew(|b| b.parameters), 2 * n, "bf16 parameters");
+    assert_eq!(grew(|b| b.gradients), 2 * n, "bf16 gradients");
+    assert_eq!(
+        grew(|b| b.optimizer_state),
+        12 * n,
+        "f32 master weights, m and v"
+    );
+    drop(rt);
+}
+
+fn corpus() -> Corpus {
+    Corpus::addition(AdditionSpec {
+        digits: 2,
+        train_problems: 300,
+        val_problems: 20,
+        seed: 3,
+        reverse: true,
+    })
+    .unwrap()
+}
+
+fn engine(gpus: &[Gpu], cfg: &TrainConfig, precision: Precision) -> Engine {
+    let o = EngineOptions {
+        precision,
+        ..EngineOptions::default()
+    };
+    Engine::new(&gpus[..1], cfg.clone(), tiny::mesh(1, 1, 1, 2), o).unwrap()
+}
+
+fn dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("triaxis-precision-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn checkpoints_keep_master_weights_and_move_between_precisions() {
+    let Some(gpus) = gpu::test_gpus(1) else {
+        return;
+    };
+    let c = corpus();
+    let cfg = TrainConfig {
+        steps: 6,
+        ..tiny::cfg(2)
+    };
+    let d = dir("resume");
+    // bf16: 3 steps + save + resume + 3 steps = 6 steps straight, parameters and moments
+    let mut straight = Session::new(engine(&gpus, &cfg, Precision::Bf16), &c, 1);
+    straight.run_until(6, |_, _| {}).unwrap();
+    let path = d.join("bf16.safetensors");
+    let mut first = Session::new(engine(&gpus, &cfg, Precision::Bf16), &c, 1).with_checkpoints(
+        CheckpointPolicy {
+            path: path.clone(),
+            every: 3,
+        },
+    );
+    first.run_until(3, |_, _| {}).unwrap();
+    drop(first);
+    let saved = triaxis::checkpoint::Checkpoint::load(&path).unwrap();
+    assert!(saved.layout.ends_with("precision=bf16"), "{}", saved.layout);
+    let mut second = Session::resume(engine(&gpus, &cfg, Precision::Bf16), &c, &path).unwrap();
+    second.run_until(6, |_, _| {}).unwrap();
+    assert_eq!(
+        straight.engine.state().unwrap(),
+        second.engine.state().unwrap(),
+        "bf16 resume: master weights and moments"
+    );
+    // the bf16 checkpoint resumes in f32, and an f32 one in bf16: each trains on from it
+    for (from, to) in [
+        (Precision::Bf16, Precision::F32),
+        (Precision::F32, Precision::Bf16),
+    ] {
+        let path = d.join(format!("{from}.safetensors"));
+        let mut a = Session::new(engine(&gpus, &cfg, from), &c, 1);
+        a.run_until(3, |_, _| {}).unwrap();
+        a.save(&path).unwrap();
+        let state = a.engine.state().unwrap();
+        let mut b = Session::resume(engine(&gpus, &cfg, to), &c, &path).unwrap();
+        assert_eq!(
+            b.engine.state().unwrap(),
+            state,
+            "{from} → {to}: the state as saved"
+        );
+        b.run_until(6, |_, _| {}).unwrap();
+        let after = b.engine.state().unwrap();
+        assert_ne!(after.params, state.params, "{from} → {to}: trained on");
+        assert!(after.params.iter().all(|x| x.is_finite()), "{from} → {to}");
+    }
+}
+
+#[test]
+fn bf16_learns_as_f32_does_on_a_short_run() {
+    let Some(gpus) = gpu::test_gpus(1) else {
+        return;
+    };
+    let c = corpus();
+    let cfg = TrainConfig {
+        model: GptConfig {
+            vocab: c.vocab.size(),
+            ctx: 16,
+            channels: 32,
+            heads: 2,
+            layers: 2,
+        },
+        micro: Micro { b: 8, t: 16 },
+        steps: 120,
+        warmup: 10,
+        ..tiny::cfg(2)
+    };
+    let mut val = Vec::new();
+    for p in Precision::ALL {
+        let mut s = Session::new(engine(&gpus, &cfg, p), &c, 1);
+        let first = s.step_once().unwrap().stats.loss;
+        s.run_until(cfg.steps, |_, _| {}).unwrap();
+        let mut eval = triaxis::train::Trainer::new(&gpus[0], cfg.clone()).unwrap();
+        eval.set_state(&s.engine.state().unwrap()).unwrap();
+        let v = eval.eval(&c, 4).unwrap();
+        println!(
+            "{p}: first loss {first:.4}, validation loss after {} steps {v:.4}",
+            cfg.steps
+        );
+        assert!(v < 0.8 * first, "{p} learns: {v} vs {first}");
+        val.push(v);
+    }
+    let rel = (val[1] - val[0]).abs() / val[0];
+    println!("bf16 vs f32 validation loss: {:.2} %", 100.0 * rel);
+    assert!(rel < 0.05, "bf16 {} vs f32 {}", val[1], val[0]);
+}
+
+#[test]
+fn layouts_bf16_cannot_run_yet_are_refused_by_name() {
+    let Some(gpus) = gpu::test_gpus(2) else {
+        return;
+    };
+    let bf16 = opts(Precision::Bf16, Recompute::None);
+    for (mesh, want) in [
+        (tiny::mesh(2, 1, 1, 1), "data parallelism (dp = 2)"),
+        (tiny::mesh(1, 2, 1, 1), "tensor parallelism (tp = 2)"),
+    ] {
+        let e = Runtime::new(&gpus, tiny::cfg(1), mesh, bf16.clone())
+            .err()
+            .expect("refused");
+        println!("{e}");
+        assert!(e.to_string().contains(want) && e.to_string().contains("--precision f32"));
+    }
+    // an odd head size: two heads of one word each would share words
+    let mut cfg = tiny::cfg(1);
+    cfg.model.channels = 18; // 2 heads of 9
+    let e = Runtime::new(&gpus[..1], cfg, tiny::mesh(1, 1, 1, 1), bf16)
+        .err()
+        .expect("odd head size refused");
+    println!("{e}");
+    assert!(e.to_string().contains("even head size"), "{e}");
+}
