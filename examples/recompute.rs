@@ -1,7 +1,8 @@
-//! Activation recomputation measured side by side: one layout trained with `--recompute none`,
-//! `selective` and `full` in one run — tokens per second (wall and device clock), peak
-//! activation bytes per device from the memory ledger next to the cost model's prediction
-//! (`cost::activation`), and whether the parameters after the steps are bit-identical to none.
+//! Precision and activation recomputation measured side by side: one layout trained in f32 and
+//! bf16, each with `--recompute none`, `selective` and `full`, in one run — tokens per second
+//! (wall and device clock), peak activation bytes per device from the memory ledger next to the
+//! cost model's prediction (`cost::activation`), model-state bytes, and whether the parameters
+//! after the steps are bit-identical to the same precision's `none`.
 //!
 //! `cargo run --release --example recompute` (pp 2, 1F1B, 4 microbatches) — or any layout:
 //! `… -- --dp 2 --pp 2 --schedule zb-h1`, `… -- --tp 2`; writes `runs/recompute/recompute.json`.
@@ -61,6 +62,9 @@ struct Args {
     /// Attention heads (they must divide --channels).
     #[arg(long, default_value_t = 4)]
     heads: usize,
+    /// Precisions to run (comma list of f32, bf16).
+    #[arg(long, default_value = "f32,bf16")]
+    precisions: String,
     /// Measured steps per mode after one warm-up (1 to 10⁶).
     #[arg(long, default_value_t = 3)]
     steps: usize,
@@ -98,6 +102,11 @@ fn run(a: &Args) -> anyhow::Result<()> {
         flags::in_range("--adapter", i, 0, flags::MAX_ADAPTER)?;
     }
     let m = model_flags::check(a.layers, a.channels, a.heads, a.seq, a.micro_batch)?;
+    let precisions = a
+        .precisions
+        .split(',')
+        .map(|p| p.trim().parse::<Precision>())
+        .collect::<triaxis::Result<Vec<_>>>()?;
     let mesh = Mesh {
         dp: a.dp,
         tp: a.tp,
@@ -123,58 +132,64 @@ fn run(a: &Args) -> anyhow::Result<()> {
         m.micro.t,
         mesh.describe()
     );
-    let bar = progress::bar(Recompute::ALL.len() as u64);
+    let bar = progress::bar((precisions.len() * Recompute::ALL.len()) as u64);
     say(
         &bar,
         format!(
-            "\n{:<9} | {:>9} {:>7} | {:>9} {:>7} | {:>11} {:>11} {:>6} | {:>9}",
+            "\n{:<4} {:<9} | {:>9} {:>7} | {:>9} {:>7} | {:>9} {:>9} {:>6} | {:>9} | {:>9}",
+            "",
             "recompute",
             "tok/s",
-            "× none",
+            "× f32",
             "dev ms",
-            "× none",
+            "× f32",
             "act MB",
             "predicted",
-            "× none",
+            "× f32",
+            "state MB",
             "bits"
         ),
     );
     let mut rows = Vec::new();
-    let (mut base, mut base_sum) = (None, None);
-    for mode in Recompute::ALL {
-        let opts = EngineOptions {
-            recompute: mode,
-            serial: true,
-            ..EngineOptions::default()
-        };
-        let run = engine_steps::run(&gpus, cfg.clone(), mesh, opts, &m.corpus, 1)?;
-        let med = run.median();
-        let wall = {
-            let mut w: Vec<f64> = run.costs.iter().map(|c| c.wall).collect();
-            w.sort_by(f64::total_cmp);
-            w[w.len() / 2]
-        };
-        let tps = tokens / wall;
-        let measured: Vec<u64> = med.memory.iter().map(|u| u.peak.activations).collect();
-        let predicted: Vec<u64> = activation::predict(
-            &m.model,
-            m.micro,
-            &mesh,
-            &Balance::Params,
-            mode,
-            Precision::F32,
-        )?
-        .iter()
-        .map(|p| p.total)
-        .collect();
-        let peak = measured.iter().copied().max().unwrap_or(0);
-        let sum = run.engine.checksum()?;
-        let (b_tps, b_dev, b_peak) = *base.get_or_insert((tps, med.device_step, peak));
-        let same = base_sum.get_or_insert_with(|| sum.clone()) == &sum;
-        say(
+    let mut base = None;
+    for prec in precisions {
+        let mut base_sum = None;
+        for mode in Recompute::ALL {
+            let opts = EngineOptions {
+                recompute: mode,
+                precision: prec,
+                serial: true,
+                ..EngineOptions::default()
+            };
+            let run = engine_steps::run(&gpus, cfg.clone(), mesh, opts, &m.corpus, 1)?;
+            let med = run.median();
+            let wall = {
+                let mut w: Vec<f64> = run.costs.iter().map(|c| c.wall).collect();
+                w.sort_by(f64::total_cmp);
+                w[w.len() / 2]
+            };
+            let tps = tokens / wall;
+            let measured: Vec<u64> = med.memory.iter().map(|u| u.peak.activations).collect();
+            let predicted: Vec<u64> =
+                activation::predict(&m.model, m.micro, &mesh, &Balance::Params, mode, prec)?
+                    .iter()
+                    .map(|p| p.total)
+                    .collect();
+            let peak = measured.iter().copied().max().unwrap_or(0);
+            let state = run
+                .built
+                .iter()
+                .map(|u| u.current.model_state())
+                .max()
+                .unwrap_or(0);
+            let sum = run.engine.checksum()?;
+            let (b_tps, b_dev, b_peak) = *base.get_or_insert((tps, med.device_step, peak));
+            let same = base_sum.get_or_insert_with(|| sum.clone()) == &sum;
+            say(
             &bar,
             format!(
-                "{:<9} | {:>9.0} {:>7.3} | {:>9.2} {:>7.3} | {:>11.3} {:>11.3} {:>6.3} | {:>9}",
+                "{:<4} {:<9} | {:>9.0} {:>7.3} | {:>9.2} {:>7.3} | {:>9.3} {:>9.3} {:>6.3} | {:>9.3} | {:>9}",
+                prec.name(),
                 mode.name(),
                 tps,
                 tps / b_tps,
@@ -183,22 +198,26 @@ fn run(a: &Args) -> anyhow::Result<()> {
                 peak as f64 / 1e6,
                 predicted.iter().copied().max().unwrap_or(0) as f64 / 1e6,
                 peak as f64 / b_peak as f64,
+                state as f64 / 1e6,
                 if same { "= none" } else { "DIFFER" }
             ),
         );
-        rows.push(json!({
-            "recompute": mode, "tokens_per_s": tps, "wall_s": wall,
+            rows.push(json!({
+            "precision": prec, "recompute": mode, "model_state_bytes": state, "tokens_per_s": tps, "wall_s": wall,
             "device_step_s": med.device_step, "activation_bytes": measured,
             "activation_bytes_predicted": predicted, "checksum": sum, "bits_equal_none": same,
             "costs": med,
         }));
-        bar.inc(1);
+            bar.inc(1);
+        }
     }
     bar.finish_and_clear();
     println!(
         "\ntok/s = tokens per step / median wall step (devices one at a time); dev ms = median \
          device-clock step; act MB = the busiest device's activation peak (memory ledger), \
-         predicted = cost::activation (MB = 10⁶ B)"
+         predicted = cost::activation; state MB = parameters + gradients + optimizer state of the \
+         busiest device; × f32 = against f32 without recomputation; bits = the same precision's \
+         none (MB = 10⁶ B)"
     );
     let path = a.out.join("recompute.json");
     let record = json!({

@@ -74,6 +74,9 @@ pub struct Op {
     pipeline: wgpu::ComputePipeline,
     bind_group: wgpu::BindGroup,
     groups: [u32; 3],
+    /// The views the bind group holds: their buffers stay in the memory ledger as long as the
+    /// op can run (a kernel's own scratch has no other owner).
+    _views: Vec<View>,
 }
 
 impl Op {
@@ -240,6 +243,7 @@ pub fn op(
         pipeline,
         bind_group,
         groups,
+        _views: args.iter().map(|a| a.view().clone()).collect(),
     })
 }
 

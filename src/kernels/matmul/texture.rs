@@ -108,6 +108,8 @@ fn tex_op(
         pipeline,
         bind_group,
         groups,
+        // the product's buffers belong to the caller
+        _views: Vec::new(),
     })
 }
 
