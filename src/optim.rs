@@ -92,7 +92,10 @@ impl Optimizer {
             .collect();
         match &b.master {
             None => Optimizer::sharded(gpu, &b.layout, &b.params, &b.grads, &b.m, &b.v, &pieces),
-            Some(master) => Optimizer::mixed(gpu, b, master, &pieces),
+            // no bf16 state is sharded: whole tensors (views stay on 128-element boundaries)
+            Some(master) => {
+                Optimizer::mixed(gpu, b, master, &[Piece::identity(0..b.layout.total)])
+            }
         }
     }
 

@@ -56,15 +56,9 @@ fn predicted_activation_bytes_match_the_ledger_on_every_device() {
     {
         for mode in Recompute::ALL {
             let what = format!("{} recompute {mode} {prec}", mesh.describe());
-            let predicted = activation::predict(
-                &cfg.model,
-                cfg.micro,
-                &mesh,
-                &Balance::Params,
-                mode,
-                prec,
-            )
-            .unwrap();
+            let predicted =
+                activation::predict(&cfg.model, cfg.micro, &mesh, &Balance::Params, mode, prec)
+                    .unwrap();
             for g in &gpus {
                 g.reset_memory_peaks();
             }

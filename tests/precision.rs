@@ -97,6 +97,55 @@ fn bf16_repeats_and_every_pipeline_schedule_gives_the_one_device_bits() {
 }
 
 #[test]
+fn bf16_data_parallel_reduces_on_a_bf16_ring_of_2_bytes_per_element() {
+    let Some(gpus) = gpu::test_gpus(4) else {
+        return;
+    };
+    let bf16 = opts(Precision::Bf16, Recompute::None);
+    let model = tiny::model();
+    let n = model.layout(&model.blocks()).packed().total as u64;
+    // one device with 2 microbatches vs dp 2 with one each: the same data, another sum order
+    let (one, _) = run(&gpus, tiny::mesh(1, 1, 1, 2), bf16.clone());
+    let mut dp: Option<(Vec<u32>, String)> = None;
+    for mesh in [tiny::mesh(2, 1, 1, 1), tiny::mesh(2, 1, 2, 1)] {
+        let what = mesh.describe();
+        let mut rt = Runtime::new(
+            &gpus[..mesh.devices()],
+            tiny::cfg(mesh.microbatches),
+            mesh,
+            bf16.clone(),
+        )
+        .unwrap();
+        let data = tiny::batches(2, 3);
+        let mut losses = Vec::new();
+        for (s, b) in data.iter().enumerate() {
+            let r = rt.step(&b[..rt.batches_per_step()], s).unwrap();
+            losses.push(r.runs[0].stats.loss.to_bits());
+            if mesh.pp == 1 {
+                // d = 2: each rank sends every word of the buckets once (half in each phase)
+                for w in &r.runs {
+                    assert_eq!(w.dp_sent, 2 * n, "{what}: 2(d−1)/d · 2N bytes, N = {n}");
+                }
+            }
+        }
+        let sum = rt.checksum().unwrap();
+        println!("{what}: {sum}");
+        for (s, (a, b)) in losses.iter().zip(&one).enumerate() {
+            let (a, b) = (f32::from_bits(*a), f32::from_bits(*b));
+            assert!(
+                (a - b).abs() / b < 0.02,
+                "{what}: step {s}: {a} vs one device {b}"
+            );
+        }
+        match &dp {
+            // the pipeline stages' buckets sum in the same order as one device's
+            Some(first) => assert_eq!(&(losses, sum), first, "{what}: dp 2 × pp 2 = dp 2"),
+            None => dp = Some((losses, sum)),
+        }
+    }
+}
+
+#[test]
 fn bf16_model_state_is_2_2_12_bytes_per_parameter() {
     let Some(gpus) = gpu::test_gpus(1) else {
         return;
@@ -253,8 +302,12 @@ fn layouts_bf16_cannot_run_yet_are_refused_by_name() {
         return;
     };
     let bf16 = opts(Precision::Bf16, Recompute::None);
+    let zero1 = Mesh {
+        zero: 1,
+        ..tiny::mesh(2, 1, 1, 1)
+    };
     for (mesh, want) in [
-        (tiny::mesh(2, 1, 1, 1), "data parallelism (dp = 2)"),
+        (zero1, "ZeRO-1"),
         (tiny::mesh(1, 2, 1, 1), "tensor parallelism (tp = 2)"),
     ] {
         let e = Runtime::new(&gpus, tiny::cfg(1), mesh, bf16.clone())

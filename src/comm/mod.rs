@@ -31,6 +31,7 @@
 //! so through [`Communicator::abort`]) or after the group's timeout, with
 //! [`Error::Aborted`] naming the peer and the call.
 
+mod bf16;
 mod early;
 mod launcher;
 pub mod local;
@@ -41,6 +42,7 @@ mod p2p;
 mod wait;
 mod wired;
 
+pub use bf16::all_reduce_bf16;
 pub use launcher::launched_by_mpirun;
 pub use local::{local_group, GroupOptions, LocalComm};
 pub use loopback::{loopback_group, LoopbackComm};

@@ -472,15 +472,20 @@ fn tree_fits(mesh: &Mesh, algo: Algo) -> Result<()> {
     Ok(())
 }
 
-/// bf16 mixed precision runs one device or a pipeline (whose stages move packed activations
-/// and gradients as they are); the collectives that sum (data-parallel, ZeRO, tensor-parallel)
-/// do not reduce bf16 yet, nor does the pairwise tree.
+/// bf16 mixed precision runs one device, pipelines (whose stages move packed activations and
+/// gradients as they are) and plain data parallelism (the bf16 ring all-reduce); ZeRO's
+/// sharded state, the tensor-parallel all-reduce and the pairwise tree are not built for bf16.
 fn check_precision(mesh: Mesh, opts: &RuntimeOptions) -> Result<()> {
     if opts.precision == Precision::F32 {
         return Ok(());
     }
-    let what = if mesh.dp > 1 {
-        Some(format!("data parallelism (dp = {})", mesh.dp))
+    let what = if mesh.dp > 1 && mesh.zero > 0 {
+        Some(format!("ZeRO-{} (sharded bf16 state)", mesh.zero))
+    } else if mesh.dp > 1 && opts.dp_algo != Algo::Ring {
+        Some(format!(
+            "the {:?} all-reduce (bf16 reduces on the ring)",
+            opts.dp_algo
+        ))
     } else if mesh.tp > 1 {
         Some(format!("tensor parallelism (tp = {})", mesh.tp))
     } else if opts.accumulation == Accumulation::PairwiseTree {
@@ -490,8 +495,8 @@ fn check_precision(mesh: Mesh, opts: &RuntimeOptions) -> Result<()> {
     };
     match what {
         Some(w) => Err(Error::Config(format!(
-            "--precision {} runs on one device or a pipeline (pp) for now: {w} needs collectives \
-             that reduce bf16, which are not built yet; use --precision f32",
+            "--precision {} runs one device, pipelines and plain data parallelism for now: {w} \
+             is not built for bf16 yet; use --precision f32",
             opts.precision
         ))),
         None => Ok(()),

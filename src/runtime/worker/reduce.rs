@@ -21,6 +21,9 @@ impl Worker {
         let rank = self.place.replica;
         let stage = self.stage_of(chunk);
         let c = &self.chunks[chunk];
+        if c.buffers.packed() {
+            return self.reduce_bf16(chunk, bucket, scatter, sc);
+        }
         let (range, rel) = c.bucket_geometry(bucket);
         let view = c.grads_full()?.slice(range.start, range.len());
         let mut host: Vec<f32> = self.gpu.download(&view)?;
@@ -55,6 +58,56 @@ impl Worker {
             self.gpu.upload(&view, &host)?;
             l
         };
+        Ok(link)
+    }
+
+    /// [`Worker::reduce`] of packed bf16 gradients: the bf16 ring on the data-parallel group's
+    /// messages (2 bytes per element; [`crate::comm::all_reduce_bf16`]).
+    fn reduce_bf16(
+        &mut self,
+        chunk: usize,
+        bucket: usize,
+        scatter: bool,
+        sc: &mut Scratch,
+    ) -> Result<f64> {
+        let stage = self.stage_of(chunk);
+        let c = &self.chunks[chunk];
+        if scatter {
+            return Err(Error::Config(
+                "bf16 gradients are not sharded (ZeRO) yet".into(),
+            ));
+        }
+        let (range, rel) = c.bucket_geometry(bucket);
+        if !range.start.is_multiple_of(2) || rel.iter().any(|b| !b.is_multiple_of(2)) {
+            return Err(Error::Config(format!(
+                "bucket {range:?}: bf16 chunk bounds {rel:?} must be even"
+            )));
+        }
+        let view = c
+            .grads_full()?
+            .slice(range.start / 2, range.len().div_ceil(2));
+        let mut words: Vec<u32> = self.gpu.download(&view)?;
+        if sc.local_bad.is_none() {
+            let bad = |h: u32| h & 0x7f80 == 0x7f80;
+            if let Some(i) = words.iter().position(|&w| bad(w & 0xffff) || bad(w >> 16)) {
+                let at = range.start + 2 * i;
+                let layout = &c.buffers.layout;
+                let name = layout
+                    .tensors
+                    .iter()
+                    .find(|t| (t.offset..t.offset + t.len.max(1)).contains(&at))
+                    .map_or("a padding element".to_string(), |t| t.name.clone());
+                sc.local_bad = Some((stage, name));
+            }
+        }
+        let mut bounds: Vec<usize> = rel.iter().map(|b| b / 2).collect();
+        if let Some(last) = bounds.last_mut() {
+            *last = words.len();
+        }
+        let link = comm_call(&mut *self.comms.dp, |d| {
+            crate::comm::all_reduce_bf16(d, &mut words, &bounds, bucket)
+        })?;
+        self.gpu.upload(&view, &words)?;
         Ok(link)
     }
 
