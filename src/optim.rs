@@ -93,9 +93,7 @@ impl Optimizer {
         match &b.master {
             None => Optimizer::sharded(gpu, &b.layout, &b.params, &b.grads, &b.m, &b.v, &pieces),
             // no bf16 state is sharded: whole tensors (views stay on 128-element boundaries)
-            Some(master) => {
-                Optimizer::mixed(gpu, b, master, &[Piece::identity(0..b.layout.total)])
-            }
+            Some(master) => Optimizer::mixed(gpu, b, master, &[Piece::identity(0..b.layout.total)]),
         }
     }
 

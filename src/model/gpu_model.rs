@@ -448,8 +448,7 @@ impl GpuModel {
 }
 
 /// bf16: the buffers are packed, and every row a kernel writes has an even length (a word never
-/// holds elements of two rows, so no two invocations write one word): C/NH and T even; one
-/// tensor-parallel rank (the tensor-parallel all-reduce sums f32).
+/// holds elements of two rows, so no two invocations write one word): C/NH, T and 4C/t even.
 fn check_precision(
     cfg: &GptConfig,
     micro: Micro,
@@ -471,11 +470,12 @@ fn check_precision(
         return Ok(());
     }
     let hs = cfg.channels / cfg.heads;
-    if !hs.is_multiple_of(2) || !micro.t.is_multiple_of(2) || t > 1 {
+    let mlp = 4 * cfg.channels / t;
+    if !hs.is_multiple_of(2) || !micro.t.is_multiple_of(2) || !mlp.is_multiple_of(2) {
         return Err(Error::Config(format!(
             "bf16 needs an even head size (channels / heads = {hs}), an even sequence length \
-             (got {}) and one tensor-parallel rank (got {t}): two bf16 share a word, and every \
-             row a kernel writes must own its words",
+             (got {}) and an even MLP width per tensor-parallel rank (4·channels / tp = {mlp}): \
+             two bf16 share a word, and every row a kernel writes must own its words",
             micro.t
         )));
     }

@@ -473,8 +473,8 @@ fn tree_fits(mesh: &Mesh, algo: Algo) -> Result<()> {
 }
 
 /// bf16 mixed precision runs one device, pipelines (whose stages move packed activations and
-/// gradients as they are) and plain data parallelism (the bf16 ring all-reduce); ZeRO's
-/// sharded state, the tensor-parallel all-reduce and the pairwise tree are not built for bf16.
+/// gradients as they are), plain data parallelism and tensor parallelism (the bf16 ring
+/// all-reduce); ZeRO's sharded state and the pairwise tree are not built for bf16.
 fn check_precision(mesh: Mesh, opts: &RuntimeOptions) -> Result<()> {
     if opts.precision == Precision::F32 {
         return Ok(());
@@ -486,8 +486,6 @@ fn check_precision(mesh: Mesh, opts: &RuntimeOptions) -> Result<()> {
             "the {:?} all-reduce (bf16 reduces on the ring)",
             opts.dp_algo
         ))
-    } else if mesh.tp > 1 {
-        Some(format!("tensor parallelism (tp = {})", mesh.tp))
     } else if opts.accumulation == Accumulation::PairwiseTree {
         Some("pairwise-tree accumulation".to_string())
     } else {
@@ -495,8 +493,8 @@ fn check_precision(mesh: Mesh, opts: &RuntimeOptions) -> Result<()> {
     };
     match what {
         Some(w) => Err(Error::Config(format!(
-            "--precision {} runs one device, pipelines and plain data parallelism for now: {w} \
-             is not built for bf16 yet; use --precision f32",
+            "--precision {} runs one device, pipelines, plain data and tensor parallelism for \
+             now: {w} is not built for bf16 yet; use --precision f32",
             opts.precision
         ))),
         None => Ok(()),

@@ -281,11 +281,21 @@ impl Worker {
                 let c = &self.chunks[action.chunk];
                 let slot = *c.held.get(&action.micro).ok_or_else(|| missing(action))?;
                 let view = c.cut_view(slot, action.kind, *cut)?;
-                let mut host: Vec<f32> = self.gpu.download(&view)?;
-                rec.link = comm_call(&mut *self.comms.tp, |c| {
-                    c.all_reduce(&mut host, Algo::Ring, None, false)
-                })?;
-                self.gpu.upload(&view, &host)?;
+                if c.buffers.packed() {
+                    // bf16 partial sums: the bf16 ring, 2 bytes per element
+                    let mut words: Vec<u32> = self.gpu.download(&view)?;
+                    let bounds = crate::comm::even(words.len(), self.mesh.tp);
+                    rec.link = comm_call(&mut *self.comms.tp, |c| {
+                        crate::comm::all_reduce_bf16(c, &mut words, &bounds, *cut)
+                    })?;
+                    self.gpu.upload(&view, &words)?;
+                } else {
+                    let mut host: Vec<f32> = self.gpu.download(&view)?;
+                    rec.link = comm_call(&mut *self.comms.tp, |c| {
+                        c.all_reduce(&mut host, Algo::Ring, None, false)
+                    })?;
+                    self.gpu.upload(&view, &host)?;
+                }
             }
             Op::Send { action, to, flow } => {
                 let data = sc.outbox.remove(action).ok_or_else(|| missing(action))?;
