@@ -350,12 +350,23 @@ fn layouts_bf16_cannot_run_yet_are_refused_by_name() {
         zero: 1,
         ..tiny::mesh(2, 1, 1, 1)
     };
-    for (mesh, want) in [(zero1, "ZeRO-1")] {
-        let e = Runtime::new(&gpus, tiny::cfg(1), mesh, bf16.clone())
+    let tree = RuntimeOptions {
+        accumulation: triaxis::parallel::accumulate::Accumulation::PairwiseTree,
+        dp_algo: triaxis::collective::Algo::Tree,
+        ..bf16.clone()
+    };
+    for (mesh, o, want) in [
+        (zero1, bf16.clone(), "ZeRO-1"),
+        (tiny::mesh(2, 1, 1, 2), tree, "Tree all-reduce"),
+    ] {
+        let e = Runtime::new(&gpus, tiny::cfg(mesh.microbatches), mesh, o)
             .err()
             .expect("refused");
         println!("{e}");
-        assert!(e.to_string().contains(want) && e.to_string().contains("--precision f32"));
+        assert!(
+            e.to_string().contains(want) && e.to_string().contains("--precision f32"),
+            "{e}"
+        );
     }
     // an odd head size: two heads of one word each would share words
     let mut cfg = tiny::cfg(1);
