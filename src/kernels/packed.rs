@@ -1,5 +1,5 @@
 //! Packed-bf16 kernels: the bf16-mode twins of the f32 kernel families, one module per family
-//! (shaders/packed_<family>.wgsl). Every float tensor of the model is bf16, two per u32 word
+//! (`shaders/packed_<family>.wgsl`). Every float tensor of the model is bf16, two per u32 word
 //! (element `2i` in the low half of word `i`, as in [`super::bf16`]), except the few kept in f32
 //! (layernorm mean/rstd, losses, logits/dlogits, the optimizer's master weights and moments).
 //! Inside a kernel all arithmetic is f32: widen on load, accumulate in f32, narrow (round to
