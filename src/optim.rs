@@ -92,24 +92,38 @@ impl Optimizer {
             .collect();
         match &b.master {
             None => Optimizer::sharded(gpu, &b.layout, &b.params, &b.grads, &b.m, &b.v, &pieces),
-            // no bf16 state is sharded: whole tensors (views stay on 128-element boundaries)
-            Some(master) => Optimizer::mixed(gpu, b, master, &[Piece::identity(0..b.layout.total)]),
+            Some(master) => Optimizer::mixed(
+                gpu, &b.layout, &b.params, &b.grads, master, &b.m, &b.v, &pieces,
+            ),
         }
     }
 
-    /// Mixed precision over whole buffers cut into `pieces` (identity storage): packed bf16
-    /// gradients in, f32 master weights and moments updated, the rounded master weights written
-    /// to the packed parameters ([`crate::kernels::packed::optim`]). The norm parts are those of
-    /// [`Optimizer::sharded`], each Σg² a fixed-order f32 reduction over the part's words.
-    fn mixed(gpu: &Gpu, b: &Buffers, master: &View, pieces: &[Piece]) -> Result<Optimizer> {
-        let layout = &b.layout;
+    /// Mixed precision over `pieces` of the flat buffer described by `layout`: packed bf16
+    /// `params` and `grads` (words; flat element `flat.start + i` of a piece is element
+    /// `params + i` / `grads + i` of them), f32 `master`, `m`, `v` (at `moments + i`). Packed
+    /// gradients in, the master weights and moments updated, the rounded master weights written
+    /// to the packed parameters ([`crate::kernels::packed::optim`]). Every piece start and
+    /// storage offset must be a multiple of 128 (a view of words starts on 256 bytes). The norm
+    /// parts are those of [`Optimizer::sharded`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn mixed(
+        gpu: &Gpu,
+        layout: &Layout,
+        params: &View,
+        grads: &View,
+        master: &View,
+        m: &View,
+        v: &View,
+        pieces: &[Piece],
+    ) -> Result<Optimizer> {
         let words = |v: &View, at: usize, len: usize| v.slice(at / 2, len.div_ceil(2));
         let mut parts = Vec::new();
         let mut part_views = Vec::new();
         for p in pieces {
-            if p.flat != (p.params..p.params + p.flat.len()) || !p.flat.start.is_multiple_of(2) {
+            if p.flat.end > layout.total || !p.flat.start.is_multiple_of(2) {
                 return Err(Error::Config(format!(
-                    "mixed-precision optimizer piece {p:?}: only unsharded storage at even offsets"
+                    "mixed-precision optimizer piece {p:?} outside the layout ({}) or odd",
+                    layout.total
                 )));
             }
             for t in &layout.tensors {
@@ -119,7 +133,7 @@ impl Optimizer {
                 );
                 if a < e {
                     parts.push((t.name.clone(), a));
-                    part_views.push((words(&b.grads, a, e - a), e - a));
+                    part_views.push((words(grads, p.grads + (a - p.flat.start), e - a), e - a));
                 }
             }
         }
@@ -140,14 +154,14 @@ impl Optimizer {
                 if a >= e {
                     continue;
                 }
-                let len = e - a;
+                let (rel, len) = (a - p.flat.start, e - a);
                 adam_ops.push(kp::adamw_bf16(
                     gpu,
-                    &words(&b.params, a, len),
-                    &master.slice(a, len),
-                    &words(&b.grads, a, len),
-                    &b.m.slice(a, len),
-                    &b.v.slice(a, len),
+                    &words(params, p.params + rel, len),
+                    &master.slice(p.moments + rel, len),
+                    &words(grads, p.grads + rel, len),
+                    &m.slice(p.moments + rel, len),
+                    &v.slice(p.moments + rel, len),
                     &hp,
                     &norm_sq,
                     if decay { len } else { 0 },
@@ -159,7 +173,7 @@ impl Optimizer {
             parts,
             sq,
             norm_ops,
-            zero_grads: ke::fill(gpu, &b.grads, 0.0)?,
+            zero_grads: ke::fill(gpu, grads, 0.0)?,
             adam_ops,
             hp,
             norm_sq,

@@ -169,8 +169,11 @@ pub struct Buffers {
     pub grads: View,
     pub m: View,
     pub v: View,
-    /// bf16: the f32 master weights (`params` holds them rounded); `None` under f32.
+    /// bf16: the f32 master weights (`params` holds them rounded); `None` under f32, and under
+    /// bf16 when a data-parallel group shards them (ZeRO-1: the chunk holds its shard).
     pub master: Option<View>,
+    /// `params` and `grads` are packed bf16.
+    pub packed: bool,
 }
 
 impl Buffers {
@@ -183,6 +186,7 @@ impl Buffers {
             m: gpu.buffer_in(Category::OptimizerState, "adam.m", layout.total),
             v: gpu.buffer_in(Category::OptimizerState, "adam.v", layout.total),
             master: None,
+            packed: false,
         }
     }
 
@@ -200,6 +204,24 @@ impl Buffers {
             m: gpu.buffer_in(Category::OptimizerState, "adam.m", layout.total),
             v: gpu.buffer_in(Category::OptimizerState, "adam.v", layout.total),
             master: Some(gpu.buffer_in(Category::OptimizerState, "master", layout.total)),
+            packed: true,
+        }
+    }
+
+    /// Packed bf16 parameters and gradients only, placed by [`Layout::packed`]: the master
+    /// weights and moments live elsewhere (ZeRO-1 shards them); `m` and `v` are empty views.
+    pub fn bf16_without_state(gpu: &Gpu, layout: &Layout) -> Buffers {
+        let layout = &layout.packed();
+        let words = layout.total / 2;
+        let grads = gpu.buffer_in(Category::Gradients, "grads.bf16", words);
+        Buffers {
+            layout: layout.clone(),
+            params: gpu.buffer_in(Category::Parameters, "params.bf16", words),
+            m: grads.slice(0, 0),
+            v: grads.slice(0, 0),
+            grads,
+            master: None,
+            packed: true,
         }
     }
 
@@ -215,12 +237,13 @@ impl Buffers {
             v: grads.slice(0, 0),
             grads,
             master: None,
+            packed: false,
         }
     }
 
     /// Whether `params` and `grads` are packed bf16 (mixed precision).
     pub fn packed(&self) -> bool {
-        self.master.is_some()
+        self.packed
     }
 
     /// The view of tensor `name` in flat buffer `flat` (words under bf16).
@@ -256,6 +279,7 @@ impl Buffers {
                 gpu.upload(master, flat)?;
                 gpu.upload(&self.params, &crate::cpu::pack_bf16(flat))
             }
+            None if self.packed => gpu.upload(&self.params, &crate::cpu::pack_bf16(flat)),
             None => gpu.upload(&self.params, flat),
         }
     }

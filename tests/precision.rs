@@ -34,7 +34,7 @@ fn run(gpus: &[Gpu], mesh: Mesh, o: RuntimeOptions) -> (Vec<u32>, String) {
         o,
     )
     .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let data = tiny::batches(mesh.microbatches, 3);
+    let data = tiny::batches(mesh.microbatches * mesh.dp, 3);
     let n = rt.batches_per_step();
     let losses = data
         .iter()
@@ -143,6 +143,54 @@ fn bf16_data_parallel_reduces_on_a_bf16_ring_of_2_bytes_per_element() {
             None => dp = Some((losses, sum)),
         }
     }
+    // ZeRO-1: the reduce-scatter sums each element as the all-reduce does, AdamW runs on the
+    // own shard, the all-gather moves bf16: the bits of plain dp, 4 + 12/d bytes per parameter
+    for mesh in [
+        Mesh {
+            zero: 1,
+            ..tiny::mesh(2, 1, 1, 1)
+        },
+        Mesh {
+            zero: 1,
+            ..tiny::mesh(2, 1, 2, 1)
+        },
+    ] {
+        let what = mesh.describe();
+        for g in &gpus {
+            g.reset_memory_peaks();
+        }
+        let got = run(&gpus, mesh, bf16.clone());
+        println!("{what}: {}", got.1);
+        assert_eq!(Some(&got), dp.as_ref(), "{what}: the bits of plain dp");
+    }
+    let zero1 = Mesh {
+        zero: 1,
+        ..tiny::mesh(2, 1, 1, 1)
+    };
+    let base: Vec<u64> = gpus[..2]
+        .iter()
+        .map(|g| g.memory().current.model_state())
+        .collect();
+    let rt = Runtime::new(&gpus[..2], tiny::cfg(1), zero1, bf16).unwrap();
+    let shards: Vec<u64> = (0..2)
+        .map(|d| {
+            let c = &rt.chunks(d)[0];
+            c.grid.shard_len(d) as u64
+        })
+        .collect();
+    for (d, g) in gpus[..2].iter().enumerate() {
+        let state = g.memory().current.model_state() - base[d];
+        println!(
+            "ZeRO-1 bf16 device {d}: {state} B of model state, N = {n}, shard {}",
+            shards[d]
+        );
+        assert_eq!(
+            state,
+            4 * n + 12 * shards[d],
+            "device {d}: 2N + 2N + 12·shard"
+        );
+    }
+    drop(rt);
 }
 
 #[test]
@@ -346,8 +394,8 @@ fn layouts_bf16_cannot_run_yet_are_refused_by_name() {
         return;
     };
     let bf16 = opts(Precision::Bf16, Recompute::None);
-    let zero1 = Mesh {
-        zero: 1,
+    let zero2 = Mesh {
+        zero: 2,
         ..tiny::mesh(2, 1, 1, 1)
     };
     let tree = RuntimeOptions {
@@ -356,7 +404,7 @@ fn layouts_bf16_cannot_run_yet_are_refused_by_name() {
         ..bf16.clone()
     };
     for (mesh, o, want) in [
-        (zero1, bf16.clone(), "ZeRO-1"),
+        (zero2, bf16.clone(), "ZeRO-2"),
         (tiny::mesh(2, 1, 1, 2), tree, "Tree all-reduce"),
     ] {
         let e = Runtime::new(&gpus, tiny::cfg(mesh.microbatches), mesh, o)

@@ -5,9 +5,9 @@
 //! NCCL's bf16 ring.
 //!
 //! ```text
-//! reduce-scatter  hop s = 0 … d−2: send chunk (r − s) mod d to r + 1, receive chunk
-//!                 (r − s − 1) mod d from r − 1 and add it in   → rank r owns chunk (r + 1) mod d
-//! all-gather      hop s = 0 … d−2: send chunk (r + 1 − s) mod d, receive chunk (r − s) mod d
+//! reduce-scatter  hop s = 0 … d−2: send chunk (r − s − 1) mod d to r + 1, receive chunk
+//!                 (r − s − 2) mod d from r − 1 and add it in   → rank r owns chunk r
+//! all-gather      hop s = 0 … d−2: send chunk (r − s) mod d, receive chunk (r − s − 1) mod d
 //! ```
 //!
 //! Chunk c is summed in the fixed order x(c+1) + x(c+2) + … + x(c), so a layout gives the same
@@ -35,55 +35,123 @@ fn add_words(a: u32, b: u32) -> u32 {
     lo | (hi << 16)
 }
 
-/// Every rank's `words` (equal lengths) ends holding the bf16 sum over ranks; the ring's chunks
-/// are `bounds` (d + 1 word offsets from 0 to the length). `round` tells this call's messages
-/// from the next one's (e.g. the bucket index).
+/// The ring's neighbours and chunk ranges of one call.
+struct Ring<'a> {
+    d: usize,
+    r: usize,
+    bounds: &'a [usize],
+    round: usize,
+}
+
+impl Ring<'_> {
+    fn span(&self, k: usize) -> std::ops::Range<usize> {
+        let k = k % self.d;
+        self.bounds[k]..self.bounds[k + 1]
+    }
+
+    fn tag(&self, hop: usize) -> Tag {
+        Tag {
+            flow: FLOW,
+            micro: hop,
+            stage: self.round,
+        }
+    }
+
+    /// Sends chunk `out` to the next rank, receives chunk `into` from the previous one.
+    fn hop(
+        &self,
+        c: &mut dyn Communicator,
+        words: &[u32],
+        hop: usize,
+        out: usize,
+        into: usize,
+    ) -> Result<Vec<u32>> {
+        let (next, prev) = ((self.r + 1) % self.d, (self.r + self.d - 1) % self.d);
+        c.send(
+            next,
+            self.tag(hop),
+            bytemuck::cast_vec(words[self.span(out)].to_vec()),
+        )?;
+        let got: Vec<u32> = bytemuck::cast_vec(c.recv(prev, self.tag(hop))?);
+        let want = self.span(into).len();
+        if got.len() != want {
+            return Err(Error::Config(format!(
+                "bf16 ring: rank {prev} sent {} words, chunk holds {want}",
+                got.len()
+            )));
+        }
+        Ok(got)
+    }
+}
+
+fn ring<'a>(
+    c: &dyn Communicator,
+    what: &str,
+    words: &[u32],
+    bounds: &'a [usize],
+    round: usize,
+) -> Result<Ring<'a>> {
+    check_bounds(what, bounds, c.size(), words.len())?;
+    Ok(Ring {
+        d: c.size(),
+        r: c.rank(),
+        bounds,
+        round,
+    })
+}
+
+/// Ring reduce-scatter of packed bf16: afterwards `words[bounds[r]..bounds[r+1]]` on rank r
+/// holds the bf16 sum of chunk r over the ranks (the rest: partial sums). `bounds` are d + 1
+/// word offsets from 0 to the length; `round` tells this call's messages from the next one's.
+pub fn reduce_scatter_bf16(
+    c: &mut dyn Communicator,
+    words: &mut [u32],
+    bounds: &[usize],
+    round: usize,
+) -> Result<()> {
+    let g = ring(c, "bf16 reduce-scatter", words, bounds, round)?;
+    let d = g.d;
+    // hop s: send chunk r − s − 1, add chunk r − s − 2 in; the last hop completes chunk r
+    for s in 0..d.saturating_sub(1) {
+        let (out, into) = (g.r + 2 * d - s - 1, g.r + 2 * d - s - 2);
+        let got = g.hop(c, words, s, out, into)?;
+        for (w, x) in words[g.span(into)].iter_mut().zip(got) {
+            *w = add_words(*w, x);
+        }
+    }
+    Ok(())
+}
+
+/// Ring all-gather of packed bf16: chunk r of `words` on rank r is its input; afterwards every
+/// rank holds every chunk.
+pub fn all_gather_bf16(
+    c: &mut dyn Communicator,
+    words: &mut [u32],
+    bounds: &[usize],
+    round: usize,
+) -> Result<()> {
+    let g = ring(c, "bf16 all-gather", words, bounds, round)?;
+    let d = g.d;
+    // hop s: send chunk r − s, receive chunk r − s − 1 (hops after a reduce-scatter's)
+    for s in 0..d.saturating_sub(1) {
+        let (out, into) = (g.r + d - s, g.r + 2 * d - s - 1);
+        let got = g.hop(c, words, d - 1 + s, out, into)?;
+        let span = g.span(into);
+        words[span].copy_from_slice(&got);
+    }
+    Ok(())
+}
+
+/// Every rank's `words` (equal lengths) ends holding the bf16 sum over ranks: the
+/// reduce-scatter, then the all-gather, over chunks `bounds`.
 pub fn all_reduce_bf16(
     c: &mut dyn Communicator,
     words: &mut [u32],
     bounds: &[usize],
     round: usize,
 ) -> Result<()> {
-    let (d, r) = (c.size(), c.rank());
-    check_bounds("bf16 all-reduce", bounds, d, words.len())?;
-    if d == 1 {
-        return Ok(());
-    }
-    let (next, prev) = ((r + 1) % d, (r + d - 1) % d);
-    let span = |k: usize| bounds[k % d]..bounds[k % d + 1];
-    let tag = |hop: usize| Tag {
-        flow: FLOW,
-        micro: hop,
-        stage: round,
-    };
-    let recv = |c: &mut dyn Communicator, hop: usize, want: usize| -> Result<Vec<u32>> {
-        let got: Vec<u32> = bytemuck::cast_vec(c.recv(prev, tag(hop))?);
-        if got.len() != want {
-            return Err(Error::Config(format!(
-                "bf16 all-reduce: rank {prev} sent {} words, chunk holds {want}",
-                got.len()
-            )));
-        }
-        Ok(got)
-    };
-    for s in 0..d - 1 {
-        let out = span(r + d - s);
-        c.send(next, tag(s), bytemuck::cast_vec(words[out].to_vec()))?;
-        let into = span(r + 2 * d - s - 1);
-        let got = recv(c, s, into.len())?;
-        for (w, g) in words[into].iter_mut().zip(got) {
-            *w = add_words(*w, g);
-        }
-    }
-    for s in 0..d - 1 {
-        let hop = d - 1 + s;
-        let out = span(r + 1 + d - s);
-        c.send(next, tag(hop), bytemuck::cast_vec(words[out].to_vec()))?;
-        let into = span(r + d - s);
-        let got = recv(c, hop, into.len())?;
-        words[into].copy_from_slice(&got);
-    }
-    Ok(())
+    reduce_scatter_bf16(c, words, bounds, round)?;
+    all_gather_bf16(c, words, bounds, round)
 }
 
 #[cfg(test)]

@@ -99,6 +99,7 @@ impl Chain {
                     params: p,
                     grads: g,
                     master: None,
+                    packed: false,
                 };
                 GpuModel::build(gpu, cfg, &[s.block], micro, dloss, b, &opts)
             })

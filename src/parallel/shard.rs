@@ -56,6 +56,12 @@ impl Grid {
     /// The grid of `units` (ranges tiling `[0, total)` in any order, each starting and ending on
     /// a multiple of 64) over `d` ranks.
     pub fn new(units: &[Range<usize>], total: usize, d: usize) -> Result<Grid> {
+        Grid::aligned(units, total, d, ALIGN)
+    }
+
+    /// [`Grid::new`] with every unit and chunk boundary on a multiple of `align` elements
+    /// (128 for packed bf16 buffers: a chunk of words then starts on a 256-byte boundary).
+    pub fn aligned(units: &[Range<usize>], total: usize, d: usize, align: usize) -> Result<Grid> {
         if d == 0 {
             return Err(Error::Config(
                 "a shard grid needs at least one rank (d = 0)".into(),
@@ -65,9 +71,10 @@ impl Grid {
         sorted.sort_by_key(|r| r.start);
         let mut at = 0;
         for r in &sorted {
-            if r.start != at || r.end <= r.start || r.start % ALIGN != 0 || r.end % ALIGN != 0 {
+            if r.start != at || r.end <= r.start || r.start % align != 0 || r.end % align != 0 {
                 return Err(Error::Config(format!(
-                    "shard units must tile [0, {total}) in 64-aligned ranges; got {r:?} at {at}"
+                    "shard units must tile [0, {total}) in {align}-aligned ranges; got {r:?} at \
+                     {at}"
                 )));
             }
             at = r.end;
@@ -83,9 +90,9 @@ impl Grid {
             .enumerate()
             .map(|(u, range)| {
                 // ⌊(k·m + u mod d)/d⌋: the units' remainders go to different ranks in turn
-                let m = range.len() / ALIGN;
+                let m = range.len() / align;
                 let bounds: Vec<usize> = (0..=d)
-                    .map(|k| range.start + ALIGN * ((k * m + u % d) / d))
+                    .map(|k| range.start + align * ((k * m + u % d) / d))
                     .collect();
                 let storage = next.clone();
                 for (r, n) in next.iter_mut().enumerate() {

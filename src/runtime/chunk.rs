@@ -79,6 +79,8 @@ pub(super) struct Chunk {
     pub local: crate::params::Layout,
     /// ZeRO-1–3: this rank's shard of the AdamW moments (the buffers hold placeholders).
     pub moments: Option<(View, View)>,
+    /// ZeRO-1 in bf16: this rank's shard of the f32 master weights (the grid's storage).
+    pub master_shard: Option<View>,
     /// ZeRO-3: `buffers.params` is this rank's shard (stored as the grid's storage says).
     pub params_sharded: bool,
     /// ZeRO-2/3: `buffers.grads` is this rank's gradient shard, the model runs block by block.
@@ -121,11 +123,13 @@ impl Chunk {
         let local = cfg.model.layout_tp(spec.blocks, t);
         let sharded = spec.zero >= 1 && spec.dp.1 > 1;
         let buffers = match (sharded, spec.precision) {
-            (true, _) => Buffers::without_moments(gpu, &local),
+            (true, Precision::F32) => Buffers::without_moments(gpu, &local),
+            (true, Precision::Bf16) => Buffers::bf16_without_state(gpu, &local),
             (false, Precision::F32) => Buffers::new(gpu, &local),
             (false, Precision::Bf16) => Buffers::new_bf16(gpu, &local),
         };
-        buffers.upload_params(gpu, &local.relayout(&shards[r], &buffers.layout)?)?;
+        let init = local.relayout(&shards[r], &buffers.layout)?;
+        buffers.upload_params(gpu, &init)?;
         // one recompute workspace for every slot of the chunk (none without layers)
         let has_layers = spec.blocks.iter().any(|b| matches!(b, Block::Layer(_)));
         let opts = BuildOptions {
@@ -163,25 +167,56 @@ impl Chunk {
         let buckets = buckets(stored, &m0.grad_ready, spec.bucket_bytes);
         let units: Vec<Range<usize>> = buckets.iter().map(|b| b.range.clone()).collect();
         let (rank, d) = spec.dp;
-        let grid = Grid::new(&units, stored.total, d)?;
+        // packed: chunks of words on 256-byte boundaries
+        let align = crate::params::ALIGN * if buffers.packed() { 2 } else { 1 };
+        let grid = Grid::aligned(&units, stored.total, d, align)?;
         let unit_of = units_of(&grid, &buckets)?;
-        let (optim, moments) = if sharded {
+        let (optim, moments, master_shard) = if sharded {
             let len = grid.shard_len(rank).max(1);
             let m = gpu.buffer_in(Category::OptimizerState, "adam.m shard", len);
             let v = gpu.buffer_in(Category::OptimizerState, "adam.v shard", len);
             let pieces = grid.pieces(rank, false, false);
-            let o = Optimizer::sharded(
-                gpu,
-                &local,
-                &buffers.params,
-                &buffers.grads,
-                &m,
-                &v,
-                &pieces,
-            )?;
-            (o, Some((m, v)))
+            match buffers.packed() {
+                false => {
+                    let o = Optimizer::sharded(
+                        gpu,
+                        &local,
+                        &buffers.params,
+                        &buffers.grads,
+                        &m,
+                        &v,
+                        &pieces,
+                    )?;
+                    (o, Some((m, v)), None)
+                }
+                true => {
+                    // ZeRO-1 in bf16: this rank's shard of the f32 master weights
+                    let master = gpu.buffer_in(Category::OptimizerState, "master shard", len);
+                    let mut host = vec![0.0f32; len];
+                    for p in &pieces {
+                        host[p.moments..p.moments + p.flat.len()]
+                            .copy_from_slice(&init[p.flat.clone()]);
+                    }
+                    gpu.upload(&master, &host)?;
+                    let o = Optimizer::mixed(
+                        gpu,
+                        stored,
+                        &buffers.params,
+                        &buffers.grads,
+                        &master,
+                        &m,
+                        &v,
+                        &pieces,
+                    )?;
+                    (o, Some((m, v)), Some(master))
+                }
+            }
         } else {
-            (Optimizer::with_cuts(gpu, &buffers, &grid.cuts())?, None)
+            (
+                Optimizer::with_cuts(gpu, &buffers, &grid.cuts())?,
+                None,
+                None,
+            )
         };
         let zero_grads = crate::kernels::elementwise::fill(gpu, &buffers.grads, 0.0)?;
         let tree = match spec.tree {
@@ -200,6 +235,7 @@ impl Chunk {
             buffers,
             local,
             moments,
+            master_shard,
             params_sharded: false,
             blocks: None,
             split: spec.split,
@@ -325,6 +361,22 @@ impl Chunk {
             true => self.buffers.layout.relayout(&flat, &self.local),
             false => Ok(flat),
         }
+    }
+
+    /// The runs of storage range `range` (a shard chunk) by tensor: (canonical offset, storage
+    /// run). Under f32 the layouts agree: one run at the same offset.
+    pub fn canonical_runs(&self, range: Range<usize>) -> Vec<(usize, Range<usize>)> {
+        if !self.buffers.packed() {
+            return vec![(range.start, range)];
+        }
+        let mut out = Vec::new();
+        for (t, c) in self.buffers.layout.tensors.iter().zip(&self.local.tensors) {
+            let (a, e) = (t.offset.max(range.start), (t.offset + t.len).min(range.end));
+            if a < e {
+                out.push((c.offset + (a - t.offset), a..e));
+            }
+        }
+        out
     }
 
     /// The inverse of [`Chunk::canonical`].
@@ -474,12 +526,14 @@ fn by_blocks(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Result<Chunk> {
         m: m.slice(0, 0),
         v: v.slice(0, 0),
         master: None,
+        packed: false,
     };
     Ok(Chunk {
         stage: spec.stage,
         local: layout_canonical,
         buffers,
         moments: Some((m, v)),
+        master_shard: None,
         params_sharded: gather,
         blocks: Some(Blocks {
             spans,

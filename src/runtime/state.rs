@@ -42,7 +42,6 @@ impl Runtime {
         for w in &self.workers {
             let (r, k) = (w.place.replica, w.place.tp_rank);
             for c in &w.chunks {
-                let total = c.grid.total;
                 match shard_of(c, which) {
                     None if r == 0 => out.push(Piece {
                         stage: c.stage,
@@ -57,13 +56,17 @@ impl Runtime {
                         for (u, unit) in c.grid.units.iter().enumerate() {
                             let ch = c.grid.chunk(u, r);
                             let from = unit.storage[r];
-                            out.push(Piece {
-                                stage: c.stage,
-                                tp_rank: k,
-                                total,
-                                at: ch.start,
-                                data: shard[from..from + ch.len()].to_vec(),
-                            });
+                            // (storage offsets are the canonical ones but under bf16)
+                            for (at, run) in c.canonical_runs(ch) {
+                                let a = from + run.start - c.grid.chunk(u, r).start;
+                                out.push(Piece {
+                                    stage: c.stage,
+                                    tp_rank: k,
+                                    total: c.local.total,
+                                    at,
+                                    data: shard[a..a + run.len()].to_vec(),
+                                });
+                            }
                         }
                     }
                 }
@@ -139,13 +142,17 @@ impl Runtime {
             for w in &self.workers {
                 let (r, k) = (w.place.replica, w.place.tp_rank);
                 for c in w.chunks.iter().filter(|c| c.stage == s) {
-                    let src = &shards[k];
+                    let canonical = &shards[k];
+                    let stored = c.stored(canonical)?;
+                    let src = &stored;
+                    if which == Which::Params && c.master_shard.is_some() {
+                        // ZeRO-1 in bf16: every rank holds the full bf16 parameters
+                        c.buffers.upload_params(&w.gpu, src)?;
+                    }
                     match shard_of(c, which) {
                         // mixed precision: the master weights, and the bf16 parameters rounded
-                        None if which == Which::Params => {
-                            c.buffers.upload_params(&w.gpu, &c.stored(src)?)?
-                        }
-                        None => w.gpu.upload(full_of(c, which), &c.stored(src)?)?,
+                        None if which == Which::Params => c.buffers.upload_params(&w.gpu, src)?,
+                        None => w.gpu.upload(full_of(c, which), src)?,
                         Some(view) => {
                             let mut shard = vec![0.0f32; view.len];
                             for (u, unit) in c.grid.units.iter().enumerate() {
@@ -270,6 +277,7 @@ fn decode(mut b: &[u8]) -> Option<Vec<Piece>> {
 /// The rank's shard of `which`, when it is sharded.
 fn shard_of(c: &Chunk, which: Which) -> Option<&View> {
     match which {
+        Which::Params if c.master_shard.is_some() => c.master_shard.as_ref(),
         Which::Params => c.params_sharded.then_some(&c.buffers.params),
         Which::M => c.moments.as_ref().map(|m| &m.0),
         Which::V => c.moments.as_ref().map(|m| &m.1),

@@ -341,6 +341,18 @@ impl Worker {
                 rec.device = t.elapsed().as_secs_f64();
             }
             Op::Unshard { chunk, block } => rec.link = self.unshard(*chunk, *block)?,
+            Op::GatherParams { chunk, bucket } if self.chunks[*chunk].buffers.packed() => {
+                // ZeRO-1 in bf16: the updated bf16 parameters, 2 bytes per element
+                let c = &self.chunks[*chunk];
+                let (range, rel) = c.bucket_geometry(*bucket);
+                let view = c.buffers.params.slice(range.start / 2, range.len() / 2);
+                let mut words: Vec<u32> = self.gpu.download(&view)?;
+                let bounds: Vec<usize> = rel.iter().map(|b| b / 2).collect();
+                rec.link = comm_call(&mut *self.comms.dp, |c| {
+                    crate::comm::all_gather_bf16(c, &mut words, &bounds, *bucket)
+                })?;
+                self.gpu.upload(&view, &words)?;
+            }
             Op::GatherParams { chunk, bucket } => {
                 let c = &self.chunks[*chunk];
                 let (range, rel) = c.bucket_geometry(*bucket);

@@ -71,12 +71,8 @@ impl Worker {
         sc: &mut Scratch,
     ) -> Result<f64> {
         let stage = self.stage_of(chunk);
+        let rank = self.place.replica;
         let c = &self.chunks[chunk];
-        if scatter {
-            return Err(Error::Config(
-                "bf16 gradients are not sharded (ZeRO) yet".into(),
-            ));
-        }
         let (range, rel) = c.bucket_geometry(bucket);
         if !range.start.is_multiple_of(2) || rel.iter().any(|b| !b.is_multiple_of(2)) {
             return Err(Error::Config(format!(
@@ -104,10 +100,23 @@ impl Worker {
         if let Some(last) = bounds.last_mut() {
             *last = words.len();
         }
+        if !scatter {
+            let link = comm_call(&mut *self.comms.dp, |d| {
+                crate::comm::all_reduce_bf16(d, &mut words, &bounds, bucket)
+            })?;
+            self.gpu.upload(&view, &words)?;
+            return Ok(link);
+        }
+        // ZeRO-1: only this rank's chunk is reduced, into its range of the full gradients
         let link = comm_call(&mut *self.comms.dp, |d| {
-            crate::comm::all_reduce_bf16(d, &mut words, &bounds, bucket)
+            crate::comm::reduce_scatter_bf16(d, &mut words, &bounds, bucket)
         })?;
-        self.gpu.upload(&view, &words)?;
+        let own = bounds[rank]..bounds[rank + 1];
+        if !own.is_empty() {
+            let at = range.start / 2 + own.start;
+            self.gpu
+                .upload(&c.grads_full()?.slice(at, own.len()), &words[own.clone()])?;
+        }
         Ok(link)
     }
 
