@@ -17,7 +17,7 @@ use clap::Parser;
 use serde_json::json;
 use triaxis::cost::activation;
 use triaxis::cost::memory::{zero_state_bytes, ZeroStage};
-use triaxis::cost::zero::{self, formula_bytes, predicted_comm_bytes};
+use triaxis::cost::zero::{self, predicted_comm_bytes};
 use triaxis::engine::EngineOptions;
 use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
@@ -68,6 +68,9 @@ struct Args {
     /// Gradient bucket (= shard unit) size in MB (above 0, at most 10⁶).
     #[arg(long, default_value_t = 0.25)]
     bucket_mb: f64,
+    /// Precision: f32, or bf16 mixed precision (P, G, K = 2, 2, 12 bytes; ZeRO 0-1 for now).
+    #[arg(long, default_value = "f32")]
+    precision: String,
     /// What each layer's backward recomputes: none, selective or full.
     #[arg(long, default_value = "none")]
     recompute: String,
@@ -100,6 +103,7 @@ struct Checked {
     choice: AdapterChoice,
     m: model_flags::Model,
     recompute: Recompute,
+    precision: Precision,
 }
 
 /// Every flag, before any device work: the error names the flag and the constraint. The output
@@ -121,6 +125,7 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
     let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?;
     let m = model_flags::check(a.layers, a.channels, a.heads, a.seq, a.micro_batch)?;
     let recompute = a.recompute.parse()?;
+    let precision = a.precision.parse()?;
     flags::output_dir("--out", &a.out)?;
     Ok(Checked {
         degrees,
@@ -129,6 +134,7 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
         choice,
         m,
         recompute,
+        precision,
     })
 }
 
@@ -148,6 +154,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         choice,
         m,
         recompute,
+        precision,
     } = c;
     let model_flags::Model {
         corpus,
@@ -158,14 +165,19 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
     let cfg = engine_steps::train_config(model, micro, a.accum, a.steps + 1, 0.1);
     let max_d = degrees.iter().copied().max().unwrap_or(1);
     let gpus = Gpu::open_virtual(&choice, max_d)?;
-    let n_flat = model.layout(&model.blocks()).total;
+    // bf16 tensors lie on 128-element boundaries on the device
+    let n_flat = match precision {
+        Precision::F32 => model.layout(&model.blocks()).total,
+        Precision::Bf16 => model.layout(&model.blocks()).packed().total,
+    };
+    let (pb, gb, kb) = precision.pgk();
     println!(
         "\nadapter  {} ({max_d} virtual devices)",
         gpus[0].adapter_name()
     );
     println!(
-        "model    {model:?}: {} parameters, N = {n_flat} flat f32 elements with 64-element tensor \
-         padding ({:.2} %); f32 Adam: P = 4, G = 4, K = 8 bytes per element",
+        "model    {model:?}: {} parameters, N = {n_flat} flat elements with tensor padding \
+         ({:.2} %); {precision}: P = {pb}, G = {gb}, K = {kb} bytes per element",
         model.param_count(),
         100.0 * (n_flat - model.param_count()) as f64 / n_flat as f64
     );
@@ -187,6 +199,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         link,
         bucket_bytes: (a.bucket_mb * 1e6) as usize,
         recompute,
+        precision,
         ..EngineOptions::default()
     };
     let mut rows = Vec::new();
@@ -206,12 +219,24 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                 bar.inc(1);
                 continue;
             }
-            let run = engine_steps::run(&gpus, cfg.clone(), mesh, opts.clone(), &corpus, 1)?;
+            let run = match engine_steps::run(&gpus, cfg.clone(), mesh, opts.clone(), &corpus, 1) {
+                Ok(r) => r,
+                // the engine refuses a layout before any device work (bf16 ZeRO-2/3)
+                Err(e) if precision == Precision::Bf16 && s >= 2 => {
+                    say(&bar, format!("{d:>2} {s:>5} | not run: {e:#}"));
+                    bar.inc(1);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let last = run.last();
             let state = max_of(&run.built, |u| u.current.model_state());
-            let formula = formula_bytes(st, n_flat, d);
+            let formula = zero_state_bytes(n_flat as f64, d, st, precision.pgk());
             // the whole group's bytes over the ranks: every rank of a ring sends the same share
-            let predicted = predicted_comm_bytes(st, n_flat, d, a.accum) as f64 / d as f64;
+            // (the ring formula counts 4-byte elements; bf16 moves half)
+            let per_elem = precision.element_bytes() as f64 / 4.0;
+            let predicted =
+                per_elem * predicted_comm_bytes(st, n_flat, d, a.accum) as f64 / d as f64;
             let sum = run.engine.checksum()?;
             if s == 0 {
                 base_sum = Some(sum.clone());
@@ -222,18 +247,12 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                 .filter(|&c| c > 0)
                 .map(|c| last.dp_bytes as f64 / c as f64);
             let mem = &last.memory;
-            let act_pred = activation::predict(
-                &model,
-                micro,
-                &mesh,
-                &Balance::Params,
-                recompute,
-                Precision::F32,
-            )?
-            .iter()
-            .map(|p| p.total)
-            .max()
-            .unwrap_or(0);
+            let act_pred =
+                activation::predict(&model, micro, &mesh, &Balance::Params, recompute, precision)?
+                    .iter()
+                    .map(|p| p.total)
+                    .max()
+                    .unwrap_or(0);
             let row = json!({
                 "d": d, "stage": s, "model_state_bytes": state, "formula_bytes": formula,
                 "peak": mem.iter().map(|u| &u.peak).collect::<Vec<_>>(),
