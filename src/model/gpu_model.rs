@@ -30,9 +30,15 @@ use crate::kernels::Op;
 use crate::params::Buffers;
 
 mod backward;
+mod checks;
 mod forward;
 mod kernels;
+mod options;
 mod recompute;
+
+pub use checks::check_contiguous;
+use checks::check_precision;
+pub use options::BuildOptions;
 
 use recompute::Dims;
 pub use recompute::Workspace;
@@ -74,31 +80,6 @@ struct LayerOps {
     upto_gelu: Range<usize>,
     /// Tensor-parallel cut inside `upto_gelu` (the attention output's all-reduce), if any.
     cut: Option<usize>,
-}
-
-/// How a model is built beyond its blocks and shape.
-#[derive(Clone)]
-pub struct BuildOptions {
-    /// Zero-bubble split backward (B and a deferred W).
-    pub split: bool,
-    /// Tensor-parallel rank of this replica.
-    pub tp: TpRank,
-    /// Recomputation, with the workspace shared by the chunk's slots (`None`: keep all).
-    pub workspace: Option<Workspace>,
-    /// f32, or bf16 mixed precision (packed activations; `buffers` made by
-    /// [`Buffers::new_bf16`]).
-    pub precision: Precision,
-}
-
-impl Default for BuildOptions {
-    fn default() -> Self {
-        BuildOptions {
-            split: false,
-            tp: TpRank::SINGLE,
-            workspace: None,
-            precision: Precision::F32,
-        }
-    }
 }
 
 /// Head activations and the loss.
@@ -444,52 +425,5 @@ impl GpuModel {
     /// A row-parallel bias: added by rank 0 only, before the all-reduce sums the partials.
     fn row_bias(&self, name: &str) -> Result<Option<View>> {
         (self.tp.r == 0).then(|| self.buffers.p(name)).transpose()
-    }
-}
-
-/// bf16: the buffers are packed, and every row a kernel writes has an even length (a word never
-/// holds elements of two rows, so no two invocations write one word): C/NH, T and 4C/t even.
-fn check_precision(
-    cfg: &GptConfig,
-    micro: Micro,
-    t: usize,
-    prec: Precision,
-    buffers: &Buffers,
-) -> Result<()> {
-    if buffers.packed() != (prec == Precision::Bf16) {
-        return Err(Error::Config(format!(
-            "a {prec} model needs {} parameter buffers",
-            if prec == Precision::Bf16 {
-                "packed bf16"
-            } else {
-                "f32"
-            }
-        )));
-    }
-    if prec == Precision::F32 {
-        return Ok(());
-    }
-    let hs = cfg.channels / cfg.heads;
-    let mlp = 4 * cfg.channels / t;
-    if !hs.is_multiple_of(2) || !micro.t.is_multiple_of(2) || !mlp.is_multiple_of(2) {
-        return Err(Error::Config(format!(
-            "bf16 needs an even head size (channels / heads = {hs}), an even sequence length \
-             (got {}) and an even MLP width per tensor-parallel rank (4·channels / tp = {mlp}): \
-             two bf16 share a word, and every row a kernel writes must own its words",
-            micro.t
-        )));
-    }
-    Ok(())
-}
-
-/// Blocks must be a non-empty contiguous run of `cfg.blocks()`.
-pub fn check_contiguous(cfg: &GptConfig, blocks: &[Block]) -> Result<()> {
-    let all = cfg.blocks();
-    let start = blocks.first().and_then(|b| all.iter().position(|x| x == b));
-    match start {
-        Some(s) if all.get(s..s + blocks.len()) == Some(blocks) => Ok(()),
-        _ => Err(Error::Config(format!(
-            "blocks {blocks:?} are not a contiguous range of the model"
-        ))),
     }
 }

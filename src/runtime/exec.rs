@@ -213,7 +213,7 @@ impl Runtime {
                 crate::model::fit::check(&cfg.model, blocks, cfg.micro, mesh.tp, &gpu.limits)?;
             }
         }
-        check_precision(mesh, &opts)?;
+        super::precision::check(mesh, &opts)?;
         let slots = schedule.slots_needed();
         let dloss = 1.0 / (cfg.tokens_per_step() * mesh.dp) as f32;
         let mut chunks: Vec<Vec<Chunk>> = Vec::with_capacity(local.len());
@@ -470,33 +470,4 @@ fn tree_fits(mesh: &Mesh, algo: Algo) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// bf16 mixed precision runs one device, pipelines (whose stages move packed activations and
-/// gradients as they are), data parallelism with ZeRO 0–1 and tensor parallelism (the bf16
-/// ring); ZeRO-2/3 (the block-by-block chain) and the pairwise tree are not built for bf16.
-fn check_precision(mesh: Mesh, opts: &RuntimeOptions) -> Result<()> {
-    if opts.precision == Precision::F32 {
-        return Ok(());
-    }
-    let what = if mesh.dp > 1 && mesh.zero >= 2 {
-        Some(format!("ZeRO-{} (bf16 blocks run one by one)", mesh.zero))
-    } else if mesh.dp > 1 && opts.dp_algo != Algo::Ring {
-        Some(format!(
-            "the {:?} all-reduce (bf16 reduces on the ring)",
-            opts.dp_algo
-        ))
-    } else if opts.accumulation == Accumulation::PairwiseTree {
-        Some("pairwise-tree accumulation".to_string())
-    } else {
-        None
-    };
-    match what {
-        Some(w) => Err(Error::Config(format!(
-            "--precision {} runs one device, pipelines, data parallelism with ZeRO 0-1 and \
-             tensor parallelism for now: {w} is not built for bf16 yet; use --precision f32",
-            opts.precision
-        ))),
-        None => Ok(()),
-    }
 }
