@@ -3,12 +3,8 @@
 // last word 0. One invocation per word (one element pair); index folded over y past 65535 groups.
 //
 // Both directions work on the raw bits only (every buffer is declared array<u32>), so no float
-// operation can flush subnormals or canonicalise NaNs on the way. The bit rules are those of the
-// `half` crate (2.x), the CPU twins' specification:
-//   narrow: NaN -> (bits >> 16) | 0x0040 (quiet NaN, sign and high payload kept);
-//           else round to nearest even on the f32 bits, (x + 0x7fff + ((x >> 16) & 1)) >> 16
-//           (carries into the exponent as needed: f32::MAX -> inf).
-//   widen:  bits << 16, exact; a NaN gets its quiet bit (0x0040_0000) set, as `half` does.
+// operation can flush subnormals or canonicalise NaNs on the way. The bit rules (those of the
+// `half` crate, the CPU twins' specification) are bf16_bits.wgsl's.
 
 struct Dims { n: u32, words: u32, _a: u32, _b: u32 }
 @group(0) @binding(0) var<uniform> d: Dims;
@@ -18,22 +14,7 @@ struct Dims { n: u32, words: u32, _a: u32, _b: u32 }
 @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(2) var<storage, read> src: array<u32>;
 
-// f32 bits -> bf16 bits (in the low 16 bits of the result).
-fn narrow(x: u32) -> u32 {
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-        return (x >> 16u) | 0x0040u;
-    }
-    return (x + 0x7fffu + ((x >> 16u) & 1u)) >> 16u;
-}
-
-// bf16 bits (low 16 bits of h) -> f32 bits.
-fn widen(h: u32) -> u32 {
-    let x = (h & 0xffffu) << 16u;
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-        return x | 0x00400000u;
-    }
-    return x;
-}
+// narrow / widen: the bit rules of bf16_bits.wgsl, prepended by the kernel registry.
 
 // ---- pack(dst words, src f32): word i = bf16(src[2i]) | bf16(src[2i+1]) << 16 ----
 @compute @workgroup_size(256)

@@ -39,23 +39,7 @@ struct Dims { b: u32, t: u32, c: u32, nh: u32, hs: u32, scale: f32, _a: u32, _b:
 @group(0) @binding(4) var<storage, read> qkv_b: array<u32>;       // backward: qkv
 @group(0) @binding(5) var<storage, read> att: array<u32>;         // backward: att
 
-// ---- the bit rules of bf16.wgsl ----
-// f32 bits -> bf16 bits (low 16 bits): round to nearest even, NaN kept quiet.
-fn narrow(x: u32) -> u32 {
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-        return (x >> 16u) | 0x0040u;
-    }
-    return (x + 0x7fffu + ((x >> 16u) & 1u)) >> 16u;
-}
-
-// bf16 bits (low 16 bits of h) -> f32 bits; a NaN gets its quiet bit.
-fn widen(h: u32) -> u32 {
-    let x = (h & 0xffffu) << 16u;
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-        return x | 0x00400000u;
-    }
-    return x;
-}
+// narrow / widen: the bit rules of bf16_bits.wgsl, prepended by the kernel registry.
 
 // The two elements of a word, and a word from two elements.
 fn lo(w: u32) -> f32 {

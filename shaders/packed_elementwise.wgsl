@@ -13,23 +13,7 @@
 struct Dims { n: u32, words: u32, value: u32, _b: u32 } // value: f32 bits
 @group(0) @binding(0) var<uniform> d: Dims;
 
-// ---- bf16 bit rules, copied from bf16.wgsl (keep identical) ----
-// f32 bits -> bf16 bits (in the low 16 bits of the result).
-fn narrow(x: u32) -> u32 {
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-        return (x >> 16u) | 0x0040u;
-    }
-    return (x + 0x7fffu + ((x >> 16u) & 1u)) >> 16u;
-}
-
-// bf16 bits (low 16 bits of h) -> f32 bits.
-fn widen(h: u32) -> u32 {
-    let x = (h & 0xffffu) << 16u;
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-        return x | 0x00400000u;
-    }
-    return x;
-}
+// narrow / widen: the bit rules of bf16_bits.wgsl, prepended by the kernel registry.
 
 fn lo(w: u32) -> f32 { return bitcast<f32>(widen(w)); }
 fn hi(w: u32) -> f32 { return bitcast<f32>(widen(w >> 16u)); }

@@ -19,23 +19,7 @@ const END: u32 = 0xffffffffu;
 const WG: u32 = 256u;
 const NAN2: u32 = 0x7fc07fc0u; // two quiet bf16 NaNs
 
-// ---- bf16 bit rules, copied from bf16.wgsl (keep identical) ----
-// f32 bits -> bf16 bits (in the low 16 bits of the result).
-fn narrow(x: u32) -> u32 {
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-        return (x >> 16u) | 0x0040u;
-    }
-    return (x + 0x7fffu + ((x >> 16u) & 1u)) >> 16u;
-}
-
-// bf16 bits (low 16 bits of h) -> f32 bits.
-fn widen(h: u32) -> u32 {
-    let x = (h & 0xffffu) << 16u;
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-        return x | 0x00400000u;
-    }
-    return x;
-}
+// narrow / widen: the bit rules of bf16_bits.wgsl, prepended by the kernel registry.
 
 fn pair(w: u32) -> vec2<f32> {
     return vec2<f32>(bitcast<f32>(widen(w)), bitcast<f32>(widen(w >> 16u)));

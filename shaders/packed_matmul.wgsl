@@ -48,14 +48,8 @@ const C_F32: u32 = 8u;      // C holds f32 bits (else packed bf16)
 fn lo(w: u32) -> f32 { return bitcast<f32>(w << 16u); }
 fn hi(w: u32) -> f32 { return bitcast<f32>(w & 0xffff0000u); }
 
-// f32 -> bf16 bits (low 16 bits): round to nearest even; NaN stays a quiet NaN (bf16.wgsl).
-fn narrow(v: f32) -> u32 {
-    let x = bitcast<u32>(v);
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-        return (x >> 16u) | 0x0040u;
-    }
-    return (x + 0x7fffu + ((x >> 16u) & 1u)) >> 16u;
-}
+// narrow / widen: the bit rules of bf16_bits.wgsl, prepended by the kernel registry.
+fn narrow_f(v: f32) -> u32 { return narrow(bitcast<u32>(v)); }
 
 // Element e of a packed array, widened.
 fn bias_at(e: u32) -> f32 {
@@ -130,7 +124,7 @@ fn store4(m: u32, n: u32, v: vec4<f32>) {
             x0 += lo(old);
             x1 += hi(old);
         }
-        c_out[w] = narrow(x0) | select(0u, narrow(x1) << 16u, pair);
+        c_out[w] = narrow_f(x0) | select(0u, narrow_f(x1) << 16u, pair);
     }
 }
 
@@ -358,5 +352,5 @@ fn matmul_bias_backward_bf16(@builtin(global_invocation_id) gid: vec3<u32>, @bui
         if (pair) { s1 += dout_at(r * bd.cols + o + 1u); }
     }
     let old = c_out[i];
-    c_out[i] = narrow(lo(old) + s0) | select(0u, narrow(hi(old) + s1) << 16u, pair);
+    c_out[i] = narrow_f(lo(old) + s0) | select(0u, narrow_f(hi(old) + s1) << 16u, pair);
 }

@@ -9,7 +9,7 @@
 //
 // Gradients are bound read_write only so that they may share one buffer with the views the same
 // dispatch writes. Every storage buffer is array<u32> (f32 ones read through bitcast), so no float operation
-// touches a value on its way in or out. Widening and narrowing follow shaders/bf16.wgsl (the
+// touches a value on its way in or out. Widening and narrowing follow shaders/bf16_bits.wgsl (the
 // `half` crate's rules): round to nearest even, NaN kept quiet. The partition depends only on
 // the length, so the norm repeats bit for bit.
 
@@ -18,20 +18,8 @@ struct Dims { n: u32, words: u32, parts: u32, decay_end: u32 }
 
 const WG: u32 = 256u;
 
-fn narrow(x: u32) -> u32 {
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-        return (x >> 16u) | 0x0040u;
-    }
-    return (x + 0x7fffu + ((x >> 16u) & 1u)) >> 16u;
-}
-
-fn widen(h: u32) -> f32 {
-    let x = (h & 0xffffu) << 16u;
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-        return bitcast<f32>(x | 0x00400000u);
-    }
-    return bitcast<f32>(x);
-}
+// narrow / widen: the bit rules of bf16_bits.wgsl, prepended by the kernel registry.
+fn widen_f(h: u32) -> f32 { return bitcast<f32>(widen(h)); }
 
 // ---- grad norm over packed words (an odd n leaves the last high half 0: it adds nothing) ----
 @group(0) @binding(1) var<storage, read_write> n_scratch: array<u32>;
@@ -45,7 +33,7 @@ fn norm_partials_bf16(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(nu
     var s = vec2<f32>(0.0);
     for (var i = p * k; i < min(d.words, p * k + k); i++) {
         let w = n_grads[i];
-        let x = vec2<f32>(widen(w), widen(w >> 16u));
+        let x = vec2<f32>(widen_f(w), widen_f(w >> 16u));
         s = fma(x, x, s);
     }
     n_scratch[p] = bitcast<u32>(s.x + s.y);
@@ -120,10 +108,10 @@ fn adamw_bf16(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgr
     let bc1 = 1.0 - powi(h.beta1, h.t);
     let bc2 = 1.0 - powi(h.beta2, h.t);
     let gw = a_grads[w];
-    let lo = narrow(update(2u * w, widen(gw), scale, bc1, bc2, h));
+    let lo = narrow(update(2u * w, widen_f(gw), scale, bc1, bc2, h));
     var hi = 0u;
     if (2u * w + 1u < d.n) {
-        hi = narrow(update(2u * w + 1u, widen(gw >> 16u), scale, bc1, bc2, h));
+        hi = narrow(update(2u * w + 1u, widen_f(gw >> 16u), scale, bc1, bc2, h));
     }
     a_params[w] = lo | (hi << 16u);
 }

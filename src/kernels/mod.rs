@@ -25,10 +25,17 @@ pub mod norm;
 pub mod optim;
 pub mod packed;
 
-/// Every shader source, by family name. The run record hashes these.
+/// Every shader source, by family name. The run record hashes these. bf16 packing and every
+/// packed family begin with the shared bit rules of `shaders/bf16_bits.wgsl`.
 pub const SHADERS: &[(&str, &str)] = &[
     ("attention", include_str!("../../shaders/attention.wgsl")),
-    ("bf16", include_str!("../../shaders/bf16.wgsl")),
+    (
+        "bf16",
+        concat!(
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/bf16.wgsl")
+        ),
+    ),
     (
         "elementwise",
         include_str!("../../shaders/elementwise.wgsl"),
@@ -40,27 +47,45 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("optim", include_str!("../../shaders/optim.wgsl")),
     (
         "packed_attention",
-        include_str!("../../shaders/packed_attention.wgsl"),
+        concat!(
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/packed_attention.wgsl")
+        ),
     ),
     (
         "packed_elementwise",
-        include_str!("../../shaders/packed_elementwise.wgsl"),
+        concat!(
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/packed_elementwise.wgsl")
+        ),
     ),
     (
         "packed_encoder",
-        include_str!("../../shaders/packed_encoder.wgsl"),
+        concat!(
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/packed_encoder.wgsl")
+        ),
     ),
     (
         "packed_matmul",
-        include_str!("../../shaders/packed_matmul.wgsl"),
+        concat!(
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/packed_matmul.wgsl")
+        ),
     ),
     (
         "packed_norm",
-        include_str!("../../shaders/packed_norm.wgsl"),
+        concat!(
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/packed_norm.wgsl")
+        ),
     ),
     (
         "packed_optim",
-        include_str!("../../shaders/packed_optim.wgsl"),
+        concat!(
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/packed_optim.wgsl")
+        ),
     ),
 ];
 
