@@ -54,6 +54,37 @@ pub struct NormPart {
     pub sq: f32,
 }
 
+/// Where an optimizer's buffers are: f32, or (with `master`) packed bf16 `params` and `grads`
+/// with f32 master weights and moments.
+struct Storage<'a> {
+    params: &'a View,
+    grads: &'a View,
+    m: &'a View,
+    v: &'a View,
+    master: Option<&'a View>,
+}
+
+impl Storage<'_> {
+    /// Elements per u32 word of `params` and `grads`.
+    fn div(&self) -> usize {
+        if self.master.is_some() {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Words (or elements) of `len` elements of `params` or `grads`.
+    fn len(&self, len: usize) -> usize {
+        len.div_ceil(self.div())
+    }
+
+    /// The view of `len` elements of `params` or `grads` from flat element `at`.
+    fn at(&self, x: &View, at: usize, len: usize) -> View {
+        x.slice(at / self.div(), self.len(len))
+    }
+}
+
 pub struct Optimizer {
     gpu: Gpu,
     /// (tensor name, flat start) of the norm part in each slot of `sq`.
@@ -90,12 +121,14 @@ impl Optimizer {
             .windows(2)
             .map(|w| Piece::identity(w[0]..w[1]))
             .collect();
-        match &b.master {
-            None => Optimizer::sharded(gpu, &b.layout, &b.params, &b.grads, &b.m, &b.v, &pieces),
-            Some(master) => Optimizer::mixed(
-                gpu, &b.layout, &b.params, &b.grads, master, &b.m, &b.v, &pieces,
-            ),
-        }
+        let st = Storage {
+            params: &b.params,
+            grads: &b.grads,
+            m: &b.m,
+            v: &b.v,
+            master: b.master.as_ref(),
+        };
+        Optimizer::build(gpu, &b.layout, &st, &pieces)
     }
 
     /// Mixed precision over `pieces` of the flat buffer described by `layout`: packed bf16
@@ -116,68 +149,14 @@ impl Optimizer {
         v: &View,
         pieces: &[Piece],
     ) -> Result<Optimizer> {
-        let words = |v: &View, at: usize, len: usize| v.slice(at / 2, len.div_ceil(2));
-        let mut parts = Vec::new();
-        let mut part_views = Vec::new();
-        for p in pieces {
-            if p.flat.end > layout.total || !p.flat.start.is_multiple_of(2) {
-                return Err(Error::Config(format!(
-                    "mixed-precision optimizer piece {p:?} outside the layout ({}) or odd",
-                    layout.total
-                )));
-            }
-            for t in &layout.tensors {
-                let (a, e) = (
-                    t.offset.max(p.flat.start),
-                    (t.offset + t.len).min(p.flat.end),
-                );
-                if a < e {
-                    parts.push((t.name.clone(), a));
-                    part_views.push((words(grads, p.grads + (a - p.flat.start), e - a), e - a));
-                }
-            }
-        }
-        let sq = gpu.scratch("grad.part_sq", parts.len().max(1) * ALIGN);
-        let longest = part_views.iter().map(|(v, _)| v.len).max().unwrap_or(1);
-        let scratch = gpu.scratch("grad.norm_scratch", ko::norm_scratch_len(longest));
-        let mut norm_ops = Vec::new();
-        for (i, (g, n)) in part_views.iter().enumerate() {
-            let out = sq.slice(i * ALIGN, 1);
-            norm_ops.extend(kp::grad_norm_squared_bf16(gpu, &out, &scratch, g, *n)?);
-        }
-        let hp = gpu.scratch("adam.hp", 8);
-        let norm_sq = gpu.scratch("grad.norm_sq", 1);
-        let mut adam_ops = Vec::new();
-        for p in pieces {
-            for (r, decay) in layout.decay_segments() {
-                let (a, e) = (r.start.max(p.flat.start), r.end.min(p.flat.end));
-                if a >= e {
-                    continue;
-                }
-                let (rel, len) = (a - p.flat.start, e - a);
-                adam_ops.push(kp::adamw_bf16(
-                    gpu,
-                    &words(params, p.params + rel, len),
-                    &master.slice(p.moments + rel, len),
-                    &words(grads, p.grads + rel, len),
-                    &m.slice(p.moments + rel, len),
-                    &v.slice(p.moments + rel, len),
-                    &hp,
-                    &norm_sq,
-                    if decay { len } else { 0 },
-                )?);
-            }
-        }
-        Ok(Optimizer {
-            gpu: gpu.clone(),
-            parts,
-            sq,
-            norm_ops,
-            zero_grads: ke::fill(gpu, grads, 0.0)?,
-            adam_ops,
-            hp,
-            norm_sq,
-        })
+        let st = Storage {
+            params,
+            grads,
+            m,
+            v,
+            master: Some(master),
+        };
+        Optimizer::build(gpu, layout, &st, pieces)
     }
 
     /// Over `pieces` of the flat buffer described by `layout`, stored in `params`, `grads`, `m`,
@@ -192,13 +171,32 @@ impl Optimizer {
         v: &View,
         pieces: &[Piece],
     ) -> Result<Optimizer> {
+        let st = Storage {
+            params,
+            grads,
+            m,
+            v,
+            master: None,
+        };
+        Optimizer::build(gpu, layout, &st, pieces)
+    }
+
+    /// [`Optimizer::sharded`] and [`Optimizer::mixed`]: the norm parts (every tensor's real
+    /// elements, cut at piece boundaries) and one AdamW dispatch per contiguous decay segment of
+    /// each piece, on f32 or packed storage.
+    fn build(gpu: &Gpu, layout: &Layout, st: &Storage, pieces: &[Piece]) -> Result<Optimizer> {
         for p in pieces {
-            let fits = |x: &View, at: usize| at + p.flat.len() <= x.len;
+            let n = p.flat.len();
+            // params and grads in words (elements under f32), master, m and v in elements
+            let words = |x: &View, at: usize| at / st.div() + st.len(n) <= x.len;
+            let elems = |x: &View, at: usize| at + n <= x.len;
             if p.flat.end > layout.total
-                || !fits(params, p.params)
-                || !fits(grads, p.grads)
-                || !fits(m, p.moments)
-                || !fits(v, p.moments)
+                || (st.master.is_some() && !p.flat.start.is_multiple_of(2))
+                || !words(st.params, p.params)
+                || !words(st.grads, p.grads)
+                || !elems(st.m, p.moments)
+                || !elems(st.v, p.moments)
+                || st.master.is_some_and(|w| !elems(w, p.moments))
             {
                 return Err(Error::Config(format!(
                     "optimizer piece {:?} lies outside the layout ({}) or its storage",
@@ -206,7 +204,6 @@ impl Optimizer {
                 )));
             }
         }
-        // norm parts: every tensor's real elements, cut at piece boundaries
         let mut parts = Vec::new();
         let mut part_views = Vec::new();
         for p in pieces {
@@ -217,21 +214,23 @@ impl Optimizer {
                 );
                 if a < e {
                     parts.push((t.name.clone(), a));
-                    part_views.push(grads.slice(p.grads + (a - p.flat.start), e - a));
+                    part_views.push((st.at(st.grads, p.grads + (a - p.flat.start), e - a), e - a));
                 }
             }
         }
         let sq = gpu.scratch("grad.part_sq", parts.len().max(1) * ALIGN);
-        let longest = part_views.iter().map(|v| v.len).max().unwrap_or(1);
+        let longest = part_views.iter().map(|(v, _)| v.len).max().unwrap_or(1);
         let scratch = gpu.scratch("grad.norm_scratch", ko::norm_scratch_len(longest));
         let mut norm_ops = Vec::new();
-        for (i, g) in part_views.iter().enumerate() {
+        for (i, (g, n)) in part_views.iter().enumerate() {
             let out = sq.slice(i * ALIGN, 1);
-            norm_ops.extend(ko::grad_norm_squared(gpu, &out, &scratch, g)?);
+            norm_ops.extend(match st.master {
+                None => ko::grad_norm_squared(gpu, &out, &scratch, g)?,
+                Some(_) => kp::grad_norm_squared_bf16(gpu, &out, &scratch, g, *n)?,
+            });
         }
         let hp = gpu.scratch("adam.hp", 8);
         let norm_sq = gpu.scratch("grad.norm_sq", 1);
-        // one AdamW dispatch per contiguous decay segment of each piece
         let mut adam_ops = Vec::new();
         for p in pieces {
             for (r, decay) in layout.decay_segments() {
@@ -239,18 +238,32 @@ impl Optimizer {
                 if a >= e {
                     continue;
                 }
-                let rel = a - p.flat.start;
-                let len = e - a;
-                adam_ops.extend(ko::adamw(
-                    gpu,
-                    &params.slice(p.params + rel, len),
-                    &grads.slice(p.grads + rel, len),
-                    &m.slice(p.moments + rel, len),
-                    &v.slice(p.moments + rel, len),
-                    &hp,
-                    &norm_sq,
-                    if decay { len } else { 0 },
-                )?);
+                let (rel, len) = (a - p.flat.start, e - a);
+                let decay_end = if decay { len } else { 0 };
+                let (m, v) = (
+                    st.m.slice(p.moments + rel, len),
+                    st.v.slice(p.moments + rel, len),
+                );
+                let (params, grads) = (
+                    st.at(st.params, p.params + rel, len),
+                    st.at(st.grads, p.grads + rel, len),
+                );
+                match st.master {
+                    None => adam_ops.extend(ko::adamw(
+                        gpu, &params, &grads, &m, &v, &hp, &norm_sq, decay_end,
+                    )?),
+                    Some(master) => adam_ops.push(kp::adamw_bf16(
+                        gpu,
+                        &params,
+                        &master.slice(p.moments + rel, len),
+                        &grads,
+                        &m,
+                        &v,
+                        &hp,
+                        &norm_sq,
+                        decay_end,
+                    )?),
+                }
             }
         }
         Ok(Optimizer {
@@ -258,7 +271,7 @@ impl Optimizer {
             parts,
             sq,
             norm_ops,
-            zero_grads: ke::fill(gpu, grads, 0.0)?,
+            zero_grads: ke::fill(gpu, st.grads, 0.0)?,
             adam_ops,
             hp,
             norm_sq,

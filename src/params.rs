@@ -109,15 +109,12 @@ impl Layout {
         Ok(out)
     }
 
-    /// Whether both layouts hold the same tensors (names, shapes, decay) in the same order,
-    /// wherever they are placed.
-    pub fn same_tensors(&self, o: &Layout) -> bool {
-        self.tensors.len() == o.tensors.len()
-            && self
-                .tensors
-                .iter()
-                .zip(&o.tensors)
-                .all(|(a, b)| a.name == b.name && a.shape == b.shape && a.decay == b.decay)
+    /// The name of the tensor holding flat element `at`, or "a padding element".
+    pub fn tensor_at(&self, at: usize) -> String {
+        self.tensors
+            .iter()
+            .find(|t| (t.offset..t.offset + t.len.max(1)).contains(&at))
+            .map_or("a padding element".to_string(), |t| t.name.clone())
     }
 
     /// Maximal runs of tensors with one decay flag: `(flat range, decayed?)`, covering

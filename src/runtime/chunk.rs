@@ -383,10 +383,10 @@ impl Chunk {
     }
 
     /// The inverse of [`Chunk::canonical`].
-    pub fn stored(&self, flat: &[f32]) -> Result<Vec<f32>> {
+    pub fn stored<'a>(&self, flat: &'a [f32]) -> Result<Cow<'a, [f32]>> {
         match self.buffers.packed() {
-            true => self.local.relayout(flat, &self.buffers.layout),
-            false => Ok(flat.to_vec()),
+            true => Ok(Cow::Owned(self.local.relayout(flat, &self.buffers.layout)?)),
+            false => Ok(Cow::Borrowed(flat)),
         }
     }
 

@@ -144,7 +144,7 @@ impl Runtime {
                 for c in w.chunks.iter().filter(|c| c.stage == s) {
                     let canonical = &shards[k];
                     let stored = c.stored(canonical)?;
-                    let src = &stored;
+                    let src: &[f32] = &stored;
                     if which == Which::Params && c.master_shard.is_some() {
                         // ZeRO-1 in bf16: every rank holds the full bf16 parameters
                         c.buffers.upload_params(&w.gpu, src)?;

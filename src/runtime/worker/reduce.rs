@@ -29,14 +29,7 @@ impl Worker {
         let mut host: Vec<f32> = self.gpu.download(&view)?;
         if sc.local_bad.is_none() {
             if let Some(i) = host.iter().position(|x| !x.is_finite()) {
-                let at = range.start + i;
-                let layout = &c.buffers.layout;
-                let name = layout
-                    .tensors
-                    .iter()
-                    .find(|t| (t.offset..t.offset + t.len.max(1)).contains(&at))
-                    .map_or("a padding element".to_string(), |t| t.name.clone());
-                sc.local_bad = Some((stage, name));
+                sc.local_bad = Some((stage, c.buffers.layout.tensor_at(range.start + i)));
             }
         }
         let algo = self.dp_algo;
@@ -84,16 +77,11 @@ impl Worker {
             .slice(range.start / 2, range.len().div_ceil(2));
         let mut words: Vec<u32> = self.gpu.download(&view)?;
         if sc.local_bad.is_none() {
+            // a bf16 inf or NaN: the exponent all ones; element 2i is the low half of word i
             let bad = |h: u32| h & 0x7f80 == 0x7f80;
-            if let Some(i) = words.iter().position(|&w| bad(w & 0xffff) || bad(w >> 16)) {
-                let at = range.start + 2 * i;
-                let layout = &c.buffers.layout;
-                let name = layout
-                    .tensors
-                    .iter()
-                    .find(|t| (t.offset..t.offset + t.len.max(1)).contains(&at))
-                    .map_or("a padding element".to_string(), |t| t.name.clone());
-                sc.local_bad = Some((stage, name));
+            let halves = words.iter().flat_map(|&w| [w & 0xffff, w >> 16]);
+            if let Some(i) = halves.take(range.len()).position(bad) {
+                sc.local_bad = Some((stage, c.buffers.layout.tensor_at(range.start + i)));
             }
         }
         let mut bounds: Vec<usize> = rel.iter().map(|b| b / 2).collect();
