@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::json;
 use triaxis::cost::activation;
+use triaxis::cost::validate::median;
 use triaxis::engine::EngineOptions;
 use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
@@ -163,11 +164,7 @@ fn run(a: &Args) -> anyhow::Result<()> {
             };
             let run = engine_steps::run(&gpus, cfg.clone(), mesh, opts, &m.corpus, 1)?;
             let med = run.median();
-            let wall = {
-                let mut w: Vec<f64> = run.costs.iter().map(|c| c.wall).collect();
-                w.sort_by(f64::total_cmp);
-                w[w.len() / 2]
-            };
+            let wall = median(&run.costs.iter().map(|c| c.wall).collect::<Vec<_>>());
             let tps = tokens / wall;
             let measured: Vec<u64> = med.memory.iter().map(|u| u.peak.activations).collect();
             let predicted: Vec<u64> =

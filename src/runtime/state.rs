@@ -57,8 +57,8 @@ impl Runtime {
                             let ch = c.grid.chunk(u, r);
                             let from = unit.storage[r];
                             // (storage offsets are the canonical ones but under bf16)
-                            for (at, run) in c.canonical_runs(ch) {
-                                let a = from + run.start - c.grid.chunk(u, r).start;
+                            for (at, run) in c.canonical_runs(ch.clone()) {
+                                let a = from + run.start - ch.start;
                                 out.push(Piece {
                                     stage: c.stage,
                                     tp_rank: k,
