@@ -68,7 +68,7 @@ struct Args {
     /// Gradient bucket (= shard unit) size in MB (above 0, at most 10⁶).
     #[arg(long, default_value_t = 0.25)]
     bucket_mb: f64,
-    /// Precision: f32, or bf16 mixed precision (P, G, K = 2, 2, 12 bytes; ZeRO 0-1 for now).
+    /// Precision: f32, or bf16 mixed precision (P, G, K = 2, 2, 12 bytes).
     #[arg(long, default_value = "f32")]
     precision: String,
     /// What each layer's backward recomputes: none, selective or full.
@@ -219,16 +219,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                 bar.inc(1);
                 continue;
             }
-            let run = match engine_steps::run(&gpus, cfg.clone(), mesh, opts.clone(), &corpus, 1) {
-                Ok(r) => r,
-                // the engine refuses a layout before any device work (bf16 ZeRO-2/3)
-                Err(e) if precision == Precision::Bf16 && s >= 2 => {
-                    say(&bar, format!("{d:>2} {s:>5} | not run: {e:#}"));
-                    bar.inc(1);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
+            let run = engine_steps::run(&gpus, cfg.clone(), mesh, opts.clone(), &corpus, 1)?;
             let last = run.last();
             let state = max_of(&run.built, |u| u.current.model_state());
             let formula = zero_state_bytes(n_flat as f64, d, st, precision.pgk());
@@ -307,8 +298,9 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
          stage 3 two block-sized parameter slots);"
     );
     println!(
-        "MB/rank = bytes the busiest rank sent per step; predicted: (d-1)/d·4N per reduce-scatter or \
-         all-gather: stage 0 = 2, stages 1-2 = 2, stage 3 = 1 + 2·accum;"
+        "MB/rank = bytes the busiest rank sent per step; predicted: (d-1)/d·{}N per reduce-scatter \
+         or all-gather: stage 0 = 2, stages 1-2 = 2, stage 3 = 1 + 2·accum;",
+        precision.element_bytes()
     );
     println!(
         "link ms = the busiest device's data-parallel comm on the link model; dev s = the \

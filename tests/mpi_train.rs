@@ -1,6 +1,6 @@
 //! The train example as an MPI job (`cargo test --features mpi`; mpirun with 2, 4 and 8
 //! ranks, oversubscribed on this host): in `ordered` mode every layout ends with the in-process run's
-//! model checksum, in f32 and in bf16 (dp × tp, ZeRO-1); `native` mode stays within rounding of it; a checkpoint written under MPI
+//! model checksum, in f32 and in bf16 (dp × tp, ZeRO-1, ZeRO-3); `native` mode stays within rounding of it; a checkpoint written under MPI
 //! resumes in one process and back (the MPI run ended by a named fault in step 5); SIGTERM to
 //! every rank (as Slurm sends it) or SIGUSR1 to mpirun (which forwards it) stops every rank
 //! after the same step with a checkpoint that resumes; a killed rank
@@ -134,7 +134,7 @@ fn ordered_mpi_gives_the_in_process_bits_and_native_stays_within_rounding() {
             &["--dp", "2", "--tp", "2", "--pp", "2", "--microbatches", "2"],
             &["--dp", "2", "--tp", "2", "--pp", "2", "--microbatches", "2"],
         ),
-        // bf16: the bf16 ring on MPI messages, data- and tensor-parallel, and ZeRO-1
+        // bf16: the bf16 ring on MPI messages, data- and tensor-parallel, ZeRO-1 and ZeRO-3
         (
             4,
             &[
@@ -165,6 +165,20 @@ fn ordered_mpi_gives_the_in_process_bits_and_native_stays_within_rounding() {
                 "2",
                 "--zero",
                 "1",
+                "--microbatches",
+                "2",
+                "--precision",
+                "bf16",
+            ],
+            &["--dp", "2", "--microbatches", "2", "--precision", "bf16"],
+        ),
+        (
+            2,
+            &[
+                "--dp",
+                "2",
+                "--zero",
+                "3",
                 "--microbatches",
                 "2",
                 "--precision",

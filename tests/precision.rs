@@ -1,6 +1,8 @@
 //! bf16 mixed precision on the runtime: runs repeat bit for bit and every pipeline schedule
 //! gives the one-device bits (stages move packed activations as they are); recomputation keeps
-//! them; the ledger holds 2 + 2 + 12 bytes per parameter; a checkpoint keeps the f32 master
+//! them; data parallelism under every ZeRO stage gives plain dp's bits and a state moves
+//! between the stages exactly; the ledger holds 2 + 2 + 12 bytes per parameter (and ZeRO's
+//! shares of it); a checkpoint keeps the f32 master
 //! weights, so a bf16 run resumes exactly and checkpoints move between f32 and bf16; bf16
 //! learns as f32 does on a short run; layouts bf16 cannot run yet are refused by name.
 mod common;
@@ -143,18 +145,14 @@ fn bf16_data_parallel_reduces_on_a_bf16_ring_of_2_bytes_per_element() {
             None => dp = Some((losses, sum)),
         }
     }
-    // ZeRO-1: the reduce-scatter sums each element as the all-reduce does, AdamW runs on the
-    // own shard, the all-gather moves bf16: the bits of plain dp, 4 + 12/d bytes per parameter
-    for mesh in [
-        Mesh {
-            zero: 1,
-            ..tiny::mesh(2, 1, 1, 1)
-        },
-        Mesh {
-            zero: 1,
-            ..tiny::mesh(2, 1, 2, 1)
-        },
-    ] {
+    // ZeRO-1–3: the reduce-scatter sums each element as the all-reduce does, AdamW runs on
+    // the own shard, the all-gathers move bf16 (ZeRO-3: every block before it runs): the bits
+    // of plain dp
+    let zero = |z: usize, pp: usize| Mesh {
+        zero: z,
+        ..tiny::mesh(2, 1, pp, 1)
+    };
+    for mesh in [zero(1, 1), zero(1, 2), zero(2, 1), zero(3, 1)] {
         let what = mesh.describe();
         for g in &gpus {
             g.reset_memory_peaks();
@@ -163,34 +161,42 @@ fn bf16_data_parallel_reduces_on_a_bf16_ring_of_2_bytes_per_element() {
         println!("{what}: {}", got.1);
         assert_eq!(Some(&got), dp.as_ref(), "{what}: the bits of plain dp");
     }
-    let zero1 = Mesh {
-        zero: 1,
-        ..tiny::mesh(2, 1, 1, 1)
-    };
-    let base: Vec<u64> = gpus[..2]
-        .iter()
-        .map(|g| g.memory().current.model_state())
-        .collect();
-    let rt = Runtime::new(&gpus[..2], tiny::cfg(1), zero1, bf16).unwrap();
-    let shards: Vec<u64> = (0..2)
-        .map(|d| {
-            let c = &rt.chunks(d)[0];
-            c.grid.shard_len(d) as u64
-        })
-        .collect();
-    for (d, g) in gpus[..2].iter().enumerate() {
-        let state = g.memory().current.model_state() - base[d];
-        println!(
-            "ZeRO-1 bf16 device {d}: {state} B of model state, N = {n}, shard {}",
-            shards[d]
-        );
-        assert_eq!(
-            state,
-            4 * n + 12 * shards[d],
-            "device {d}: 2N + 2N + 12·shard"
-        );
+    // four ranks (chunk sums in another order than two's), and recomputation under ZeRO-3
+    let (z4, plain4) = (
+        |z| Mesh {
+            zero: z,
+            ..tiny::mesh(4, 1, 1, 1)
+        },
+        run(&gpus, tiny::mesh(4, 1, 1, 1), bf16.clone()),
+    );
+    for z in 1..=3 {
+        assert_eq!(run(&gpus, z4(z), bf16.clone()), plain4, "dp 4, ZeRO-{z}");
     }
-    drop(rt);
+    for mode in [Recompute::Selective, Recompute::Full] {
+        let got = run(&gpus, zero(3, 1), opts(Precision::Bf16, mode));
+        assert_eq!(Some(&got), dp.as_ref(), "ZeRO-3 recompute {mode}");
+    }
+    // model state between steps: 2N + 2N + 12·shard (ZeRO-1), 2N + 14·shard (ZeRO-2),
+    // 16·shard (ZeRO-3)
+    for z in 1..=3 {
+        let base: Vec<u64> = gpus[..2]
+            .iter()
+            .map(|g| g.memory().current.model_state())
+            .collect();
+        let rt = Runtime::new(&gpus[..2], tiny::cfg(1), zero(z, 1), bf16.clone()).unwrap();
+        for (d, g) in gpus[..2].iter().enumerate() {
+            let shard = rt.chunks(d)[0].grid.shard_len(d) as u64;
+            let state = g.memory().current.model_state() - base[d];
+            println!("ZeRO-{z} bf16 device {d}: {state} B of model state, N = {n}, shard {shard}");
+            let want = match z {
+                1 => 4 * n + 12 * shard,
+                2 => 2 * n + 14 * shard,
+                _ => 16 * shard,
+            };
+            assert_eq!(state, want, "ZeRO-{z} device {d}");
+        }
+        drop(rt);
+    }
 }
 
 #[test]
@@ -266,6 +272,37 @@ fn bf16_model_state_is_2_2_12_bytes_per_parameter() {
         "f32 master weights, m and v"
     );
     drop(rt);
+}
+
+#[test]
+fn bf16_zero_state_moves_between_every_zero_stage() {
+    let Some(gpus) = gpu::test_gpus(2) else {
+        return;
+    };
+    let bf16 = opts(Precision::Bf16, Recompute::None);
+    let mesh = |z| Mesh {
+        zero: z,
+        ..tiny::mesh(2, 1, 1, 1)
+    };
+    let data = tiny::batches(2, 4);
+    let new = |z| Runtime::new(&gpus[..2], tiny::cfg(1), mesh(z), bf16.clone()).unwrap();
+    // 3 steps under ZeRO-3, then its state (master weights, m, v) into each stage: equal as
+    // loaded, and the 4th step of every stage gives the same bits as ZeRO-3's own
+    let mut from = new(3);
+    for (s, b) in data[..3].iter().enumerate() {
+        from.step(&b[..from.batches_per_step()], s).unwrap();
+    }
+    let state = from.state().unwrap();
+    from.step(&data[3][..from.batches_per_step()], 3).unwrap();
+    let want = from.checksum().unwrap();
+    for z in 0..=3 {
+        let mut rt = new(z);
+        rt.set_state(&state).unwrap();
+        assert_eq!(rt.state().unwrap(), state, "ZeRO-{z}: the state as loaded");
+        rt.step(&data[3][..rt.batches_per_step()], 3).unwrap();
+        assert_eq!(rt.checksum().unwrap(), want, "ZeRO-{z}: the next step");
+        assert!(rt.replicas_agree().unwrap(), "ZeRO-{z}");
+    }
 }
 
 fn corpus() -> Corpus {
@@ -394,22 +431,30 @@ fn layouts_bf16_cannot_run_yet_are_refused_by_name() {
         return;
     };
     let bf16 = opts(Precision::Bf16, Recompute::None);
-    let zero2 = Mesh {
-        zero: 2,
-        ..tiny::mesh(2, 1, 1, 1)
-    };
     let tree = RuntimeOptions {
-        accumulation: triaxis::parallel::accumulate::Accumulation::PairwiseTree,
         dp_algo: triaxis::collective::Algo::Tree,
         ..bf16.clone()
     };
+    let accumulate = RuntimeOptions {
+        accumulation: triaxis::parallel::accumulate::Accumulation::PairwiseTree,
+        ..bf16.clone()
+    };
     for (mesh, o, want) in [
-        (zero2, bf16.clone(), "ZeRO-2"),
         (tiny::mesh(2, 1, 1, 2), tree, "Tree all-reduce"),
+        (
+            tiny::mesh(1, 1, 1, 2),
+            accumulate,
+            "pairwise-tree accumulation",
+        ),
     ] {
-        let e = Runtime::new(&gpus, tiny::cfg(mesh.microbatches), mesh, o)
-            .err()
-            .expect("refused");
+        let e = Runtime::new(
+            &gpus[..mesh.devices()],
+            tiny::cfg(mesh.microbatches),
+            mesh,
+            o,
+        )
+        .err()
+        .expect("refused");
         println!("{e}");
         assert!(
             e.to_string().contains(want) && e.to_string().contains("--precision f32"),

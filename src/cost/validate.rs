@@ -139,7 +139,7 @@ fn zero3_rank_bytes(model: &GptConfig, n: usize, d: usize, r: usize, m: usize) -
     };
     let rs = 4 * (n - g.shard_len(r)) as u64;
     let mut gather = 0u64;
-    for span in crate::parallel::chain::spans(model)? {
+    for span in crate::parallel::chain::spans(model, crate::model::Precision::F32)? {
         for part in g.parts(span.range.clone()) {
             let next = (r + 1) % d;
             let len = part.bounds[next + 1] - part.bounds[next];

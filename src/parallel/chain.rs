@@ -17,7 +17,7 @@ use crate::gpu::{Gpu, View};
 use crate::kernels::{elementwise as ke, Op};
 use crate::model::gpu_model::{BuildOptions, GpuModel, Workspace};
 use crate::model::{Block, GptConfig, Micro, Precision, Recompute};
-use crate::params::Buffers;
+use crate::params::{Buffers, Layout};
 
 /// One block and its flat range in the whole model's layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,14 +26,24 @@ pub struct Span {
     pub range: Range<usize>,
 }
 
-/// The blocks of `cfg` with their flat ranges; checks that each block's own layout is the
-/// slice of the whole layout (so a block-sized buffer can stand in for the range).
-pub fn spans(cfg: &GptConfig) -> Result<Vec<Span>> {
-    let full = cfg.layout(&cfg.blocks());
+/// The storage layout of `blocks` in `prec`: the canonical one, or its packed bf16 placement.
+fn stored(cfg: &GptConfig, blocks: &[Block], prec: Precision) -> Layout {
+    let l = cfg.layout(blocks);
+    match prec {
+        Precision::F32 => l,
+        Precision::Bf16 => l.packed(),
+    }
+}
+
+/// The blocks of `cfg` with their flat ranges in the storage layout of `prec`; checks that
+/// each block's own layout is the slice of the whole layout (so a block-sized buffer can stand
+/// in for the range).
+pub fn spans(cfg: &GptConfig, prec: Precision) -> Result<Vec<Span>> {
+    let full = stored(cfg, &cfg.blocks(), prec);
     let mut at = 0;
     let mut out = Vec::new();
     for b in cfg.blocks() {
-        let local = cfg.layout(&[b]);
+        let local = stored(cfg, &[b], prec);
         for t in &local.tensors {
             let g = full.get(&t.name)?;
             if g.offset != at + t.offset {
@@ -64,7 +74,8 @@ pub struct Chain {
 
 impl Chain {
     /// Block i reads its parameters from `params(i)` and accumulates gradients into `grads(i)`
-    /// (views of the block's layout length). Recomputing layers share one workspace.
+    /// (views of the block's storage layout: elements, or packed bf16 words). Recomputing
+    /// layers share one workspace.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         gpu: &Gpu,
@@ -72,24 +83,28 @@ impl Chain {
         micro: Micro,
         dloss: f32,
         recompute: Recompute,
+        prec: Precision,
         spans: &[Span],
         params: impl Fn(usize) -> View,
         grads: impl Fn(usize) -> View,
     ) -> Result<Chain> {
         let opts = BuildOptions {
-            workspace: Workspace::new(gpu, &cfg, micro, 1, recompute, Precision::F32)?,
+            workspace: Workspace::new(gpu, &cfg, micro, 1, recompute, prec)?,
+            precision: prec,
             ..BuildOptions::default()
         };
+        let packed = prec == Precision::Bf16;
         let models = spans
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let layout = cfg.layout(&[s.block]);
+                let layout = stored(&cfg, &[s.block], prec);
                 let (p, g) = (params(i), grads(i));
-                if p.len != layout.total || g.len != layout.total {
+                let len = layout.total / if packed { 2 } else { 1 };
+                if p.len != len || g.len != len {
                     return Err(Error::Config(format!(
-                        "block {:?}: parameter/gradient views of {}/{} elements, layout {}",
-                        s.block, p.len, g.len, layout.total
+                        "block {:?}: parameter/gradient views of {}/{} words, storage {len}",
+                        s.block, p.len, g.len
                     )));
                 }
                 let b = Buffers {
@@ -99,7 +114,7 @@ impl Chain {
                     params: p,
                     grads: g,
                     master: None,
-                    packed: false,
+                    packed,
                 };
                 GpuModel::build(gpu, cfg, &[s.block], micro, dloss, b, &opts)
             })

@@ -7,6 +7,9 @@
 //! ZeRO-3     P shard, G shard, K shard        G full, two block slots (block i in slot i % 2)
 //! ```
 //!
+//! Under bf16 mixed precision P and G are packed words (2 bytes per element) and the f32 master
+//! weights are a shard next to m and v (see [`super::chunk`]'s `by_blocks`).
+//!
 //! Reductions reduce-scatter a bucket of the full G into the G shard; ZeRO-2 all-gathers the
 //! updated parameters after AdamW, ZeRO-3 gathers each block into its slot before it runs (the
 //! next gather of the same slot reshards it). The chain computes the whole model's arithmetic,
@@ -18,7 +21,7 @@ use super::ir::{ChunkShape, Mark};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::memory::Category;
-use crate::model::{GptConfig, Micro, Recompute};
+use crate::model::{GptConfig, Micro, Precision, Recompute};
 use crate::parallel::bucket::Bucket;
 use crate::parallel::chain::{Chain, Span};
 
@@ -40,34 +43,61 @@ pub(super) struct Blocks {
     pub micro: Micro,
     pub dloss: f32,
     pub recompute: Recompute,
+    /// bf16: the step's gradients and block slots are packed words.
+    pub precision: Precision,
 }
 
 impl Blocks {
     /// Allocates the step's full gradient buffer, the block slots (ZeRO-3) and the chain over
-    /// them; `params` is the full parameter buffer (ZeRO-2).
+    /// them; `params` is the full parameter buffer (ZeRO-2). `total` is in elements of the
+    /// storage layout; under bf16 every buffer and view is in packed words (spans start on
+    /// 128 elements).
     pub fn begin(&mut self, gpu: &Gpu, total: usize, params: &View) -> Result<()> {
+        let div = match self.precision {
+            Precision::F32 => 1,
+            Precision::Bf16 => 2,
+        };
+        let words = |n: usize| n.div_ceil(div);
         let longest = self.spans.iter().map(|s| s.range.len()).max().unwrap_or(1);
-        let grads = gpu.buffer_in(Category::Gradients, "grads.backward", total);
+        let (grads_name, slot_name) = match self.precision {
+            Precision::F32 => ("grads.backward", "params.slot"),
+            Precision::Bf16 => ("grads.backward.bf16", "params.bf16.slot"),
+        };
+        let grads = gpu.buffer_in(Category::Gradients, grads_name, words(total));
         let slots: Vec<View> = if self.gather {
             (0..2)
-                .map(|i| gpu.buffer_in(Category::Parameters, &format!("params.slot{i}"), longest))
+                .map(|i| {
+                    gpu.buffer_in(
+                        Category::Parameters,
+                        &format!("{slot_name}{i}"),
+                        words(longest),
+                    )
+                })
                 .collect()
         } else {
             Vec::new()
         };
         let spans = &self.spans;
+        let at = |s: &Span| (s.range.start / div, words(s.range.len()));
         let chain = Chain::new(
             gpu,
             self.model,
             self.micro,
             self.dloss,
             self.recompute,
+            self.precision,
             spans,
-            |i| match slots.get(i % 2) {
-                Some(s) => s.slice(0, spans[i].range.len()),
-                None => params.slice(spans[i].range.start, spans[i].range.len()),
+            |i| {
+                let (a, n) = at(&spans[i]);
+                match slots.get(i % 2) {
+                    Some(s) => s.slice(0, n),
+                    None => params.slice(a, n),
+                }
             },
-            |i| grads.slice(spans[i].range.start, spans[i].range.len()),
+            |i| {
+                let (a, n) = at(&spans[i]);
+                grads.slice(a, n)
+            },
         )?;
         self.work = Some(Work {
             grads,

@@ -330,15 +330,15 @@ impl Chunk {
     }
 
     /// Where this rank's reduced chunk of bucket `bucket` lands: the gradient shard (ZeRO-2/3)
-    /// or its own range of the full gradients (ZeRO-1).
+    /// or its own range of the full gradients (ZeRO-1); packed words under bf16.
     pub fn own_grads(&self, bucket: usize, rank: usize) -> View {
         let own = self.own_part(bucket, rank);
-        if self.blocks.is_some() {
-            let at = self.grid.units[self.unit_of[bucket]].storage[rank];
-            self.buffers.grads.slice(at, own.len())
-        } else {
-            self.buffers.grads.slice(own.start, own.len())
-        }
+        let div = if self.buffers.packed() { 2 } else { 1 };
+        let at = match self.blocks {
+            Some(_) => self.grid.units[self.unit_of[bucket]].storage[rank],
+            None => own.start,
+        };
+        self.buffers.grads.slice(at / div, own.len().div_ceil(div))
     }
 
     /// The step starts: a chunk run block by block allocates its step buffers.

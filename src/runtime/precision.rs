@@ -8,15 +8,13 @@ use crate::model::Precision;
 use crate::parallel::accumulate::Accumulation;
 
 /// bf16 mixed precision runs one device, pipelines (whose stages move packed activations and
-/// gradients as they are), data parallelism with ZeRO 0–1 and tensor parallelism (the bf16
-/// ring); ZeRO-2/3 (the block-by-block chain) and the pairwise tree are not built for bf16.
+/// gradients as they are), data parallelism with every ZeRO stage and tensor parallelism (the
+/// bf16 ring); the pairwise tree and the other all-reduce algorithms are not built for bf16.
 pub(super) fn check(mesh: Mesh, opts: &RuntimeOptions) -> Result<()> {
     if opts.precision == Precision::F32 {
         return Ok(());
     }
-    let what = if mesh.dp > 1 && mesh.zero >= 2 {
-        Some(format!("ZeRO-{} (bf16 blocks run one by one)", mesh.zero))
-    } else if mesh.dp > 1 && opts.dp_algo != Algo::Ring {
+    let what = if mesh.dp > 1 && opts.dp_algo != Algo::Ring {
         Some(format!(
             "the {:?} all-reduce (bf16 reduces on the ring)",
             opts.dp_algo
@@ -28,8 +26,8 @@ pub(super) fn check(mesh: Mesh, opts: &RuntimeOptions) -> Result<()> {
     };
     match what {
         Some(w) => Err(Error::Config(format!(
-            "--precision {} runs one device, pipelines, data parallelism with ZeRO 0-1 and \
-             tensor parallelism for now: {w} is not built for bf16 yet; use --precision f32",
+            "--precision {} runs one device, pipelines, data and tensor parallelism with the \
+             ring all-reduce: {w} is not built for bf16 yet; use --precision f32",
             opts.precision
         ))),
         None => Ok(()),

@@ -145,8 +145,8 @@ impl Runtime {
                     let canonical = &shards[k];
                     let stored = c.stored(canonical)?;
                     let src: &[f32] = &stored;
-                    if which == Which::Params && c.master_shard.is_some() {
-                        // ZeRO-1 in bf16: every rank holds the full bf16 parameters
+                    if which == Which::Params && c.master_shard.is_some() && !c.params_sharded {
+                        // ZeRO-1/2 in bf16: every rank holds the full bf16 parameters
                         c.buffers.upload_params(&w.gpu, src)?;
                     }
                     match shard_of(c, which) {
@@ -161,6 +161,14 @@ impl Runtime {
                                 shard[at..at + ch.len()].copy_from_slice(&src[ch]);
                             }
                             w.gpu.upload(view, &shard)?;
+                            if which == Which::Params
+                                && c.master_shard.is_some()
+                                && c.params_sharded
+                            {
+                                // ZeRO-3 in bf16: the shard of the bf16 parameters, rounded
+                                let packed = crate::cpu::pack_bf16(&shard);
+                                w.gpu.upload(&c.buffers.params, &packed)?;
+                            }
                         }
                     }
                 }

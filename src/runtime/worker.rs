@@ -322,8 +322,10 @@ impl Worker {
                     // a non-finite gradient arriving at the reduction
                     let c = &self.chunks[*chunk];
                     let (range, _) = c.bucket_geometry(*bucket);
+                    // (a packed word: the f32 NaN's high half is a bf16 NaN)
+                    let at = range.start / if c.buffers.packed() { 2 } else { 1 };
                     self.gpu
-                        .upload(&c.grads_full()?.slice(range.start, 1), &[f32::NAN])?;
+                        .upload(&c.grads_full()?.slice(at, 1), &[f32::NAN])?;
                 }
                 rec.link = self.reduce(*chunk, *bucket, *scatter, sc)?;
             }

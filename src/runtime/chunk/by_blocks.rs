@@ -1,4 +1,10 @@
 //! The ZeRO-2/3 chunk: persistent shards, the model run block by block.
+//!
+//! ```text
+//!                  f32                          bf16 (packed words, f32 master weights)
+//! ZeRO-2   P 4N, G 4N/d, m v 8N/d          P 2N, G 2N/d, master m v 12N/d
+//! ZeRO-3   P 4N/d, G 4N/d, m v 8N/d        P 2N/d, G 2N/d, master m v 12N/d
+//! ```
 
 use super::*;
 
@@ -6,8 +12,14 @@ use super::*;
 /// run block by block over step-scoped buffers ([`super::blocks`]).
 pub(super) fn by_blocks(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Result<Chunk> {
     let model = cfg.model;
-    let layout = model.layout(spec.blocks);
-    let spans = crate::parallel::chain::spans(&model)?;
+    let prec = spec.precision;
+    let local = model.layout(spec.blocks);
+    // the storage layout: under bf16 every tensor on 128 elements (a word view on 256 bytes)
+    let (layout, align, div) = match prec {
+        Precision::F32 => (local.clone(), crate::params::ALIGN, 1),
+        Precision::Bf16 => (local.packed(), 2 * crate::params::ALIGN, 2),
+    };
+    let spans = crate::parallel::chain::spans(&model, prec)?;
     // the buckets come from a probe model's backward (one small microbatch)
     let probe = GpuModel::new(
         gpu,
@@ -20,35 +32,58 @@ pub(super) fn by_blocks(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Resul
     drop(probe);
     let units: Vec<Range<usize>> = buckets.iter().map(|b| b.range.clone()).collect();
     let (rank, d) = spec.dp;
-    let grid = Grid::new(&units, layout.total, d)?;
+    let grid = Grid::aligned(&units, layout.total, d, align)?;
     let unit_of = units_of(&grid, &buckets)?;
     let gather = spec.zero >= 3;
     let shard = grid.shard_len(rank).max(1);
-    let init = model.init(&layout, cfg.seed);
-    let params = if gather {
-        let p = gpu.buffer_in(Category::Parameters, "params shard", shard);
+    let init = local.relayout(&model.init(&local, cfg.seed), &layout)?;
+    // this rank's chunks of a flat buffer, at their shard storage offsets
+    let shard_of = |flat: &[f32]| {
         let mut host = vec![0.0f32; shard];
         for (u, unit) in grid.units.iter().enumerate() {
             let c = grid.chunk(u, rank);
             let at = unit.storage[rank];
-            host[at..at + c.len()].copy_from_slice(&init[c]);
+            host[at..at + c.len()].copy_from_slice(&flat[c]);
         }
-        gpu.upload(&p, &host)?;
-        p
-    } else {
-        let p = gpu.buffer_in(Category::Parameters, "params", layout.total);
-        gpu.upload(&p, &init)?;
-        p
+        host
     };
-    let grads = gpu.buffer_in(Category::Gradients, "grads shard", shard);
+    let words = |n: usize| n.div_ceil(div);
+    let names = match prec {
+        Precision::F32 => ["params shard", "params", "grads shard"],
+        Precision::Bf16 => ["params.bf16 shard", "params.bf16", "grads.bf16 shard"],
+    };
+    let params = match gather {
+        true => gpu.buffer_in(Category::Parameters, names[0], words(shard)),
+        false => gpu.buffer_in(Category::Parameters, names[1], words(layout.total)),
+    };
+    let host = if gather { shard_of(&init) } else { init };
+    match prec {
+        Precision::F32 => gpu.upload(&params, &host)?,
+        Precision::Bf16 => gpu.upload(&params, &crate::cpu::pack_bf16(&host))?,
+    }
+    let grads = gpu.buffer_in(Category::Gradients, names[2], words(shard));
     let m = gpu.buffer_in(Category::OptimizerState, "adam.m shard", shard);
     let v = gpu.buffer_in(Category::OptimizerState, "adam.v shard", shard);
     let pieces = grid.pieces(rank, gather, true);
-    let optim = Optimizer::sharded(gpu, &layout, &params, &grads, &m, &v, &pieces)?;
+    let (optim, master_shard) = match prec {
+        Precision::F32 => {
+            let o = Optimizer::sharded(gpu, &layout, &params, &grads, &m, &v, &pieces)?;
+            (o, None)
+        }
+        Precision::Bf16 => {
+            let master = gpu.buffer_in(Category::OptimizerState, "master shard", shard);
+            let mine = match gather {
+                true => host,
+                false => shard_of(&host),
+            };
+            gpu.upload(&master, &mine)?;
+            let o = Optimizer::mixed(gpu, &layout, &params, &grads, &master, &m, &v, &pieces)?;
+            (o, Some(master))
+        }
+    };
     let zero_grads = crate::kernels::elementwise::fill(gpu, &grads, 0.0)?;
     let shape = blocks::shape(&spans, &buckets, gather);
     let per: Vec<Range<usize>> = (0..spans.len()).map(|i| i..i + 1).collect();
-    let layout_canonical = layout.clone();
     let buffers = Buffers {
         layout,
         params,
@@ -56,14 +91,14 @@ pub(super) fn by_blocks(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Resul
         m: m.slice(0, 0),
         v: v.slice(0, 0),
         master: None,
-        packed: false,
+        packed: prec == Precision::Bf16,
     };
     Ok(Chunk {
         stage: spec.stage,
-        local: layout_canonical,
+        local,
         buffers,
         moments: Some((m, v)),
-        master_shard: None,
+        master_shard,
         params_sharded: gather,
         blocks: Some(Blocks {
             spans,
@@ -73,6 +108,7 @@ pub(super) fn by_blocks(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Resul
             micro: cfg.micro,
             dloss: spec.dloss,
             recompute: spec.recompute,
+            precision: prec,
         }),
         split: false,
         slots: Vec::new(),

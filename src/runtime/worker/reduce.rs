@@ -95,15 +95,15 @@ impl Worker {
             self.gpu.upload(&view, &words)?;
             return Ok(link);
         }
-        // ZeRO-1: only this rank's chunk is reduced, into its range of the full gradients
+        // ZeRO-1–3: only this rank's chunk is reduced, into its range of the full gradients
+        // (ZeRO-1) or its gradient shard
         let link = comm_call(&mut *self.comms.dp, |d| {
             crate::comm::reduce_scatter_bf16(d, &mut words, &bounds, bucket)
         })?;
         let own = bounds[rank]..bounds[rank + 1];
         if !own.is_empty() {
-            let at = range.start / 2 + own.start;
             self.gpu
-                .upload(&c.grads_full()?.slice(at, own.len()), &words[own.clone()])?;
+                .upload(&c.own_grads(bucket, rank), &words[own.clone()])?;
         }
         Ok(link)
     }
@@ -120,6 +120,34 @@ impl Worker {
         let span = &blocks.spans[block];
         let slot = &blocks.work()?.slots[block % 2];
         let mut link = 0.0;
+        if c.buffers.packed() {
+            // bf16: every bound is on 128 elements, so each part is whole words
+            for part in c.grid.parts(span.range.clone()) {
+                let bounds: Vec<usize> = part.bounds.iter().map(|b| b / 2).collect();
+                let (a, b) = (bounds[r], bounds[r + 1]);
+                let mut words = vec![0u32; part.sub.len().div_ceil(2)];
+                if b > a {
+                    let mine: Vec<u32> = self
+                        .gpu
+                        .download(&c.buffers.params.slice(part.storage[r] / 2, b - a))?;
+                    words[a..b].copy_from_slice(&mine);
+                }
+                if let Some(last) = bounds.last() {
+                    if *last != words.len() {
+                        return Err(Error::Config(format!(
+                            "block {block}: a bf16 part of {} elements ends inside a word",
+                            part.sub.len()
+                        )));
+                    }
+                }
+                link += comm_call(&mut *self.comms.dp, |d| {
+                    crate::comm::all_gather_bf16(d, &mut words, &bounds, block)
+                })?;
+                let at = (part.sub.start - span.range.start) / 2;
+                self.gpu.upload(&slot.slice(at, words.len()), &words)?;
+            }
+            return Ok(link);
+        }
         for part in c.grid.parts(span.range.clone()) {
             let (a, b) = (part.bounds[r], part.bounds[r + 1]);
             let mut host = vec![0.0f32; part.sub.len()];
