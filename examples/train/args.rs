@@ -53,7 +53,7 @@ pub struct Args {
     #[arg(long, default_value = "1f1b")]
     pub schedule: String,
     /// Precision: f32, or bf16 mixed precision (bf16 parameters, gradients and activations,
-    /// f32 master weights and moments; one device or a pipeline for now).
+    /// f32 master weights and moments; every layout but the pairwise tree).
     #[arg(long, default_value = "f32")]
     pub precision: String,
     /// What each layer's backward recomputes: none, selective (attention's probabilities) or

@@ -9,8 +9,11 @@
 //! ```
 
 mod by_blocks;
+mod cut;
+mod storage;
 
 use by_blocks::by_blocks;
+use cut::{cut, units_of};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -357,39 +360,6 @@ impl Chunk {
         }
     }
 
-    /// A host copy of one of the chunk's flat f32 buffers (storage layout) in the canonical
-    /// layout.
-    pub fn canonical(&self, flat: Vec<f32>) -> Result<Vec<f32>> {
-        match self.buffers.packed() {
-            true => self.buffers.layout.relayout(&flat, &self.local),
-            false => Ok(flat),
-        }
-    }
-
-    /// The runs of storage range `range` (a shard chunk) by tensor: (canonical offset, storage
-    /// run). Under f32 the layouts agree: one run at the same offset.
-    pub fn canonical_runs(&self, range: Range<usize>) -> Vec<(usize, Range<usize>)> {
-        if !self.buffers.packed() {
-            return vec![(range.start, range)];
-        }
-        let mut out = Vec::new();
-        for (t, c) in self.buffers.layout.tensors.iter().zip(&self.local.tensors) {
-            let (a, e) = (t.offset.max(range.start), (t.offset + t.len).min(range.end));
-            if a < e {
-                out.push((c.offset + (a - t.offset), a..e));
-            }
-        }
-        out
-    }
-
-    /// The inverse of [`Chunk::canonical`].
-    pub fn stored<'a>(&self, flat: &'a [f32]) -> Result<Cow<'a, [f32]>> {
-        match self.buffers.packed() {
-            true => Ok(Cow::Owned(self.local.relayout(flat, &self.buffers.layout)?)),
-            false => Ok(Cow::Borrowed(flat)),
-        }
-    }
-
     /// The view all-reduced at tensor-parallel cut `cut` of pass `kind` in slot `slot`.
     pub fn cut_view(&self, slot: usize, kind: Kind, cut: usize) -> Result<View> {
         let m = &self.slots[slot];
@@ -416,75 +386,4 @@ impl Chunk {
     pub fn own_part(&self, bucket: usize, rank: usize) -> Range<usize> {
         self.grid.chunk(self.unit_of[bucket], rank)
     }
-}
-
-/// The segments of every pass of `m` and the shape the lowering reads: forward cut at its
-/// tensor-parallel cuts; an unsplit backward also at the points where buckets become final
-/// (a point at the pass's end is no mark: the bucket is final after the pass) unless
-/// `ready_marks` is off; W uncut.
-fn cut(
-    m: &GpuModel,
-    buckets: &[Bucket],
-    split: bool,
-    ready_marks: bool,
-) -> ([Vec<Range<usize>>; 3], ChunkShape) {
-    let ranges = |points: &[usize], len: usize| {
-        let mut out = Vec::with_capacity(points.len() + 1);
-        let mut from = 0;
-        for &p in points {
-            out.push(from..p);
-            from = p;
-        }
-        out.push(from..len);
-        out
-    };
-    let fwd_points: Vec<usize> = m.forward_cuts.iter().map(|c| c.0).collect();
-    // backward marks in op order: (op index, 0 = cut / 1 = ready, what)
-    let mut marks: Vec<(usize, u8, Vec<usize>)> =
-        m.backward_cuts.iter().map(|c| (c.0, 0, vec![])).collect();
-    if !split && ready_marks {
-        for (b, bucket) in buckets.iter().enumerate() {
-            let at = m.grad_ready[bucket.ready_point].0;
-            if at >= m.backward.len() {
-                continue;
-            }
-            match marks.iter_mut().find(|x| x.0 == at && x.1 == 1) {
-                Some(x) => x.2.push(b),
-                None => marks.push((at, 1, vec![b])),
-            }
-        }
-    }
-    marks.sort_by_key(|x| (x.0, x.1));
-    let bwd_points: Vec<usize> = marks.iter().map(|x| x.0).collect();
-    let shape = ChunkShape {
-        forward: vec![Mark::Cut; fwd_points.len()],
-        backward: marks
-            .into_iter()
-            .map(|(_, k, bs)| if k == 0 { Mark::Cut } else { Mark::Ready(bs) })
-            .collect(),
-        weight: Vec::new(),
-        buckets: buckets.len(),
-        split,
-        gather: false,
-    };
-    let segments = [
-        ranges(&fwd_points, m.forward.len()),
-        ranges(&bwd_points, m.backward.len()),
-        ranges(&[], m.weight.len()),
-    ];
-    (segments, shape)
-}
-
-/// The grid unit of each bucket (the grid keeps its units in flat order, buckets come in
-/// backward order).
-fn units_of(grid: &Grid, buckets: &[Bucket]) -> Result<Vec<usize>> {
-    buckets
-        .iter()
-        .map(|b| {
-            grid.units
-                .iter()
-                .position(|u| u.range == b.range)
-                .ok_or_else(|| Error::Config(format!("bucket {:?} is no grid unit", b.range)))
-        })
-        .collect()
 }

@@ -8,15 +8,16 @@
 //! ```
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::check;
 use super::chunk::{Chunk, ChunkInfo, ChunkSpec};
 use super::exchange::{exchange_runs, exchange_shapes, ShapesByStage};
-use super::fault::Fault;
 use super::groups::groups;
 use super::ir::{ChunkShape, Plan};
 use super::lower::lower_with;
+use super::options::tree_fits;
+pub use super::options::{CommKind, RuntimeOptions};
 use super::replay::{replay, Clock};
 use super::report::op_costs;
 use super::worker::{Comms, StepIn, Worker, WorkerRun};
@@ -24,83 +25,12 @@ use crate::collective::Algo;
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::link::Link;
 use crate::mesh::Mesh;
-use crate::model::{Block, Precision, Recompute, TpRank};
+use crate::model::{Block, TpRank};
 use crate::parallel::accumulate::Accumulation;
-use crate::parallel::bucket::BUCKET_BYTES;
-use crate::pipeline::partition::{stage_blocks, Balance};
+use crate::pipeline::partition::stage_blocks;
 use crate::pipeline::Schedule;
 use crate::step::TrainConfig;
-
-/// Which communicator the workers talk through.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum CommKind {
-    /// Threads of this process sharing host buffers ([`crate::comm::local`]).
-    #[default]
-    Local,
-    /// Every message serialised, collectives on point-to-point messages ([`crate::comm::loopback`]).
-    Loopback,
-}
-
-/// Knobs of a runtime that do not change its result.
-#[derive(Clone, Debug)]
-pub struct RuntimeOptions {
-    /// Link model of pipeline sends and data-parallel reductions.
-    pub link: Link,
-    /// Link model of the tensor-parallel all-reduces.
-    pub tp_link: Link,
-    /// One device's compute at a time (clean device-clock times on virtual devices).
-    pub serial: bool,
-    /// Test hook: a fault in the `action`-th pass of global device `device`'s schedule.
-    pub fault: Option<Fault>,
-    /// Test hook: a fault in the `action`-th gradient reduction of `device`.
-    pub reduce_fault: Option<Fault>,
-    /// Longest any communicator call waits for a peer.
-    pub recv_timeout: Duration,
-    /// Messages a pipeline link holds.
-    pub channel_bound: usize,
-    /// Largest gradient bucket in bytes.
-    pub bucket_bytes: usize,
-    pub comm: CommKind,
-    /// How the model's blocks are split into pipeline stages.
-    pub balance: Balance,
-    /// ZeRO-3: gather each block one block ahead of its compute.
-    pub prefetch: bool,
-    /// The data-parallel all-reduce of unsharded gradients (ZeRO reduce-scatters with the
-    /// ring).
-    pub dp_algo: Algo,
-    /// How each chunk accumulates its microbatch gradients. The pairwise tree (with the tree
-    /// all-reduce and power-of-two dp and m) gives the same bits for dp = 1, 2, 4, … at the
-    /// same global batch.
-    pub accumulation: Accumulation,
-    /// What each layer's backward recomputes (the bits stay those of `none`).
-    pub recompute: Recompute,
-    /// f32, or bf16 mixed precision (f32 master weights and moments).
-    pub precision: Precision,
-}
-
-impl Default for RuntimeOptions {
-    fn default() -> Self {
-        RuntimeOptions {
-            link: Link::nvlink(),
-            tp_link: Link::nvlink(),
-            serial: false,
-            fault: None,
-            reduce_fault: None,
-            recv_timeout: Duration::from_secs(60),
-            channel_bound: 2,
-            bucket_bytes: BUCKET_BYTES,
-            comm: CommKind::Local,
-            balance: Balance::Params,
-            prefetch: true,
-            dp_algo: Algo::Ring,
-            accumulation: Accumulation::Sequential,
-            recompute: Recompute::None,
-            precision: Precision::F32,
-        }
-    }
-}
 
 /// A layout's workers and programs.
 pub struct Runtime {
@@ -441,33 +371,4 @@ impl Runtime {
         }
         Ok(RuntimeStep { runs, wall })
     }
-}
-
-/// Whether pairwise-tree accumulation can give layout-invariant bits on `mesh`: unsharded
-/// gradients, power-of-two replicas and microbatches, the tree all-reduce between replicas.
-fn tree_fits(mesh: &Mesh, algo: Algo) -> Result<()> {
-    if mesh.zero > 0 && mesh.dp > 1 {
-        return Err(Error::Config(format!(
-            "pairwise-tree accumulation applies to unsharded gradients, not ZeRO-{}",
-            mesh.zero
-        )));
-    }
-    for (what, n) in [
-        ("replicas", mesh.dp),
-        ("microbatches per replica", mesh.microbatches),
-    ] {
-        if !n.is_power_of_two() {
-            return Err(Error::Config(format!(
-                "pairwise-tree accumulation needs a power-of-two number of {what}, not {n}"
-            )));
-        }
-    }
-    if mesh.dp > 1 && algo != Algo::Tree {
-        return Err(Error::Config(format!(
-            "pairwise-tree accumulation needs the tree all-reduce between replicas (--algo tree), \
-             not the {} all-reduce",
-            algo.name()
-        )));
-    }
-    Ok(())
 }

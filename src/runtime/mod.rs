@@ -17,6 +17,7 @@ mod groups;
 pub mod ir;
 pub mod lower;
 mod norm;
+mod options;
 mod precision;
 pub mod replay;
 mod report;
