@@ -177,13 +177,16 @@ fn bf16_data_parallel_reduces_on_a_bf16_ring_of_2_bytes_per_element() {
         assert_eq!(Some(&got), dp.as_ref(), "ZeRO-3 recompute {mode}");
     }
     // model state between steps: 2N + 2N + 12·shard (ZeRO-1), 2N + 14·shard (ZeRO-2),
-    // 16·shard (ZeRO-3)
+    // 16·shard (ZeRO-3); bytes per step at d = 2, one microbatch: ZeRO-1/2 send 2N (the
+    // reduce-scatter's other chunk, the gather's own), ZeRO-3 2(N − shard) + 2 · 2·shard (its
+    // own piece of every block, gathered for the forward and again for the backward)
+    let data = tiny::batches(2, 1);
     for z in 1..=3 {
         let base: Vec<u64> = gpus[..2]
             .iter()
             .map(|g| g.memory().current.model_state())
             .collect();
-        let rt = Runtime::new(&gpus[..2], tiny::cfg(1), zero(z, 1), bf16.clone()).unwrap();
+        let mut rt = Runtime::new(&gpus[..2], tiny::cfg(1), zero(z, 1), bf16.clone()).unwrap();
         for (d, g) in gpus[..2].iter().enumerate() {
             let shard = rt.chunks(d)[0].grid.shard_len(d) as u64;
             let state = g.memory().current.model_state() - base[d];
@@ -194,6 +197,16 @@ fn bf16_data_parallel_reduces_on_a_bf16_ring_of_2_bytes_per_element() {
                 _ => 16 * shard,
             };
             assert_eq!(state, want, "ZeRO-{z} device {d}");
+        }
+        let r = rt.step(&data[0][..rt.batches_per_step()], 0).unwrap();
+        for (d, w) in r.runs.iter().enumerate() {
+            let shard = rt.chunks(d)[0].grid.shard_len(d) as u64;
+            let want = match z {
+                3 => 2 * (n - shard) + 4 * shard,
+                _ => 2 * n,
+            };
+            println!("ZeRO-{z} bf16 device {d}: {} B sent", w.dp_sent);
+            assert_eq!(w.dp_sent, want, "ZeRO-{z} device {d}: bytes sent");
         }
         drop(rt);
     }
