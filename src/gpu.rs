@@ -308,6 +308,12 @@ impl Gpu {
         }
     }
 
+    /// Records `bytes` of device memory that is no buffer (a texture) in the ledger under
+    /// `category` until the returned entry drops.
+    pub fn hold(&self, category: Category, bytes: u64) -> Arc<Allocation> {
+        Arc::new(Allocation::new(&self.memory, category, bytes))
+    }
+
     /// Current and peak bytes of this device by category.
     pub fn memory(&self) -> Usage {
         self.memory.usage(&self.label)

@@ -255,3 +255,30 @@ fn texture_limit_falls_back() {
         TOL,
     );
 }
+
+/// The texture kernel's packed operands are device memory too: the ledger holds their 16 bytes
+/// per texel as workspace while the op lives (A' = ⌈K/4⌉ × M rounded to 16 rows, B' = ⌈N/4⌉
+/// rounded to 4 × 4·⌈K/4⌉ texels) and releases them with it.
+#[test]
+fn texture_operands_are_in_the_memory_ledger() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(16);
+    let (n, c, oc) = (40, 36, 30);
+    let (xb, wb) = (
+        buf(&g, &rand(&mut rng, n * c)),
+        buf(&g, &rand(&mut rng, oc * c)),
+    );
+    let out = poisoned(&g, n * oc);
+    let before = g.memory().current.workspace;
+    let ops = k::matmul_forward_with(&g, Kernel::Texture, &out, &xb, &wb, None, n, c, oc).unwrap();
+    let kt = c.div_ceil(4);
+    let texels = kt * n.next_multiple_of(16) + oc.div_ceil(4).next_multiple_of(4) * 4 * kt;
+    assert_eq!(
+        g.memory().current.workspace - before,
+        16 * texels as u64,
+        "{texels} texels"
+    );
+    g.run(&ops).unwrap();
+    drop(ops);
+    assert_eq!(g.memory().current.workspace, before, "released with the op");
+}

@@ -102,6 +102,9 @@ pub struct Op {
     /// The views the bind group holds: their buffers stay in the memory ledger as long as the
     /// op can run (a kernel's own scratch has no other owner).
     _views: Vec<View>,
+    /// Ledger entries of device memory the bind group holds that is no buffer (the texture
+    /// matmul's packed operands).
+    _memory: Vec<std::sync::Arc<crate::memory::Allocation>>,
 }
 
 impl Op {
@@ -269,6 +272,7 @@ pub fn op(
         bind_group,
         groups,
         _views: args.iter().map(|a| a.view().clone()).collect(),
+        _memory: Vec::new(),
     })
 }
 

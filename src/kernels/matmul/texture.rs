@@ -11,6 +11,8 @@ use super::{Mat, S, WG_SIDE};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::Op;
+use crate::memory::{Allocation, Category};
+use std::sync::Arc;
 
 /// Outputs per invocation along each axis (rows and columns of C); must match the shader.
 const TEX_TILE: usize = 16;
@@ -108,8 +110,9 @@ fn tex_op(
         pipeline,
         bind_group,
         groups,
-        // the product's buffers belong to the caller
+        // the product's buffers belong to the caller; its textures to the product op
         _views: Vec::new(),
+        _memory: Vec::new(),
     })
 }
 
@@ -127,8 +130,15 @@ fn binding(v: &View) -> Result<wgpu::BindingResource<'_>> {
     }))
 }
 
-/// Packs `m` into a fresh `w × h`-texel texture (texel (x, y) = m(y, 4x .. 4x+3), zero outside).
-fn pack(g: &Gpu, ops: &mut Vec<Op>, m: &Mat, (w, h): (usize, usize)) -> Result<wgpu::TextureView> {
+/// Packs `m` into a fresh `w × h`-texel texture (texel (x, y) = m(y, 4x .. 4x+3), zero outside);
+/// its 16 bytes per texel are in the memory ledger (workspace) while the returned entry lives.
+fn pack(
+    g: &Gpu,
+    ops: &mut Vec<Op>,
+    m: &Mat,
+    (w, h): (usize, usize),
+) -> Result<(wgpu::TextureView, Arc<Allocation>)> {
+    let held = g.hold(Category::Workspace, (16 * w * h) as u64);
     let tex = g.device.create_texture(&wgpu::TextureDescriptor {
         label: Some("matmul packed operand"),
         size: wgpu::Extent3d {
@@ -167,7 +177,7 @@ fn pack(g: &Gpu, ops: &mut Vec<Op>, m: &Mat, (w, h): (usize, usize)) -> Result<w
             [groups(w), groups(h), 1],
         )?
     });
-    Ok(view)
+    Ok((view, held))
 }
 
 /// C (= or +=) A·B (+ bias) with the texture kernel: two packs and one `matmul_tex`.
@@ -188,7 +198,7 @@ pub(super) fn product(
         )));
     }
     let [sa, sb] = texture_sizes(m, n, k);
-    let (ta, tb) = (pack(g, ops, &a, sa)?, pack(g, ops, &b, sb)?);
+    let ((ta, held_a), (tb, held_b)) = (pack(g, ops, &a, sa)?, pack(g, ops, &b, sb)?);
     let dims = [m, n, k.div_ceil(4), 0, 0, flags as usize, 0, 0].map(|x| x as u32);
     let resources = [
         binding(c)?,
@@ -197,12 +207,14 @@ pub(super) fn product(
         binding(bias.unwrap_or(&a.v))?,
     ];
     let groups = |len: usize| len.div_ceil(TEX_TILE).div_ceil(WG_SIDE) as u32;
-    ops.push(tex_op(
+    let mut op = tex_op(
         g,
         "matmul_tex",
         &dims,
         &resources,
         [groups(n), groups(m), 1],
-    )?);
+    )?;
+    op._memory = vec![held_a, held_b];
+    ops.push(op);
     Ok(())
 }
