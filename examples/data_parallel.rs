@@ -26,7 +26,7 @@ use triaxis::engine::EngineOptions;
 use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::mesh::Mesh;
-use triaxis::model::{GptConfig, Micro};
+use triaxis::model::{GptConfig, Micro, Precision};
 use triaxis::pipeline::Link;
 use triaxis::progress::{self, say};
 use triaxis::runtime::Op;
@@ -86,6 +86,9 @@ struct Args {
     /// Adapter index, as the devices example lists them (at most 255).
     #[arg(long)]
     adapter: Option<usize>,
+    /// Precision: f32, or bf16 mixed precision (2-byte gradients on the ring; ring only).
+    #[arg(long, default_value = "f32")]
+    precision: String,
     /// Output directory (created; must be writable).
     #[arg(long, default_value = "runs/data_parallel")]
     out: PathBuf,
@@ -106,6 +109,7 @@ struct Checked {
     algo: Algo,
     choice: AdapterChoice,
     m: model_flags::Model,
+    precision: Precision,
 }
 
 /// Microbatches per replica: the global batch over d × micro batch, or why not.
@@ -135,6 +139,13 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
         .map(|l| Link::by_name(l))
         .collect::<triaxis::Result<_>>()?;
     let algo = Algo::by_name(&a.algo)?;
+    let precision: Precision = a.precision.parse()?;
+    if precision == Precision::Bf16 && algo != Algo::Ring {
+        anyhow::bail!(
+            "--precision bf16 reduces on the bf16 ring: use --algo ring, not {}",
+            algo.name()
+        );
+    }
     let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?;
     let m = model_flags::check(a.layers, a.channels, a.heads, a.seq, a.micro_batch)?;
     for &d in &degrees {
@@ -147,6 +158,7 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
         algo,
         choice,
         m,
+        precision,
     })
 }
 
@@ -161,6 +173,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         algo,
         choice,
         m,
+        precision,
     } = c;
     let model_flags::Model {
         corpus,
@@ -170,13 +183,13 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
     print_reference();
     let max_d = degrees.iter().copied().max().unwrap_or(1);
     let gpus = Gpu::open_virtual(&choice, max_d)?;
-    let grad_bytes = 4 * model.param_count();
+    let grad_bytes = precision.element_bytes() * model.param_count();
     println!(
         "\nadapter  {} ({max_d} virtual devices)",
         gpus[0].adapter_name()
     );
     println!(
-        "model    {model:?}: {} parameters, S = {:.2} MB of f32 gradients",
+        "model    {model:?}: {} parameters, S = {:.2} MB of {precision} gradients",
         model.param_count(),
         grad_bytes as f64 / 1e6
     );
@@ -198,6 +211,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         },
         EngineOptions {
             serial: true,
+            precision,
             ..EngineOptions::default()
         },
         &corpus,
@@ -250,6 +264,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                     serial,
                     bucket_bytes: (a.bucket_mb * 1e6) as usize,
                     dp_algo: algo,
+                    precision,
                     ..EngineOptions::default()
                 };
                 engine_steps::run(&gpus, cfg.clone(), mesh, opts, &corpus, 1)
@@ -302,7 +317,14 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         }
     }
     bar.finish_and_clear();
-    tree_cost(a, &gpus, model, micro, &corpus)?;
+    match precision {
+        Precision::F32 => tree_cost(a, &gpus, model, micro, &corpus)?,
+        Precision::Bf16 => {
+            println!(
+                "\nlayout-invariant mode skipped: the pairwise tree is f32 only (--precision f32)"
+            )
+        }
+    }
     let path = a.out.join("data_parallel.json");
     std::fs::write(&path, serde_json::to_string_pretty(&rows)?)?;
     println!(

@@ -18,7 +18,7 @@ use triaxis::engine::{Engine, EngineOptions};
 use triaxis::flags;
 use triaxis::gpu::{self, AdapterChoice, Gpu};
 use triaxis::mesh::Mesh;
-use triaxis::model::{fit, GptConfig, Micro};
+use triaxis::model::{fit, GptConfig, Micro, Precision};
 use triaxis::pipeline::partition::describe_stages;
 use triaxis::pipeline::partition::{measure_block_times, stage_blocks, Balance};
 use triaxis::pipeline::timeline::{chrome_trace, summarize, Summary};
@@ -82,6 +82,9 @@ struct Args {
     /// reported.
     #[arg(long, default_value_t = 1)]
     steps: usize,
+    /// Precision: f32, or bf16 mixed precision (stages send 2-byte activations and gradients).
+    #[arg(long, default_value = "f32")]
+    precision: String,
     /// Output directory (created; must be writable).
     #[arg(long, default_value = "runs/pipeline")]
     out: PathBuf,
@@ -103,6 +106,7 @@ struct Checked {
     /// `None`: `--link measured`, measured once the devices are open.
     link: Option<Link>,
     m: model_flags::Model,
+    precision: Precision,
 }
 
 /// Every flag, before any device work: the error names the flag and the constraint. The output
@@ -118,6 +122,7 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
     }
     let m = model_flags::check(a.layers, a.channels, a.heads, a.seq, a.micro_batch)?;
     let kinds = parse_schedules(&a.schedule)?;
+    let precision: Precision = a.precision.parse()?;
     if !matches!(a.balance.as_str(), "params" | "time") {
         anyhow::bail!("--balance must be params or time, not {:?}", a.balance);
     }
@@ -161,6 +166,7 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
         choice,
         link,
         m,
+        precision,
     })
 }
 
@@ -211,6 +217,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         choice,
         link,
         m,
+        precision,
     } = c;
     let model_flags::Model {
         corpus,
@@ -222,7 +229,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
     let names: Vec<String> = gpus.iter().map(|g| g.adapter_name()).collect();
     println!("devices  {} ({})", names.join(" | "), a.devices);
     println!(
-        "model    {model:?}, {} parameters; microbatch {} × {} tokens",
+        "model    {model:?}, {} parameters; microbatch {} × {} tokens; {precision}",
         model.param_count(),
         micro.b,
         micro.t
@@ -294,6 +301,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                 serial: a.serial,
                 link,
                 balance: balance.clone(),
+                precision,
                 ..Default::default()
             };
             let mut engine = Engine::new(&gpus[..a.stages], cfg, mesh, opts)?;

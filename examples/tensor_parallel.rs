@@ -26,7 +26,7 @@ use triaxis::engine::EngineOptions;
 use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::mesh::Mesh;
-use triaxis::model::GptConfig;
+use triaxis::model::{GptConfig, Precision};
 use triaxis::pipeline::Link;
 use triaxis::plot::{write_svg, Chart, Series};
 use triaxis::progress;
@@ -76,6 +76,9 @@ struct Args {
     /// Adapter index, as the devices example lists them (at most 255).
     #[arg(long)]
     adapter: Option<usize>,
+    /// Precision: f32, or bf16 mixed precision (2-byte partial sums on the all-reduces).
+    #[arg(long, default_value = "f32")]
+    precision: String,
     /// Output directory (created; must be writable).
     #[arg(long, default_value = "runs/tensor_parallel")]
     out: PathBuf,
@@ -116,6 +119,7 @@ struct Checked {
     links: Vec<Link>,
     choice: AdapterChoice,
     m: model_flags::Model,
+    precision: Precision,
 }
 
 /// Every flag, before any device work: the error names the flag and the constraint. The output
@@ -134,6 +138,7 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
         .map(|l| Link::by_name(l))
         .collect::<triaxis::Result<_>>()?;
     let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?;
+    let precision: Precision = a.precision.parse()?;
     let m = model_flags::check(a.layers, a.channels, a.heads, a.seq, a.micro_batch)?;
     for &t in &degrees {
         m.model
@@ -146,6 +151,7 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
         links,
         choice,
         m,
+        precision,
     })
 }
 
@@ -155,6 +161,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         links,
         choice,
         m,
+        precision,
     } = c;
     let model_flags::Model {
         corpus,
@@ -170,7 +177,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         gpus[0].adapter_name()
     );
     println!(
-        "model    {model:?}: {} parameters; {} microbatches × {} × {} tokens per step; {:.2} GFLOP per step",
+        "model    {model:?}: {} parameters; {} microbatches × {} × {} tokens per step; {:.2} GFLOP per step; {precision}",
         model.param_count(),
         a.microbatches,
         micro.b,
@@ -188,6 +195,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         let opts = EngineOptions {
             tp_link: *link,
             serial: true,
+            precision,
             ..EngineOptions::default()
         };
         engine_steps::run(&gpus, cfg.clone(), mesh, opts, &corpus, 1)
@@ -210,7 +218,14 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             let r = run.median();
             let all_reduces =
                 engine_steps::count_ops(&run.engine, |o| matches!(o, Op::TpAllReduce { .. }));
-            let per_block = tp_block_traffic(micro.b, micro.t, model.channels, 4.0, t, *link);
+            let per_block = tp_block_traffic(
+                micro.b,
+                micro.t,
+                model.channels,
+                precision.element_bytes() as f64,
+                t,
+                *link,
+            );
             let blocks = (model.layers * a.microbatches) as f64;
             rows.push(Row {
                 t,
