@@ -19,6 +19,7 @@ use triaxis::data::Corpus;
 use triaxis::gpu;
 use triaxis::mesh::Mesh;
 use triaxis::model::GptConfig;
+use triaxis::model::Precision::{Bf16, F32};
 use triaxis::parallel::bucket::BUCKET_BYTES;
 use triaxis::parallel::shard::Grid;
 use triaxis::pipeline::{Link, ScheduleKind};
@@ -62,7 +63,7 @@ fn pure_data_parallel_ledgers_measure_the_ring_formula() {
         ..Mesh::default()
     };
     // the partition: one device per replica holding the whole model
-    let e = expect(&gpt(), &mesh, 2, 32).unwrap();
+    let e = expect(&gpt(), &mesh, 2, 32, F32).unwrap();
     assert_eq!(e.devices.len(), 1);
     assert_eq!(e.devices[0].params, gpt().param_count());
     assert_eq!(e.dp_bytes_device, e.dp_bytes_ledger);
@@ -73,8 +74,8 @@ fn pure_data_parallel_ledgers_measure_the_ring_formula() {
     };
     let corpus = Corpus::throughput().unwrap();
     let m = model(&corpus);
-    let exp = expect(&m, &mesh, 2, m.ctx).unwrap();
-    let got = measure(&gpus, &m, &mesh, 2, &Link::nvlink(), 1, &corpus).unwrap();
+    let exp = expect(&m, &mesh, 2, m.ctx, F32).unwrap();
+    let got = measure(&gpus, &m, &mesh, 2, &Link::nvlink(), 1, &corpus, F32).unwrap();
     // 4 | the bucket's 64-element blocks: every rank sends exactly 2(d−1)/d·S
     assert_eq!(exp.devices[0].padded % (64 * 4), 0);
     let ring = ring_formula_dp_bytes(&exp, 4);
@@ -107,7 +108,7 @@ fn uneven_aligned_chunks_make_the_busiest_rank_exceed_the_ring_formula() {
             ..Mesh::default()
         },
     );
-    let exp = expect(&m, &mesh, 2, m.ctx).unwrap();
+    let exp = expect(&m, &mesh, 2, m.ctx, F32).unwrap();
     let n = exp.devices[0].padded;
     assert!(4 * n <= BUCKET_BYTES, "one gradient bucket");
     assert_ne!((n / 64) % d, 0, "d must not divide the blocks");
@@ -116,7 +117,7 @@ fn uneven_aligned_chunks_make_the_busiest_rank_exceed_the_ring_formula() {
     let busiest = (0..d).map(rank).max().unwrap();
     let group: u64 = (0..d).map(rank).sum();
     assert_eq!(group, 2 * (d as u64 - 1) * 4 * n as u64);
-    let got = measure(&gpus, &m, &mesh, 2, &Link::nvlink(), 1, &corpus).unwrap();
+    let got = measure(&gpus, &m, &mesh, 2, &Link::nvlink(), 1, &corpus, F32).unwrap();
     let ring = ring_formula_dp_bytes(&exp, d);
     println!(
         "dp 3: ledger {} B, 64-aligned ring {busiest} B, ring formula {ring:.2} B \
@@ -144,7 +145,7 @@ fn tensor_parallel_bytes_match_the_cost_model_and_zero_is_refused() {
         microbatches: 4,
         ..Mesh::default()
     };
-    let e = expect(&gpt(), &mesh, 2, 32).unwrap();
+    let e = expect(&gpt(), &mesh, 2, 32, F32).unwrap();
     assert_eq!(e.devices.len(), 4);
     let layout = Mesh {
         dp: 1,
@@ -234,7 +235,7 @@ fn the_planners_top_layouts_run_and_send_the_predicted_bytes() {
         microbatches: 4,
         ..Mesh::default()
     };
-    let cal = measure(&gpus, &m, &cal_mesh, global / 4, &link, 1, &corpus).unwrap();
+    let cal = measure(&gpus, &m, &cal_mesh, global / 4, &link, 1, &corpus, F32).unwrap();
     let rate = calibrate(&shape, global * m.ctx, cal.step).unwrap();
     println!("calibrated {:.3} GFLOP/s", rate / 1e9);
     assert!(rate.is_finite() && rate > 0.0);
@@ -260,8 +261,8 @@ fn the_planners_top_layouts_run_and_send_the_predicted_bytes() {
             .unwrap();
         assert_eq!(b, c.step.micro_batch);
         mesh.validate(&m, b, m.ctx, 4).unwrap();
-        let exp = expect(&m, &mesh, b, m.ctx).unwrap();
-        let got = measure(&gpus, &m, &mesh, b, &link, 1, &corpus).unwrap();
+        let exp = expect(&m, &mesh, b, m.ctx, F32).unwrap();
+        let got = measure(&gpus, &m, &mesh, b, &link, 1, &corpus, F32).unwrap();
         let row = compare(c, &shape, &req.precision, &mesh, &exp, &got);
         println!(
             "{}: step {:.1} / {:.1} ms, dp ledger {} B (ring formula {} B), tp {} B, state {} B",
@@ -292,11 +293,11 @@ fn interleaved_chunks_send_the_ring_volumes_of_both_stages() {
         chunks: 2,
         ..Mesh::default()
     };
-    let exp = expect(&m, &mesh, 2, m.ctx).unwrap();
+    let exp = expect(&m, &mesh, 2, m.ctx, F32).unwrap();
     // device 0 holds model stages 0 and 2: two layers in two chunks
     assert_eq!(exp.devices[0].chunks.len(), 2);
     assert!(exp.devices.iter().all(|d| d.layers == 2));
-    let got = measure(&gpus, &m, &mesh, 2, &Link::pcie(), 1, &corpus).unwrap();
+    let got = measure(&gpus, &m, &mesh, 2, &Link::pcie(), 1, &corpus, F32).unwrap();
     assert_eq!(got.tp_bytes, exp.tp_bytes);
     assert_eq!(got.dp_bytes, 0);
     let want: Vec<String> = exp.devices.iter().map(|d| d.blocks()).collect();
@@ -309,8 +310,8 @@ fn interleaved_chunks_send_the_ring_volumes_of_both_stages() {
         ..mesh
     };
     let gpus4 = &gpus[..4];
-    let exp = expect(&m, &dp, 2, m.ctx).unwrap();
-    let got = measure(gpus4, &m, &dp, 2, &Link::pcie(), 1, &corpus).unwrap();
+    let exp = expect(&m, &dp, 2, m.ctx, F32).unwrap();
+    let got = measure(gpus4, &m, &dp, 2, &Link::pcie(), 1, &corpus, F32).unwrap();
     assert_eq!(got.dp_bytes, exp.dp_bytes_ledger);
     assert_eq!(got.dp_bytes as f64, replica_ring_formula(&exp, 2));
     assert!(exp.dp_bytes_device < exp.dp_bytes_ledger);
@@ -338,8 +339,8 @@ fn zero_layouts_measure_the_state_and_bytes_expect_derives() {
                 ..Mesh::default()
             };
             runnable(&mesh).unwrap();
-            let exp = expect(&m, &mesh, 2, m.ctx).unwrap();
-            let got = measure(&gpus, &m, &mesh, 2, &Link::nvlink(), 1, &corpus).unwrap();
+            let exp = expect(&m, &mesh, 2, m.ctx, F32).unwrap();
+            let got = measure(&gpus, &m, &mesh, 2, &Link::nvlink(), 1, &corpus, F32).unwrap();
             let st = stage(zero).unwrap();
             let formula = formula_bytes(st, n, d);
             let comm = predicted_comm_bytes(st, n, d, 2) / d as u64;
@@ -368,6 +369,77 @@ fn zero_layouts_measure_the_state_and_bytes_expect_derives() {
                 assert_eq!(got.state_bytes as f64, formula, "dp {d} ZeRO-{zero}");
                 assert_eq!(got.dp_bytes, comm, "dp {d} ZeRO-{zero}");
             }
+        }
+    }
+}
+
+/// bf16 mixed precision: for every kind of layout the memory ledger's model state (2 + 2 + 12
+/// bytes per element of the 128-aligned storage layout, ZeRO's shares of it), the activation
+/// peak, the data- and tensor-parallel ledgers (2 bytes per element) and the placement equal
+/// what `expect` derives, and each byte figure is below f32's.
+#[test]
+fn bf16_layouts_measure_what_expect_derives() {
+    let Some(gpus) = gpu::test_gpus(4) else {
+        return;
+    };
+    let corpus = Corpus::throughput().unwrap();
+    let m = model(&corpus);
+    let flat = |dp, zero| Mesh {
+        dp,
+        zero,
+        microbatches: 2,
+        ..Mesh::default()
+    };
+    let meshes = [
+        flat(2, 0),
+        flat(2, 1),
+        flat(2, 2),
+        flat(2, 3),
+        flat(4, 3),
+        Mesh {
+            tp: 2,
+            ..flat(2, 0)
+        },
+        Mesh {
+            pp: 2,
+            ..flat(2, 1)
+        },
+    ];
+    for mesh in meshes {
+        let what = mesh.describe();
+        let exp = expect(&m, &mesh, 2, m.ctx, Bf16).unwrap();
+        let got = measure(&gpus, &m, &mesh, 2, &Link::nvlink(), 1, &corpus, Bf16).unwrap();
+        let f32_exp = expect(&m, &mesh, 2, m.ctx, F32).unwrap();
+        println!(
+            "{what} bf16: state {} B (expect {}, f32 {}), activations {} B (expect {}), dp {} B \
+             (expect {}, f32 {}), tp {} B (expect {}, f32 {})",
+            got.state_bytes,
+            exp.state_bytes,
+            f32_exp.state_bytes,
+            got.activation_bytes,
+            exp.activation_bytes,
+            got.dp_bytes,
+            exp.dp_bytes_ledger,
+            f32_exp.dp_bytes_ledger,
+            got.tp_bytes,
+            exp.tp_bytes,
+            f32_exp.tp_bytes
+        );
+        assert_eq!(got.state_bytes, exp.state_bytes, "{what}: state");
+        assert_eq!(
+            got.activation_bytes, exp.activation_bytes,
+            "{what}: activations"
+        );
+        assert_eq!(got.dp_bytes, exp.dp_bytes_ledger, "{what}: dp bytes");
+        assert_eq!(got.tp_bytes, exp.tp_bytes, "{what}: tp bytes");
+        let want: Vec<String> = (0..mesh.dp)
+            .flat_map(|_| exp.devices.iter().map(|d| d.blocks()))
+            .collect();
+        assert_eq!(got.blocks, want, "{what}: placement");
+        assert!(exp.dp_bytes_ledger < f32_exp.dp_bytes_ledger, "{what}");
+        assert!(exp.activation_bytes < f32_exp.activation_bytes, "{what}");
+        if mesh.tp > 1 {
+            assert_eq!(2 * exp.tp_bytes, f32_exp.tp_bytes, "{what}: half of f32's");
         }
     }
 }

@@ -24,7 +24,8 @@
 //! the layout engine and printed beside their prediction: step time, bubble, data- and
 //! tensor-parallel bytes per device, and model-state bytes per device (the memory ledger's),
 //! with measured / predicted. Byte counts and model state are also checked to equal what the
-//! engine's own buffers and shard grid imply, exactly.
+//! engine's own buffers and shard grid imply, exactly. `--validate --bytes bf16` trains the
+//! same layouts in bf16 mixed precision (P, G, K = 2, 2, 12 bytes; 2-byte collectives).
 //!
 //! Every flag is checked first, against the caps `checks` lists, before anything is planned or
 //! a device opened.
@@ -130,7 +131,8 @@ struct Cli {
     /// Sequences per optimizer step, default 64.
     #[arg(long)]
     global_batch: Option<usize>,
-    /// Bytes per parameter split and activation width, default bf16.
+    /// Bytes per parameter split and activation width, default bf16 (with --validate: the
+    /// precision the layouts train in, default f32).
     #[arg(long, value_enum)]
     bytes: Option<Bytes>,
     /// How data-parallel traffic overlaps compute.
@@ -466,6 +468,11 @@ fn validate(cli: &Cli) -> anyhow::Result<bool> {
     corpus.check_context(seq)?;
     let devices = cli.devices.or(cli.devices_per_node).unwrap_or(4);
     let global = cli.global_batch.unwrap_or(16);
+    // the precision the layouts train in, and the cost model's bytes for it
+    let (dtype, bytes) = match cli.bytes.unwrap_or(Bytes::F32) {
+        Bytes::F32 => (triaxis::model::Precision::F32, Precision::f32_adam()),
+        Bytes::Bf16 => (triaxis::model::Precision::Bf16, Precision::mixed_adam()),
+    };
     let link = PipeLink::by_name(&cli.link)?;
     let gpus = Gpu::open_virtual(
         &AdapterChoice::from_flags(cli.backend.as_deref(), cli.adapter, false)?,
@@ -474,8 +481,9 @@ fn validate(cli: &Cli) -> anyhow::Result<bool> {
     let shape = shape_of(&model)?;
     let conv = Conventions::of(&model)?;
     println!(
-        "validate: the planner's top layouts on {devices} virtual devices of {}",
-        gpus[0].adapter_name()
+        "validate: the planner's top layouts on {devices} virtual devices of {}, trained in {dtype} ({})",
+        gpus[0].adapter_name(),
+        bytes.name
     );
     println!(
         "model    {} layers × {} hidden, {} heads, seq {}, vocab {} (built-in corpus); {} sequences = {} tokens per step",
@@ -498,6 +506,7 @@ fn validate(cli: &Cli) -> anyhow::Result<bool> {
         &link,
         cli.steps,
         &corpus,
+        dtype,
     )?;
     let tokens = global * seq;
     let rate = calibrate(&shape, tokens, cal.step)?;
@@ -517,7 +526,7 @@ fn validate(cli: &Cli) -> anyhow::Result<bool> {
     );
     let req = PlanRequest {
         model: shape.clone(),
-        precision: Precision::f32_adam(),
+        precision: bytes,
         cluster: cluster(devices, &link, cli.mem_gb.unwrap_or(80.0), rate)?,
         global_batch: global,
         // the device clock is read with the reduction after the backward (Measured::step)
@@ -546,7 +555,7 @@ fn validate(cli: &Cli) -> anyhow::Result<bool> {
             mesh.describe(),
             c.step.micro_batch
         );
-        let exp = expect(&model, &mesh, c.step.micro_batch, seq)?;
+        let exp = expect(&model, &mesh, c.step.micro_batch, seq, dtype)?;
         let got = measure(
             &gpus,
             &model,
@@ -555,6 +564,7 @@ fn validate(cli: &Cli) -> anyhow::Result<bool> {
             &link,
             cli.steps,
             &corpus,
+            dtype,
         )?;
         rows.push(compare(c, &shape, &req.precision, &mesh, &exp, &got));
     }
@@ -656,7 +666,7 @@ fn print_rows(rows: &[Row], conv: &Conventions, model: &GptConfig, steps: usize)
     let t = conv.trainer_params as f64;
     println!("\nwhy the bytes differ: the cost model counts N = 12·L·d² + (V + ctx)·d = {n:.0} parameters, the trainer {t:.0} ({:+.1} %):", 100.0 * (t / n - 1.0));
     println!(
-        "  biases + layernorms 13·d·L + 2·d = {} ({:+.1} %), untied head V·d = {} ({:+.1} %); every tensor padded to 64 elements;",
+        "  biases + layernorms 13·d·L + 2·d = {} ({:+.1} %), untied head V·d = {} ({:+.1} %); every tensor padded to 64 elements (128 in bf16);",
         conv.norms_biases,
         100.0 * conv.norms_biases as f64 / n,
         conv.untied_head,

@@ -9,12 +9,14 @@
 //! expect      the engine's stages (its own partition of embedding, L layers, head) ─▶ per device:
 //!               state bytes   16 · padded local parameters        (params + grads + Adam m, v),
 //!                             ZeRO: 4·(P or P shard) + 4·(G or G shard) + 8·K shard, the
-//!                             shard being the rank's 64-aligned chunk of the bucket
+//!                             shard being the rank's 64-aligned chunk of the bucket; bf16:
+//!                             2 + 2 + 12 bytes (f32 master, m, v), 128-aligned ([`bytes`])
 //!               dp bytes      Σ over its stages' gradient buffers of the ring all-reduce volume
 //!                             (ZeRO-1/2: reduce-scatter + parameter all-gather, the same
 //!                             bytes; ZeRO-3: reduce-scatter + a gather of every block before
 //!                             each forward and each backward)
-//!               tp bytes      4 · m · layers · 2(t−1)/t · b·T·C·4  (2 + 2 all-reduces per layer)
+//!               tp bytes      4 · m · layers · 2(t−1)/t · b·T·C·e  (2 + 2 all-reduces per layer,
+//!                             e = 4 bytes per element, bf16 2)
 //! measure     the layout trained on the engine, one device at a time: device-clock medians
 //!             ([`measure`](measure::measure), its own file)
 //! compare     prediction beside measurement (ratio measured / predicted); exact ledgers or not
@@ -34,14 +36,14 @@ use super::layout::MeshCost;
 use super::model::{ModelShape, Precision};
 use super::plan::{Candidate, Plan};
 use super::positive;
-use crate::collective::{ring_all_reduce_bytes, ring_all_reduce_rank_bytes};
+use crate::collective::ring_all_reduce_bytes;
 use crate::error::{Error, Result};
 use crate::mesh::Mesh;
 use crate::model::{Block, GptConfig};
-use crate::parallel::shard::Grid;
 use crate::pipeline::partition::{stage_blocks, Balance};
 use crate::pipeline::{Link as PipeLink, Schedule};
 
+mod bytes;
 pub mod measure;
 pub use measure::{measure, median, train_config, Measured};
 
@@ -103,64 +105,6 @@ pub fn cluster(devices: usize, link: &PipeLink, mem_gb: f64, flops: f64) -> Resu
 pub fn runnable(mesh: &Mesh) -> Result<()> {
     mesh.zero_offered()
         .map_err(|e| Error::Config(format!("{}: {e}", mesh.label())))
-}
-
-/// The shard grid the runtime cuts a chunk of `n` gradients into over `d` ranks when they fit
-/// one bucket (64-aligned chunks); `None` for a chunk of several buckets, whose bucket plan
-/// only a built model knows.
-fn one_bucket_grid(n: usize, d: usize) -> Option<Grid> {
-    if d <= 1 || 4 * n > crate::parallel::bucket::BUCKET_BYTES {
-        return None;
-    }
-    Grid::new(std::slice::from_ref(&(0..n)), n, d).ok()
-}
-
-/// Model-state bytes of rank `r` holding a chunk of `n` parameters under ZeRO `zero` over `d`
-/// ranks: P, G and the moments whole or as the rank's shard.
-fn zero_state_bytes_of(n: usize, d: usize, r: usize, zero: usize) -> u64 {
-    let shard = match one_bucket_grid(n, d) {
-        Some(g) if zero > 0 => g.shard_len(r),
-        _ if zero > 0 => crate::collective::chunk(n, d, r).len(),
-        _ => n,
-    };
-    let p = if zero >= 3 { shard } else { n };
-    let g = if zero >= 2 { shard } else { n };
-    4 * (p + g + 2 * shard) as u64
-}
-
-/// Bytes rank `r` sends in one step of ZeRO-3 over a flat group: the gradients' reduce-scatter
-/// (every chunk but its own) and, per microbatch, two gathers of every block (forward and
-/// backward), each block's parts all-gathered over their chunk bounds (every part's chunk but
-/// rank r + 1's).
-fn zero3_rank_bytes(model: &GptConfig, n: usize, d: usize, r: usize, m: usize) -> Result<u64> {
-    let g = match one_bucket_grid(n, d) {
-        Some(g) => g,
-        None => Grid::new(std::slice::from_ref(&(0..n)), n, d)?,
-    };
-    let rs = 4 * (n - g.shard_len(r)) as u64;
-    let mut gather = 0u64;
-    for span in crate::parallel::chain::spans(model, crate::model::Precision::F32)? {
-        for part in g.parts(span.range.clone()) {
-            let next = (r + 1) % d;
-            let len = part.bounds[next + 1] - part.bounds[next];
-            gather += 4 * (part.sub.len() - len) as u64;
-        }
-    }
-    Ok(rs + 2 * m as u64 * gather)
-}
-
-/// Bytes rank `r` sends all-reducing a stage's `n` gradients the way the runtime does: one
-/// bucket cut into 64-aligned chunks ([`Grid`]), so rank r sends `4·(2n − |c_r| − |c_(r+1)|)`.
-/// A stage larger than one bucket is cut by its backward's bucket plan, which only a built
-/// model knows: counted by element chunks then (exact when d divides each bucket's blocks).
-fn aligned_ring_rank_bytes(n: usize, d: usize, r: usize) -> u64 {
-    match one_bucket_grid(n, d) {
-        Some(g) => {
-            let c = |q: usize| g.chunk(0, q).len();
-            4 * (2 * n - c(r) - c((r + 1) % d)) as u64
-        }
-        None => ring_all_reduce_rank_bytes(n, d, r),
-    }
 }
 
 /// Parameter counts under both conventions.
@@ -244,12 +188,28 @@ pub struct Expected {
     /// Activation bytes of the busiest device ([`crate::cost::activation::predict`], nothing
     /// recomputed).
     pub activation_bytes: u64,
+    /// Bytes per gradient element on the wire (4 in f32, 2 in bf16).
+    pub element_bytes: u64,
 }
 
 /// The engine's placement of `model` under `mesh` (microbatches of `micro_b` sequences of
-/// `seq` tokens) and the bytes it must record. Uses the engine's own partition (blocks
-/// balanced by parameter count) and schedule-stage map.
-pub fn expect(model: &GptConfig, mesh: &Mesh, micro_b: usize, seq: usize) -> Result<Expected> {
+/// `seq` tokens) in precision `prec` and the bytes it must record. Uses the engine's own
+/// partition (blocks balanced by parameter count) and schedule-stage map; under bf16 each
+/// chunk's storage layout places every tensor on 128 elements ([`crate::params::Layout::packed`]).
+pub fn expect(
+    model: &GptConfig,
+    mesh: &Mesh,
+    micro_b: usize,
+    seq: usize,
+    prec: crate::model::Precision,
+) -> Result<Expected> {
+    let stored = |blocks: &[Block]| {
+        let l = model.layout_tp(blocks, mesh.tp);
+        match prec {
+            crate::model::Precision::F32 => l,
+            crate::model::Precision::Bf16 => l.packed(),
+        }
+    };
     mesh.validate(model, micro_b, seq, mesh.devices())?;
     let sched = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
     let stages = stage_blocks(model, sched.stages(), &Balance::Params)?;
@@ -260,12 +220,12 @@ pub fn expect(model: &GptConfig, mesh: &Mesh, micro_b: usize, seq: usize) -> Res
             let chunks: Vec<Vec<Block>> = (0..mesh.chunks)
                 .map(|k| stages[sched.stage(stage, k)].clone())
                 .collect();
-            let layouts: Vec<_> = chunks.iter().map(|c| model.layout_tp(c, t)).collect();
+            let layouts: Vec<_> = chunks.iter().map(|c| stored(c)).collect();
             let state = (0..d)
                 .map(|r| {
                     layouts
                         .iter()
-                        .map(|l| zero_state_bytes_of(l.total, d, r, mesh.zero))
+                        .map(|l| bytes::zero_state(l.total, d, r, mesh.zero, prec))
                         .sum()
                 })
                 .collect();
@@ -287,9 +247,9 @@ pub fn expect(model: &GptConfig, mesh: &Mesh, micro_b: usize, seq: usize) -> Res
     // one ring all-reduce per (model stage, tp rank) over the d replicas; replica r is rank r
     // (ZeRO-1/2: its reduce-scatter and all-gather send the same; ZeRO-3 gathers blocks)
     let zero3 = if mesh.zero >= 3 && d > 1 {
-        let n = model.layout(&model.blocks()).total;
+        let n = stored(&model.blocks()).total;
         (0..d)
-            .map(|r| zero3_rank_bytes(model, n, d, r, mesh.microbatches))
+            .map(|r| bytes::zero3_rank(model, n, d, r, mesh.microbatches, prec))
             .collect::<Result<Vec<u64>>>()?
     } else {
         Vec::new()
@@ -300,7 +260,7 @@ pub fn expect(model: &GptConfig, mesh: &Mesh, micro_b: usize, seq: usize) -> Res
         }
         dev.chunks
             .iter()
-            .map(|c| aligned_ring_rank_bytes(model.layout_tp(c, t).total, d, r))
+            .map(|c| bytes::aligned_ring_rank(stored(c).total, d, r, prec))
             .sum()
     };
     let dp_bytes_device = (0..d)
@@ -313,7 +273,11 @@ pub fn expect(model: &GptConfig, mesh: &Mesh, micro_b: usize, seq: usize) -> Res
         .max()
         .unwrap_or(0);
     // 2 forward + 2 backward all-reduces of the [b·T, C] activation per layer per microbatch
-    let message = micro_b * seq * model.channels;
+    // (bf16: the ring moves its words, two elements each)
+    let message = match prec {
+        crate::model::Precision::F32 => micro_b * seq * model.channels,
+        crate::model::Precision::Bf16 => (micro_b * seq * model.channels).div_ceil(2),
+    };
     let tp_bytes = devices
         .iter()
         .map(|dev| (4 * mesh.microbatches * dev.layers) as u64 * ring_all_reduce_bytes(message, t))
@@ -326,7 +290,7 @@ pub fn expect(model: &GptConfig, mesh: &Mesh, micro_b: usize, seq: usize) -> Res
         mesh,
         &Balance::Params,
         crate::model::Recompute::None,
-        crate::model::Precision::F32,
+        prec,
     )?
     .iter()
     .map(|a| a.total)
@@ -343,6 +307,7 @@ pub fn expect(model: &GptConfig, mesh: &Mesh, micro_b: usize, seq: usize) -> Res
         dp_bytes_device,
         dp_bytes_ledger,
         tp_bytes,
+        element_bytes: prec.element_bytes() as u64,
     })
 }
 
@@ -367,7 +332,7 @@ pub fn predicted_tp_bytes(shape: &ModelShape, prec: &Precision, layout: &Mesh, b
 pub fn ring_formula_dp_bytes(exp: &Expected, dp: usize) -> f64 {
     exp.devices
         .iter()
-        .map(|dev| ring_allreduce_bytes(4.0 * dev.padded as f64, dp))
+        .map(|dev| ring_allreduce_bytes((exp.element_bytes * dev.padded as u64) as f64, dp))
         .fold(0.0, f64::max)
 }
 

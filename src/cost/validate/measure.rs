@@ -14,7 +14,7 @@ use crate::engine::{Engine, EngineOptions};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::mesh::Mesh;
-use crate::model::{GptConfig, Micro};
+use crate::model::{GptConfig, Micro, Precision};
 use crate::pipeline::Link as PipeLink;
 use crate::step::TrainConfig;
 
@@ -73,7 +73,8 @@ pub fn train_config(model: &GptConfig, micro_b: usize, m: usize, steps: usize) -
 /// step is timed on one replica alone (the same mesh with dp = 1, its own engine), and the
 /// engine's dp run gives the bytes, the data-parallel comm and its concurrent figure. Under
 /// ZeRO the replica alone runs unsharded (the block-by-block compute and gathers of ZeRO-2/3
-/// show in the concurrent figure only).
+/// show in the concurrent figure only). `precision`: f32, or bf16 mixed precision.
+#[allow(clippy::too_many_arguments)]
 pub fn measure(
     gpus: &[Gpu],
     model: &GptConfig,
@@ -82,9 +83,11 @@ pub fn measure(
     link: &PipeLink,
     steps: usize,
     corpus: &Corpus,
+    precision: Precision,
 ) -> Result<Measured> {
     let t0 = std::time::Instant::now();
-    let (full, blocks) = run(gpus, model, mesh, micro_b, link, steps, corpus)?;
+    let go = |mesh: &Mesh| run(gpus, model, mesh, micro_b, link, steps, corpus, precision);
+    let (full, blocks) = go(mesh)?;
     let alone = if mesh.dp > 1 {
         // (one replica has nothing to shard: ZeRO's step is timed as its unsharded compute)
         let one = Mesh {
@@ -92,7 +95,7 @@ pub fn measure(
             zero: 0,
             ..*mesh
         };
-        run(gpus, model, &one, micro_b, link, steps, corpus)?.0
+        go(&one)?.0
     } else {
         full.clone()
     };
@@ -123,6 +126,7 @@ struct Run {
     activation_bytes: u64,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
     gpus: &[Gpu],
     model: &GptConfig,
@@ -131,6 +135,7 @@ fn run(
     link: &PipeLink,
     steps: usize,
     corpus: &Corpus,
+    precision: Precision,
 ) -> Result<(Run, Vec<String>)> {
     if steps == 0 || gpus.len() < mesh.devices() {
         return Err(Error::Config(format!(
@@ -146,6 +151,7 @@ fn run(
         link: *link,
         tp_link: *link,
         serial: true,
+        precision,
         ..EngineOptions::default()
     };
     // this run's activation peak only (the devices outlive the layouts run before it)
