@@ -6,7 +6,8 @@
 //! where the adapter has them); uploads and readback are excluded. `gpu_forward` is
 //! `matmul_forward` with the kernel the library picks (2·n³ flops), `gpu_backward` is
 //! `matmul_backward` without bias (dinp and dweight, 4·n³ flops), and `gpu_forward_buffer` /
-//! `gpu_forward_texture` force each kernel. After each shape a summary line gives median
+//! `gpu_forward_texture` force each kernel; `gpu_forward_bf16` is the packed-bf16 forward
+//! (`kernels::packed::matmul`, f32 accumulation, 2-byte operands). After each shape a summary line gives median
 //! GFLOP/s, the GPU/CPU ratio and the adapter. On a CPU adapter the line adds a figure on a
 //! CPU-time basis (flops per process CPU-second × cores, Linux only), which other processes
 //! competing for the cores do not skew.
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
 use triaxis::gpu::{AdapterChoice, Gpu, View};
 use triaxis::kernels::matmul::{self, Kernel};
+use triaxis::kernels::packed::matmul as packed;
 use triaxis::kernels::Op;
 use triaxis::rng::Rng;
 
@@ -185,6 +187,16 @@ fn main() {
         let fwd = forward(Kernel::Auto).expect("forward ops");
         let fwd_buf = forward(Kernel::Buffer).expect("forward ops");
         let fwd_tex = forward(Kernel::Texture).ok();
+        // packed bf16: n·n elements are n·n/2 words
+        let [xh, wh] = [0; 2].map(|_| {
+            let v = g.buffer("bench.bf16", n * n / 2);
+            let words = triaxis::cpu::pack_bf16(&rng.vec(n * n, 1.0));
+            g.upload(&v, &words).expect("upload");
+            v
+        });
+        let outh = g.buffer("out.bf16", n * n / 2);
+        let fwd_bf16 = packed::matmul_forward_bf16(&g, &outh, &xh, &wh, None, n, n, n)
+            .expect("bf16 forward ops");
         let bwd = matmul::matmul_backward(&g, &dinp, &dw, None, &dout, &x, &w, n, n, n)
             .expect("backward ops");
         let flops = 2.0 * (n * n * n) as f64;
@@ -213,18 +225,27 @@ fn main() {
                 fb,
             )
         });
+        let gbf = bench_gpu(
+            &mut group,
+            &g,
+            "gpu_forward_bf16",
+            n,
+            &batch(&fwd_bf16, 1),
+            fb,
+        );
         let cpu = bench_cpu(&mut group, &mut rng, n);
         group.finish();
 
         let (gf_m, cpu_m) = (gf.median(), cpu.median());
         let mut line = format!(
             "matmul {n}³ on {adapter}: GPU forward {gf_m:.1} GFLOP/s, backward {:.1}, \
-             forward buffer kernel {:.1}, texture kernel {}; CPU gemm {cpu_m:.1} GFLOP/s; \
-             GPU/CPU {:.3}",
+             forward buffer kernel {:.1}, texture kernel {}, bf16 kernel {:.1}; CPU gemm \
+             {cpu_m:.1} GFLOP/s; GPU/CPU {:.3}",
             gb.median(),
             gbuf.median(),
             gtex.as_ref()
                 .map_or("n/a".into(), |r| format!("{:.1}", r.median())),
+            gbf.median(),
             gf_m / cpu_m,
         );
         if software {

@@ -36,8 +36,12 @@ struct Dims {
 @group(0) @binding(0) var<uniform> d: Dims;
 @group(0) @binding(1) var<storage, read_write> c_out: array<u32>;
 @group(0) @binding(2) var<storage, read> av: array<u32>;
-@group(0) @binding(3) var<storage, read> bv: array<u32>;
 @group(0) @binding(4) var<storage, read> bias: array<u32>;
+// The matmul kernels read A and B two words at a time (the same bindings as word pairs: every
+// operand they read is whole vec4 rows, an even number of words); the pad and bias kernels
+// below read `av` word by word.
+@group(0) @binding(2) var<storage, read> av2: array<vec2<u32>>;
+@group(0) @binding(3) var<storage, read> bv2: array<vec2<u32>>;
 
 const ACCUMULATE: u32 = 1u; // C += A·B (else C = A·B)
 const BIAS: u32 = 2u;       // start every row of C at bias[n]
@@ -60,19 +64,18 @@ fn bias_at(e: u32) -> f32 {
 // A(4q .. 4q+3) along its stored row: vec4 index q, packed or f32.
 fn lda(q: u32) -> vec4<f32> {
     if ((d.flags & A_F32) != 0u) {
-        let i = 4u * q;
-        return bitcast<vec4<f32>>(vec4<u32>(av[i], av[i + 1u], av[i + 2u], av[i + 3u]));
+        let p0 = av2[2u * q];
+        let p1 = av2[2u * q + 1u];
+        return bitcast<vec4<f32>>(vec4<u32>(p0, p1));
     }
-    let w0 = av[2u * q];
-    let w1 = av[2u * q + 1u];
-    return vec4<f32>(lo(w0), hi(w0), lo(w1), hi(w1));
+    let w = av2[q];
+    return vec4<f32>(lo(w.x), hi(w.x), lo(w.y), hi(w.y));
 }
 
 // B(4q .. 4q+3) along its stored row (always packed).
 fn ldb(q: u32) -> vec4<f32> {
-    let w0 = bv[2u * q];
-    let w1 = bv[2u * q + 1u];
-    return vec4<f32>(lo(w0), hi(w0), lo(w1), hi(w1));
+    let w = bv2[q];
+    return vec4<f32>(lo(w.x), hi(w.x), lo(w.y), hi(w.y));
 }
 
 // c + a.x·b[0] + a.y·b[1] + a.z·b[2] + a.w·b[3], one fma chain.
