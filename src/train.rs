@@ -55,6 +55,7 @@ impl Trainer {
                 gpu,
                 &model.buffers.grads,
                 cfg.grad_accum,
+                model.buffers.packed(),
             )?),
         };
         Ok(Trainer {

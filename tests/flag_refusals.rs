@@ -25,7 +25,7 @@ fn invalid_flags() -> Vec<Refusal> {
         refusal("data_parallel", "--algo zigzag", &["unknown all-reduce algorithm \"zigzag\""]),
         refusal("data_parallel", "--backend nope", &["unknown backend \"nope\""]),
         refusal("data_parallel", "--precision fp8", &["unknown precision \"fp8\""]),
-        refusal("data_parallel", "--precision bf16 --algo tree", &["--precision bf16 reduces on the bf16 ring"]),
+        refusal("data_parallel", "--precision bf16 --algo naive", &["--precision bf16 reduces on the bf16 ring or tree"]),
         refusal("data_parallel", "--layers 99999999999999999999", &["invalid value '99999999999999999999' for '--layers"]),
         refusal("pipeline", "--stages 20", &["--stages 20 × 1 chunk(s) = 20 model stages, but the model has only 10 blocks"]),
         refusal("pipeline", "--schedule interleaved --chunks 8", &["32 model stages", "lower --stages or --chunks"]),

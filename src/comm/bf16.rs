@@ -12,7 +12,8 @@
 //!
 //! Chunk c is summed in the fixed order x(c+1) + x(c+2) + … + x(c), so a layout gives the same
 //! bits run after run, in one process or over MPI. The busiest rank sends 2(d−1)/d of the words:
-//! 2(d−1)/d · 2N bytes for N elements.
+//! 2(d−1)/d · 2N bytes for N elements. [`tree_all_reduce_bf16`] sums in the pairwise tree of
+//! layout-invariant accumulation instead.
 
 use super::{check_bounds, Communicator, Tag};
 use crate::error::{Error, Result};
@@ -152,6 +153,60 @@ pub fn all_reduce_bf16(
 ) -> Result<()> {
     reduce_scatter_bf16(c, words, bounds, round)?;
     all_gather_bf16(c, words, bounds, round)
+}
+
+/// The pairwise tree all-reduce of packed bf16 (the grouping of `collective::host`'s tree, so
+/// the pairwise-tree accumulation of microbatches continues across ranks): level ℓ, rank
+/// r + 2^ℓ sends its partial sum to rank r (r a multiple of 2^(ℓ+1)), which adds it in f32 and
+/// rounds to bf16; then rank 0 sends the total to every other rank.
+pub fn tree_all_reduce_bf16(
+    c: &mut dyn Communicator,
+    words: &mut [u32],
+    round: usize,
+) -> Result<()> {
+    let (d, r) = (c.size(), c.rank());
+    let tag = |hop: usize| Tag {
+        flow: FLOW,
+        micro: hop,
+        stage: round,
+    };
+    let (mut stride, mut level) = (1, 0);
+    while stride < d {
+        if r % (2 * stride) == stride {
+            c.send(r - stride, tag(level), bytemuck::cast_vec(words.to_vec()))?;
+        } else if r % (2 * stride) == 0 && r + stride < d {
+            let got: Vec<u32> = bytemuck::cast_vec(c.recv(r + stride, tag(level))?);
+            if got.len() != words.len() {
+                return Err(Error::Config(format!(
+                    "bf16 tree: rank {} sent {} words, this rank holds {}",
+                    r + stride,
+                    got.len(),
+                    words.len()
+                )));
+            }
+            for (w, x) in words.iter_mut().zip(got) {
+                *w = add_words(*w, x);
+            }
+        }
+        stride *= 2;
+        level += 1;
+    }
+    if r == 0 {
+        for to in 1..d {
+            c.send(to, tag(level), bytemuck::cast_vec(words.to_vec()))?;
+        }
+    } else if d > 1 {
+        let got: Vec<u32> = bytemuck::cast_vec(c.recv(0, tag(level))?);
+        if got.len() != words.len() {
+            return Err(Error::Config(format!(
+                "bf16 tree: rank 0 sent {} words, this rank holds {}",
+                got.len(),
+                words.len()
+            )));
+        }
+        words.copy_from_slice(&got);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

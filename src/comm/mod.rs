@@ -42,7 +42,7 @@ mod p2p;
 mod wait;
 mod wired;
 
-pub use bf16::{all_gather_bf16, all_reduce_bf16, reduce_scatter_bf16};
+pub use bf16::{all_gather_bf16, all_reduce_bf16, reduce_scatter_bf16, tree_all_reduce_bf16};
 pub use launcher::launched_by_mpirun;
 pub use local::{local_group, GroupOptions, LocalComm};
 pub use loopback::{loopback_group, LoopbackComm};

@@ -44,8 +44,10 @@ pub struct TreeAccumulator {
 }
 
 impl TreeAccumulator {
-    /// For `count` microbatches per step (a power of two) over the gradient buffer `grads`.
-    pub fn new(gpu: &Gpu, grads: &View, count: usize) -> Result<TreeAccumulator> {
+    /// For `count` microbatches per step (a power of two) over the gradient buffer `grads`
+    /// (`packed`: bf16 words; each level's add widens, adds in f32 and rounds to bf16, as the
+    /// bf16 tree all-reduce does between ranks).
+    pub fn new(gpu: &Gpu, grads: &View, count: usize, packed: bool) -> Result<TreeAccumulator> {
         if !count.is_power_of_two() {
             return Err(Error::Config(format!(
                 "pairwise-tree accumulation needs a power-of-two number of microbatches per device, not {count}"
@@ -64,7 +66,10 @@ impl TreeAccumulator {
                 .collect::<Result<_>>()?,
             merge: levels
                 .iter()
-                .map(|l| ke::add(gpu, grads, l))
+                .map(|l| match packed {
+                    false => ke::add(gpu, grads, l),
+                    true => crate::kernels::packed::elementwise::add_bf16(gpu, grads, l),
+                })
                 .collect::<Result<_>>()?,
             restore: levels
                 .iter()

@@ -226,7 +226,12 @@ impl Chunk {
         };
         let zero_grads = crate::kernels::elementwise::fill(gpu, &buffers.grads, 0.0)?;
         let tree = match spec.tree {
-            Some(count) if !sharded => Some(TreeAccumulator::new(gpu, &buffers.grads, count)?),
+            Some(count) if !sharded => Some(TreeAccumulator::new(
+                gpu,
+                &buffers.grads,
+                count,
+                buffers.packed(),
+            )?),
             Some(_) => {
                 return Err(Error::Config(
                     "pairwise-tree accumulation applies to unsharded gradients (--zero 0)".into(),

@@ -89,8 +89,11 @@ impl Worker {
             *last = words.len();
         }
         if !scatter {
-            let link = comm_call(&mut *self.comms.dp, |d| {
-                crate::comm::all_reduce_bf16(d, &mut words, &bounds, bucket)
+            let tree = self.dp_algo == crate::collective::Algo::Tree;
+            let link = comm_call(&mut *self.comms.dp, |d| match tree {
+                // the pairwise tree (layout-invariant accumulation continues across ranks)
+                true => crate::comm::tree_all_reduce_bf16(d, &mut words, bucket),
+                false => crate::comm::all_reduce_bf16(d, &mut words, &bounds, bucket),
             })?;
             self.gpu.upload(&view, &words)?;
             return Ok(link);
