@@ -390,11 +390,9 @@ fn bf16_layouts_measure_what_expect_derives() {
         microbatches: 2,
         ..Mesh::default()
     };
+    // (every ZeRO stage's bf16 state and bytes are also pinned in tests/precision.rs)
     let meshes = [
-        flat(2, 0),
         flat(2, 1),
-        flat(2, 2),
-        flat(2, 3),
         flat(4, 3),
         Mesh {
             tp: 2,

@@ -169,7 +169,7 @@ fn bf16_data_parallel_reduces_on_a_bf16_ring_of_2_bytes_per_element() {
         },
         run(&gpus, tiny::mesh(4, 1, 1, 1), bf16.clone()),
     );
-    for z in 1..=3 {
+    for z in [1, 3] {
         assert_eq!(run(&gpus, z4(z), bf16.clone()), plain4, "dp 4, ZeRO-{z}");
     }
     for mode in [Recompute::Selective, Recompute::Full] {
