@@ -392,7 +392,6 @@ fn bf16_layouts_measure_what_expect_derives() {
     };
     // (every ZeRO stage's bf16 state and bytes are also pinned in tests/precision.rs)
     let meshes = [
-        flat(2, 1),
         flat(4, 3),
         Mesh {
             tp: 2,
