@@ -131,42 +131,23 @@ impl Optimizer {
         Optimizer::build(gpu, &b.layout, &st, &pieces)
     }
 
-    /// Mixed precision over `pieces` of the flat buffer described by `layout`: packed bf16
-    /// `params` and `grads` (words; flat element `flat.start + i` of a piece is element
-    /// `params + i` / `grads + i` of them), f32 `master`, `m`, `v` (at `moments + i`). Packed
-    /// gradients in, the master weights and moments updated, the rounded master weights written
-    /// to the packed parameters ([`crate::kernels::packed::optim`]). Every piece start and
-    /// storage offset must be a multiple of 128 (a view of words starts on 256 bytes). The norm
-    /// parts are those of [`Optimizer::sharded`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn mixed(
-        gpu: &Gpu,
-        layout: &Layout,
-        params: &View,
-        grads: &View,
-        master: &View,
-        m: &View,
-        v: &View,
-        pieces: &[Piece],
-    ) -> Result<Optimizer> {
-        let st = Storage {
-            params,
-            grads,
-            m,
-            v,
-            master: Some(master),
-        };
-        Optimizer::build(gpu, layout, &st, pieces)
-    }
-
     /// Over `pieces` of the flat buffer described by `layout`, stored in `params`, `grads`, `m`,
     /// `v` at the offsets each piece names. Pieces must not overlap; their starts and storage
     /// offsets must be multiples of 64. `zero_grads` fills the whole `grads` view.
+    ///
+    /// With `master` (mixed precision): `params` and `grads` are packed bf16 words (flat
+    /// element `flat.start + i` of a piece is element `params + i` / `grads + i` of them) and
+    /// `master` holds the f32 master weights at `moments + i` beside `m` and `v`; packed
+    /// gradients in, the master weights and moments updated, the rounded master weights written
+    /// to the packed parameters ([`crate::kernels::packed::optim`]). Every piece start and
+    /// storage offset must then be a multiple of 128 (a view of words starts on 256 bytes).
+    #[allow(clippy::too_many_arguments)]
     pub fn sharded(
         gpu: &Gpu,
         layout: &Layout,
         params: &View,
         grads: &View,
+        master: Option<&View>,
         m: &View,
         v: &View,
         pieces: &[Piece],
@@ -176,12 +157,12 @@ impl Optimizer {
             grads,
             m,
             v,
-            master: None,
+            master,
         };
         Optimizer::build(gpu, layout, &st, pieces)
     }
 
-    /// [`Optimizer::sharded`] and [`Optimizer::mixed`]: the norm parts (every tensor's real
+    /// [`Optimizer::with_cuts`] and [`Optimizer::sharded`]: the norm parts (every tensor's real
     /// elements, cut at piece boundaries) and one AdamW dispatch per contiguous decay segment of
     /// each piece, on f32 or packed storage.
     fn build(gpu: &Gpu, layout: &Layout, st: &Storage, pieces: &[Piece]) -> Result<Optimizer> {

@@ -203,13 +203,7 @@ pub fn expect(
     seq: usize,
     prec: crate::model::Precision,
 ) -> Result<Expected> {
-    let stored = |blocks: &[Block]| {
-        let l = model.layout_tp(blocks, mesh.tp);
-        match prec {
-            crate::model::Precision::F32 => l,
-            crate::model::Precision::Bf16 => l.packed(),
-        }
-    };
+    let stored = |blocks: &[Block]| prec.storage(model.layout_tp(blocks, mesh.tp));
     mesh.validate(model, micro_b, seq, mesh.devices())?;
     let sched = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
     let stages = stage_blocks(model, sched.stages(), &Balance::Params)?;
@@ -274,10 +268,7 @@ pub fn expect(
         .unwrap_or(0);
     // 2 forward + 2 backward all-reduces of the [b·T, C] activation per layer per microbatch
     // (bf16: the ring moves its words, two elements each)
-    let message = match prec {
-        crate::model::Precision::F32 => micro_b * seq * model.channels,
-        crate::model::Precision::Bf16 => (micro_b * seq * model.channels).div_ceil(2),
-    };
+    let message = prec.words(micro_b * seq * model.channels);
     let tp_bytes = devices
         .iter()
         .map(|dev| (4 * mesh.microbatches * dev.layers) as u64 * ring_all_reduce_bytes(message, t))

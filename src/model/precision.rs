@@ -14,6 +14,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
+use crate::params::{Layout, ALIGN};
 
 /// The precision of the tensors on the device.
 #[derive(
@@ -51,6 +52,24 @@ impl Precision {
         match self {
             Precision::F32 => (4.0, 4.0, 8.0),
             Precision::Bf16 => (2.0, 2.0, 12.0),
+        }
+    }
+
+    /// The storage layout of `layout`'s tensors in this precision: the same under f32,
+    /// [`Layout::packed`] (every tensor on 128 elements) under bf16.
+    pub fn storage(self, layout: Layout) -> Layout {
+        match self {
+            Precision::F32 => layout,
+            Precision::Bf16 => layout.packed(),
+        }
+    }
+
+    /// Elements every tensor and shard chunk of the storage layout is aligned to: a view
+    /// bound to a kernel starts on 256 bytes (64 f32s, 64 words of two bf16).
+    pub fn align(self) -> usize {
+        match self {
+            Precision::F32 => ALIGN,
+            Precision::Bf16 => 2 * ALIGN,
         }
     }
 

@@ -26,13 +26,9 @@ pub struct Span {
     pub range: Range<usize>,
 }
 
-/// The storage layout of `blocks` in `prec`: the canonical one, or its packed bf16 placement.
+/// The storage layout of `blocks` in `prec` ([`Precision::storage`]).
 fn stored(cfg: &GptConfig, blocks: &[Block], prec: Precision) -> Layout {
-    let l = cfg.layout(blocks);
-    match prec {
-        Precision::F32 => l,
-        Precision::Bf16 => l.packed(),
-    }
+    prec.storage(cfg.layout(blocks))
 }
 
 /// The blocks of `cfg` with their flat ranges in the storage layout of `prec`; checks that
@@ -100,7 +96,7 @@ impl Chain {
             .map(|(i, s)| {
                 let layout = stored(&cfg, &[s.block], prec);
                 let (p, g) = (params(i), grads(i));
-                let len = layout.total / if packed { 2 } else { 1 };
+                let len = prec.words(layout.total);
                 if p.len != len || g.len != len {
                     return Err(Error::Config(format!(
                         "block {:?}: parameter/gradient views of {}/{} words, storage {len}",

@@ -119,6 +119,18 @@ impl Grid {
         (0..self.units.len()).map(|u| self.chunk(u, r).len()).sum()
     }
 
+    /// Rank `r`'s chunks of a host copy of the flat buffer, each at its shard storage offset:
+    /// the rank's shard as its buffers hold it (at least one element, as they are allocated).
+    pub fn shard_of(&self, r: usize, flat: &[f32]) -> Vec<f32> {
+        let mut out = vec![0.0f32; self.shard_len(r).max(1)];
+        for (u, unit) in self.units.iter().enumerate() {
+            let c = self.chunk(u, r);
+            let at = unit.storage[r];
+            out[at..at + c.len()].copy_from_slice(&flat[c]);
+        }
+        out
+    }
+
     /// Largest shard minus `total / d`: the cost of 64-aligned chunks, in elements.
     pub fn max_shard_excess(&self) -> usize {
         let even = self.total / self.d;

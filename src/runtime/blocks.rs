@@ -53,11 +53,8 @@ impl Blocks {
     /// storage layout; under bf16 every buffer and view is in packed words (spans start on
     /// 128 elements).
     pub fn begin(&mut self, gpu: &Gpu, total: usize, params: &View) -> Result<()> {
-        let div = match self.precision {
-            Precision::F32 => 1,
-            Precision::Bf16 => 2,
-        };
-        let words = |n: usize| n.div_ceil(div);
+        let prec = self.precision;
+        let words = |n: usize| prec.words(n);
         let longest = self.spans.iter().map(|s| s.range.len()).max().unwrap_or(1);
         let (grads_name, slot_name) = match self.precision {
             Precision::F32 => ("grads.backward", "params.slot"),
@@ -78,7 +75,7 @@ impl Blocks {
             Vec::new()
         };
         let spans = &self.spans;
-        let at = |s: &Span| (s.range.start / div, words(s.range.len()));
+        let at = |s: &Span| (words(s.range.start), words(s.range.len()));
         let chain = Chain::new(
             gpu,
             self.model,

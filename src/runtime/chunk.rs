@@ -174,49 +174,33 @@ impl Chunk {
         let units: Vec<Range<usize>> = buckets.iter().map(|b| b.range.clone()).collect();
         let (rank, d) = spec.dp;
         // packed: chunks of words on 256-byte boundaries
-        let align = crate::params::ALIGN * if buffers.packed() { 2 } else { 1 };
-        let grid = Grid::aligned(&units, stored.total, d, align)?;
+        let grid = Grid::aligned(&units, stored.total, d, spec.precision.align())?;
         let unit_of = units_of(&grid, &buckets)?;
         let (optim, moments, master_shard) = if sharded {
             let len = grid.shard_len(rank).max(1);
             let m = gpu.buffer_in(Category::OptimizerState, "adam.m shard", len);
             let v = gpu.buffer_in(Category::OptimizerState, "adam.v shard", len);
             let pieces = grid.pieces(rank, false, false);
-            match buffers.packed() {
-                false => {
-                    let o = Optimizer::sharded(
-                        gpu,
-                        &local,
-                        &buffers.params,
-                        &buffers.grads,
-                        &m,
-                        &v,
-                        &pieces,
-                    )?;
-                    (o, Some((m, v)), None)
-                }
+            // ZeRO-1 in bf16: this rank's shard of the f32 master weights
+            let master = match buffers.packed() {
+                false => None,
                 true => {
-                    // ZeRO-1 in bf16: this rank's shard of the f32 master weights
                     let master = gpu.buffer_in(Category::OptimizerState, "master shard", len);
-                    let mut host = vec![0.0f32; len];
-                    for p in &pieces {
-                        host[p.moments..p.moments + p.flat.len()]
-                            .copy_from_slice(&init[p.flat.clone()]);
-                    }
-                    gpu.upload(&master, &host)?;
-                    let o = Optimizer::mixed(
-                        gpu,
-                        stored,
-                        &buffers.params,
-                        &buffers.grads,
-                        &master,
-                        &m,
-                        &v,
-                        &pieces,
-                    )?;
-                    (o, Some((m, v)), Some(master))
+                    gpu.upload(&master, &grid.shard_of(rank, &init))?;
+                    Some(master)
                 }
-            }
+            };
+            let o = Optimizer::sharded(
+                gpu,
+                stored,
+                &buffers.params,
+                &buffers.grads,
+                master.as_ref(),
+                &m,
+                &v,
+                &pieces,
+            )?;
+            (o, Some((m, v)), master)
         } else {
             (
                 Optimizer::with_cuts(gpu, &buffers, &grid.cuts())?,

@@ -154,12 +154,7 @@ impl Runtime {
                         None if which == Which::Params => c.buffers.upload_params(&w.gpu, src)?,
                         None => w.gpu.upload(full_of(c, which), src)?,
                         Some(view) => {
-                            let mut shard = vec![0.0f32; view.len];
-                            for (u, unit) in c.grid.units.iter().enumerate() {
-                                let ch = c.grid.chunk(u, r);
-                                let at = unit.storage[r];
-                                shard[at..at + ch.len()].copy_from_slice(&src[ch]);
-                            }
+                            let shard = c.grid.shard_of(r, src);
                             w.gpu.upload(view, &shard)?;
                             if which == Which::Params
                                 && c.master_shard.is_some()

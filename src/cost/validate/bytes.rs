@@ -17,10 +17,8 @@ use crate::parallel::shard::Grid;
 
 /// (P and G bytes per element, K bytes per element, shard alignment in elements).
 fn of(prec: Precision) -> (u64, u64, usize) {
-    match prec {
-        Precision::F32 => (4, 8, crate::params::ALIGN),
-        Precision::Bf16 => (2, 12, 2 * crate::params::ALIGN),
-    }
+    let (_, _, k) = prec.pgk();
+    (prec.element_bytes() as u64, k as u64, prec.align())
 }
 
 /// The shard grid the runtime cuts a chunk of `n` gradients into over `d` ranks when they fit
@@ -89,9 +87,6 @@ pub(super) fn aligned_ring_rank(n: usize, d: usize, r: usize, prec: Precision) -
             let c = |q: usize| g.chunk(0, q).len();
             of(prec).0 * (2 * n - c(r) - c((r + 1) % d)) as u64
         }
-        None => match prec {
-            Precision::F32 => ring_all_reduce_rank_bytes(n, d, r),
-            Precision::Bf16 => ring_all_reduce_rank_bytes(n.div_ceil(2), d, r),
-        },
+        None => ring_all_reduce_rank_bytes(prec.words(n), d, r),
     }
 }

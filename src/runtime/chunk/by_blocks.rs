@@ -15,10 +15,7 @@ pub(super) fn by_blocks(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Resul
     let prec = spec.precision;
     let local = model.layout(spec.blocks);
     // the storage layout: under bf16 every tensor on 128 elements (a word view on 256 bytes)
-    let (layout, align, div) = match prec {
-        Precision::F32 => (local.clone(), crate::params::ALIGN, 1),
-        Precision::Bf16 => (local.packed(), 2 * crate::params::ALIGN, 2),
-    };
+    let layout = prec.storage(local.clone());
     let spans = crate::parallel::chain::spans(&model, prec)?;
     // the buckets come from a probe model's backward (one small microbatch)
     let probe = GpuModel::new(
@@ -32,22 +29,12 @@ pub(super) fn by_blocks(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Resul
     drop(probe);
     let units: Vec<Range<usize>> = buckets.iter().map(|b| b.range.clone()).collect();
     let (rank, d) = spec.dp;
-    let grid = Grid::aligned(&units, layout.total, d, align)?;
+    let grid = Grid::aligned(&units, layout.total, d, prec.align())?;
     let unit_of = units_of(&grid, &buckets)?;
     let gather = spec.zero >= 3;
     let shard = grid.shard_len(rank).max(1);
     let init = local.relayout(&model.init(&local, cfg.seed), &layout)?;
-    // this rank's chunks of a flat buffer, at their shard storage offsets
-    let shard_of = |flat: &[f32]| {
-        let mut host = vec![0.0f32; shard];
-        for (u, unit) in grid.units.iter().enumerate() {
-            let c = grid.chunk(u, rank);
-            let at = unit.storage[rank];
-            host[at..at + c.len()].copy_from_slice(&flat[c]);
-        }
-        host
-    };
-    let words = |n: usize| n.div_ceil(div);
+    let words = |n: usize| prec.words(n);
     let names = match prec {
         Precision::F32 => ["params shard", "params", "grads shard"],
         Precision::Bf16 => ["params.bf16 shard", "params.bf16", "grads.bf16 shard"],
@@ -56,7 +43,11 @@ pub(super) fn by_blocks(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Resul
         true => gpu.buffer_in(Category::Parameters, names[0], words(shard)),
         false => gpu.buffer_in(Category::Parameters, names[1], words(layout.total)),
     };
-    let host = if gather { shard_of(&init) } else { init };
+    let host = if gather {
+        grid.shard_of(rank, &init)
+    } else {
+        init
+    };
     match prec {
         Precision::F32 => gpu.upload(&params, &host)?,
         Precision::Bf16 => gpu.upload(&params, &crate::cpu::pack_bf16(&host))?,
@@ -65,22 +56,29 @@ pub(super) fn by_blocks(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Resul
     let m = gpu.buffer_in(Category::OptimizerState, "adam.m shard", shard);
     let v = gpu.buffer_in(Category::OptimizerState, "adam.v shard", shard);
     let pieces = grid.pieces(rank, gather, true);
-    let (optim, master_shard) = match prec {
-        Precision::F32 => {
-            let o = Optimizer::sharded(gpu, &layout, &params, &grads, &m, &v, &pieces)?;
-            (o, None)
-        }
+    // bf16: this rank's shard of the f32 master weights
+    let master_shard = match prec {
+        Precision::F32 => None,
         Precision::Bf16 => {
             let master = gpu.buffer_in(Category::OptimizerState, "master shard", shard);
             let mine = match gather {
                 true => host,
-                false => shard_of(&host),
+                false => grid.shard_of(rank, &host),
             };
             gpu.upload(&master, &mine)?;
-            let o = Optimizer::mixed(gpu, &layout, &params, &grads, &master, &m, &v, &pieces)?;
-            (o, Some(master))
+            Some(master)
         }
     };
+    let optim = Optimizer::sharded(
+        gpu,
+        &layout,
+        &params,
+        &grads,
+        master_shard.as_ref(),
+        &m,
+        &v,
+        &pieces,
+    )?;
     let zero_grads = crate::kernels::elementwise::fill(gpu, &grads, 0.0)?;
     let shape = blocks::shape(&spans, &buckets, gather);
     let per: Vec<Range<usize>> = (0..spans.len()).map(|i| i..i + 1).collect();

@@ -123,48 +123,29 @@ impl Worker {
         let span = &blocks.spans[block];
         let slot = &blocks.work()?.slots[block % 2];
         let mut link = 0.0;
-        if c.buffers.packed() {
-            // bf16: every bound is on 128 elements, so each part is whole words
-            for part in c.grid.parts(span.range.clone()) {
-                let bounds: Vec<usize> = part.bounds.iter().map(|b| b / 2).collect();
-                let (a, b) = (bounds[r], bounds[r + 1]);
-                let mut words = vec![0u32; part.sub.len().div_ceil(2)];
-                if b > a {
-                    let mine: Vec<u32> = self
-                        .gpu
-                        .download(&c.buffers.params.slice(part.storage[r] / 2, b - a))?;
-                    words[a..b].copy_from_slice(&mine);
-                }
-                if let Some(last) = bounds.last() {
-                    if *last != words.len() {
-                        return Err(Error::Config(format!(
-                            "block {block}: a bf16 part of {} elements ends inside a word",
-                            part.sub.len()
-                        )));
-                    }
-                }
-                link += comm_call(&mut *self.comms.dp, |d| {
-                    crate::comm::all_gather_bf16(d, &mut words, &bounds, block)
-                })?;
-                let at = (part.sub.start - span.range.start) / 2;
-                self.gpu.upload(&slot.slice(at, words.len()), &words)?;
-            }
-            return Ok(link);
-        }
+        // in u32 words: f32 elements, or pairs of bf16 (every bound is on 128 elements then)
+        let div = if c.buffers.packed() { 2 } else { 1 };
         for part in c.grid.parts(span.range.clone()) {
-            let (a, b) = (part.bounds[r], part.bounds[r + 1]);
-            let mut host = vec![0.0f32; part.sub.len()];
+            let bounds: Vec<usize> = part.bounds.iter().map(|b| b / div).collect();
+            let (a, b) = (bounds[r], bounds[r + 1]);
+            let mut words = vec![0u32; part.sub.len().div_ceil(div)];
             if b > a {
-                let mine: Vec<f32> = self
+                let mine: Vec<u32> = self
                     .gpu
-                    .download(&c.buffers.params.slice(part.storage[r], b - a))?;
-                host[a..b].copy_from_slice(&mine);
+                    .download(&c.buffers.params.slice(part.storage[r] / div, b - a))?;
+                words[a..b].copy_from_slice(&mine);
             }
             link += comm_call(&mut *self.comms.dp, |d| {
-                d.all_gather(&mut host, &part.bounds)
+                if div == 2 {
+                    return crate::comm::all_gather_bf16(d, &mut words, &bounds, block);
+                }
+                let mut host: Vec<f32> = bytemuck::cast_vec(std::mem::take(&mut words));
+                d.all_gather(&mut host, &bounds)?;
+                words = bytemuck::cast_vec(host);
+                Ok(())
             })?;
-            let dst = slot.slice(part.sub.start - span.range.start, part.sub.len());
-            self.gpu.upload(&dst, &host)?;
+            let at = (part.sub.start - span.range.start) / div;
+            self.gpu.upload(&slot.slice(at, words.len()), &words)?;
         }
         Ok(link)
     }
