@@ -25,7 +25,7 @@ use crate::pipeline::event::StepReport;
 use crate::pipeline::partition::Balance;
 use crate::pipeline::timeline::theory;
 use crate::pipeline::Schedule;
-use crate::runtime::Fault;
+use crate::runtime::{Fault, GradScale};
 use crate::runtime::{Runtime, RuntimeOptions, RuntimeStep};
 use crate::step::{ModelState, StepStats, TrainConfig};
 
@@ -43,6 +43,8 @@ pub struct EngineOptions {
     pub fault: Option<Fault>,
     /// Test hook: a fault in the `action`-th gradient reduction of global device `device`.
     pub reduce_fault: Option<Fault>,
+    /// Test hook: one device's gradient of one tensor scaled before the norm, every step.
+    pub grad_scale: Option<GradScale>,
     /// Longest a pipeline stage waits for a neighbour.
     pub recv_timeout: std::time::Duration,
     /// How the model's blocks are split into pipeline stages.
@@ -69,6 +71,7 @@ impl Default for EngineOptions {
             serial: false,
             fault: None,
             reduce_fault: None,
+            grad_scale: None,
             recv_timeout: std::time::Duration::from_secs(60),
             balance: Balance::Params,
             bucket_bytes: crate::parallel::bucket::BUCKET_BYTES,
@@ -94,6 +97,9 @@ pub struct Placement {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct StepCosts {
     pub stats: StepStats,
+    /// Σg² of each tensor before clipping, canonical order (the whole model's, every layout).
+    #[serde(skip)]
+    pub tensor_sq: Vec<(String, f32)>,
     /// Pipeline bubble of replica 0 on the device clock (idle share of the busiest device);
     /// `None` without pipeline parallelism.
     pub bubble: Option<f64>,
@@ -303,6 +309,7 @@ fn runtime_options(opts: &EngineOptions) -> RuntimeOptions {
         serial: opts.serial,
         fault: opts.fault,
         reduce_fault: opts.reduce_fault,
+        grad_scale: opts.grad_scale.clone(),
         recv_timeout: opts.recv_timeout,
         balance: opts.balance.clone(),
         bucket_bytes: opts.bucket_bytes,
@@ -345,6 +352,7 @@ fn costs(rt: &Runtime, run: &RuntimeStep, schedule: &Schedule) -> Result<StepCos
     }
     Ok(StepCosts {
         stats: run.runs[0].stats,
+        tensor_sq: run.runs[0].tensor_sq.clone(),
         bubble,
         bubble_theory,
         device_step: clock.makespan,

@@ -322,3 +322,22 @@ pub fn global_norm_sq_parts(parts: &[NormPart], canonical: &[String]) -> f32 {
     sorted.sort_by_key(|p| (rank(&p.tensor), p.start));
     sorted.iter().map(|p| p.sq as f64).sum::<f64>() as f32
 }
+
+/// Σg² of each tensor from norm parts of any devices, in `canonical` order (parts of a tensor
+/// added in flat order, f64): what tests compare across layouts, where a constant error in one
+/// tensor's gradient (a lost 1/d, a copy counted t times) hides in the global norm.
+pub fn tensor_norms_sq(parts: &[NormPart], canonical: &[String]) -> Vec<(String, f32)> {
+    let rank = |n: &str| canonical.iter().position(|c| c == n).unwrap_or(usize::MAX);
+    let mut sorted: Vec<&NormPart> = parts.iter().collect();
+    sorted.sort_by(|a, b| {
+        (rank(&a.tensor), &a.tensor, a.start).cmp(&(rank(&b.tensor), &b.tensor, b.start))
+    });
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for p in sorted {
+        match out.last_mut() {
+            Some((name, sq)) if *name == p.tensor => *sq += p.sq as f64,
+            _ => out.push((p.tensor.clone(), p.sq as f64)),
+        }
+    }
+    out.into_iter().map(|(n, sq)| (n, sq as f32)).collect()
+}

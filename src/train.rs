@@ -105,6 +105,15 @@ impl Trainer {
         })
     }
 
+    /// Σg² of each tensor of the last step's gradients before clipping, in canonical order:
+    /// the reference every layout's per-tensor norms are compared with.
+    pub fn tensor_sq(&self) -> Result<Vec<(String, f32)>> {
+        Ok(crate::optim::tensor_norms_sq(
+            &self.optim.parts_sq()?,
+            &self.canonical,
+        ))
+    }
+
     /// Mean loss of one batch of `(tokens, targets)` without touching parameters.
     pub fn loss(&mut self, x: &[u32], y: &[u32]) -> Result<f32> {
         let g = &self.model.gpu;

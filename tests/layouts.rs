@@ -16,6 +16,7 @@ use triaxis::runtime::{Fault, FaultKind};
 use triaxis::train::Trainer;
 use triaxis::Error;
 
+use common::steps::Seen;
 use common::tiny::{batches, cfg, mesh, no_thread_left, one_at_a_time, threads};
 
 #[test]
@@ -26,6 +27,7 @@ fn every_layout_trains_like_one_device_and_states_move_between_layouts() {
     };
     let (m, steps) = (4, 4);
     let data = batches(m, steps);
+    let want = common::steps::reference(&gpus[0], cfg(m), &data);
     let mut one = Trainer::new(&gpus[0], cfg(m)).unwrap();
     for (s, b) in data.iter().enumerate() {
         one.step(b, s).unwrap();
@@ -68,16 +70,22 @@ fn every_layout_trains_like_one_device_and_states_move_between_layouts() {
         let mut e = Engine::new(&gpus[..n], cfg(m / dp), layout, EngineOptions::default())
             .unwrap_or_else(|e| panic!("dp={dp} tp={tp} pp={pp}: {e}"));
         assert_eq!(e.placement().len(), n);
-        let mut last = None;
-        for (s, b) in data.iter().enumerate() {
-            last = Some(e.step(b, s).unwrap());
-        }
-        let c = last.unwrap();
+        let costs: Vec<_> = data
+            .iter()
+            .enumerate()
+            .map(|(s, b)| e.step(b, s).unwrap())
+            .collect();
+        let c = costs.last().unwrap();
+        let seen: Vec<Seen> = costs.iter().map(Seen::from).collect();
         let err = rel(&e.state().unwrap().params);
+        let (l, n, t) = common::steps::worst(&want, 0, &seen);
         println!(
-            "dp={dp} tp={tp} pp={pp} zero={zero}: ‖Δ‖/‖p‖ = {err:.2e}; bubble {:?} (theory {:?}), dp bytes {}, tp bytes {}",
+            "dp={dp} tp={tp} pp={pp} zero={zero}: ‖Δ‖/‖p‖ = {err:.2e}; per step loss {l:.1e}, norm {n:.1e}, worst tensor norm {t:.1e}; bubble {:?} (theory {:?}), dp bytes {}, tp bytes {}",
             c.bubble, c.bubble_theory, c.dp_bytes, c.tp_bytes
         );
+        if let Err(e) = common::steps::compare(&want, 0, &seen) {
+            panic!("dp={dp} tp={tp} pp={pp} zero={zero}: {e}");
+        }
         assert!(err < 1e-5, "dp={dp} tp={tp} pp={pp}: {err:.2e}");
         assert_eq!(c.bubble.is_some(), pp > 1);
         assert_eq!(c.dp_bytes > 0, dp > 1);
@@ -97,11 +105,17 @@ fn every_layout_trains_like_one_device_and_states_move_between_layouts() {
     let st = a.state().unwrap();
     let mut b = Engine::new(&gpus, cfg(m), mesh(1, 2, 2, m), EngineOptions::default()).unwrap();
     b.set_state(&st).unwrap();
-    for (s, batch) in data.iter().enumerate().skip(2) {
-        b.step(batch, s).unwrap();
-    }
+    let resumed: Vec<Seen> = data
+        .iter()
+        .enumerate()
+        .skip(2)
+        .map(|(s, batch)| Seen::from(&b.step(batch, s).unwrap()))
+        .collect();
     let err = rel(&b.state().unwrap().params);
     println!("saved at dp = 2, resumed at tp = 2 × pp = 2: ‖Δ‖/‖p‖ = {err:.2e}");
+    if let Err(e) = common::steps::compare(&want, 2, &resumed) {
+        panic!("resumed at tp = 2 × pp = 2: {e}");
+    }
     assert!(err < 1e-5);
 }
 

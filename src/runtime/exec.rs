@@ -319,6 +319,7 @@ impl Runtime {
                         step: s,
                         fault,
                         reduce_fault,
+                        grad_scale: self.opts.grad_scale.as_ref(),
                         serial: serial_ref,
                         t0,
                     };

@@ -14,6 +14,16 @@ pub struct Fault {
     pub kind: FaultKind,
 }
 
+/// Test hook: just before the gradient-norm reduction of every step, global device `device`
+/// multiplies its gradient of tensor `tensor` by `factor` — the bug a layout could have (a
+/// lost 1/d, a replicated tensor counted t times), for the tests that must catch it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GradScale {
+    pub device: usize,
+    pub tensor: String,
+    pub factor: f32,
+}
+
 /// How an injected fault shows itself.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FaultKind {

@@ -27,7 +27,7 @@ mod worker;
 pub use check::check;
 pub use chunk::ChunkInfo;
 pub use exec::{CommKind, Runtime, RuntimeOptions, RuntimeStep};
-pub use fault::{Fault, FaultKind};
+pub use fault::{Fault, FaultKind, GradScale};
 pub use groups::{group_members, groups};
 pub use ir::{ChunkShape, Mark, Op, Plan, Program};
 pub use lower::lower;

@@ -10,7 +10,7 @@
 //! counted from tensor rank 0 only.
 
 use crate::error::{Error, Result};
-use crate::optim::{global_norm_sq_parts, NormPart};
+use crate::optim::{global_norm_sq_parts, tensor_norms_sq, NormPart};
 
 /// One device's share.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -120,9 +120,18 @@ impl Reader<'_> {
     }
 }
 
-/// What every device concludes from all shares (in device order): the summed token loss and
-/// the global Σg², or the named error that stops the step before any update.
-pub(crate) fn verdict(shares: &[Share], canonical: &[String], step: usize) -> Result<(f64, f32)> {
+/// What every device concludes from all shares: the step's summed token loss, the global Σg²
+/// and each tensor's Σg² (canonical order).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Verdict {
+    pub loss: f64,
+    pub norm_sq: f32,
+    pub tensor_sq: Vec<(String, f32)>,
+}
+
+/// What every device concludes from all shares (in device order), or the named error that
+/// stops the step before any update.
+pub(crate) fn verdict(shares: &[Share], canonical: &[String], step: usize) -> Result<Verdict> {
     let stop = |device: usize, stage: usize, action: &str, msg: String| Error::Worker {
         device,
         stage,
@@ -168,5 +177,9 @@ pub(crate) fn verdict(shares: &[Share], canonical: &[String], step: usize) -> Re
             all.push(p.clone());
         }
     }
-    Ok((loss, global_norm_sq_parts(&all, canonical)))
+    Ok(Verdict {
+        loss,
+        norm_sq: global_norm_sq_parts(&all, canonical),
+        tensor_sq: tensor_norms_sq(&all, canonical),
+    })
 }

@@ -12,7 +12,7 @@ use crate::parallel::accumulate::Accumulation;
 use crate::parallel::bucket::BUCKET_BYTES;
 use crate::pipeline::partition::Balance;
 
-use super::fault::Fault;
+use super::fault::{Fault, GradScale};
 
 /// Which communicator the workers talk through.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -37,6 +37,8 @@ pub struct RuntimeOptions {
     pub fault: Option<Fault>,
     /// Test hook: a fault in the `action`-th gradient reduction of `device`.
     pub reduce_fault: Option<Fault>,
+    /// Test hook: one device's gradient of one tensor scaled before the norm, every step.
+    pub grad_scale: Option<GradScale>,
     /// Longest any communicator call waits for a peer.
     pub recv_timeout: Duration,
     /// Messages a pipeline link holds.
@@ -69,6 +71,7 @@ impl Default for RuntimeOptions {
             serial: false,
             fault: None,
             reduce_fault: None,
+            grad_scale: None,
             recv_timeout: Duration::from_secs(60),
             channel_bound: 2,
             bucket_bytes: BUCKET_BYTES,

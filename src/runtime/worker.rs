@@ -16,7 +16,7 @@ use passes::missing;
 mod reduce;
 
 use super::chunk::Chunk;
-use super::fault::Fault;
+use super::fault::{Fault, GradScale};
 use super::ir::Op;
 use crate::collective::{Algo, Ledger};
 use crate::comm::{Communicator, Tag};
@@ -73,6 +73,9 @@ pub struct WorkerRun {
     pub device: usize,
     pub records: Vec<OpRecord>,
     pub stats: StepStats,
+    /// Σg² of each tensor of the whole model before clipping, in canonical order (every device
+    /// reaches the same figures from the gradient-norm reduction).
+    pub tensor_sq: Vec<(String, f32)>,
     /// Bytes this device sent in the step over its data-parallel group, and over its
     /// tensor-parallel group with that group's link-model seconds.
     pub dp_sent: u64,
@@ -98,6 +101,8 @@ pub(super) struct StepIn<'a> {
     pub fault: Option<Fault>,
     /// A fault in the `action`-th gradient reduction of `device` instead of a pass.
     pub reduce_fault: Option<Fault>,
+    /// Test hook: a gradient scaled before the norm (see [`GradScale`]).
+    pub grad_scale: Option<&'a GradScale>,
     pub serial: Option<&'a Mutex<()>>,
     pub t0: Instant,
 }
@@ -130,6 +135,7 @@ struct Scratch {
     reductions: usize,
     local_bad: Option<(usize, String)>,
     norm_sq: f32,
+    tensor_sq: Vec<(String, f32)>,
     mean_loss: f32,
 }
 
@@ -233,6 +239,7 @@ impl Worker {
                 grad_norm: sc.norm_sq.sqrt(),
                 lr: self.cfg.lr_at(s),
             },
+            tensor_sq: sc.tensor_sq,
             dp_sent,
             tp_sent,
             tp_link,
@@ -329,7 +336,12 @@ impl Worker {
                 }
                 rec.link = self.reduce(*chunk, *bucket, *scatter, sc)?;
             }
-            Op::GradNorm => self.grad_norm(input.step, sc)?,
+            Op::GradNorm => {
+                if let Some(g) = input.grad_scale.filter(|g| g.device == self.device) {
+                    self.scale_grad(g)?;
+                }
+                self.grad_norm(input.step, sc)?
+            }
             Op::Optimizer => {
                 let _one = input
                     .serial

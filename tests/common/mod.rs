@@ -3,6 +3,7 @@
 
 pub mod example;
 pub mod packed;
+pub mod steps;
 pub mod tiny;
 
 use triaxis::gpu::{Gpu, View};

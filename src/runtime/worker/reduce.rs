@@ -6,7 +6,7 @@ use super::super::norm::{verdict, Share};
 use super::{comm_call, Scratch, StepIn, Worker};
 use crate::error::{Error, Result};
 use crate::parallel::tensor::{split_of, Split};
-use crate::runtime::fault::FaultKind;
+use crate::runtime::fault::{FaultKind, GradScale};
 
 impl Worker {
     /// Bucket `bucket` of chunk `chunk` over the data-parallel group: download, check it is
@@ -170,6 +170,43 @@ impl Worker {
         }
     }
 
+    /// The [`GradScale`] hook: this device's gradient of `g.tensor` times `g.factor`, on the
+    /// host (a test hook, not a kernel). Refused where the device holds no whole gradient of
+    /// the tensor between the reductions and the norm (ZeRO-2/3 keep only shards).
+    pub(super) fn scale_grad(&self, g: &GradScale) -> Result<()> {
+        let hook = |msg: String| Error::Config(format!("gradient-scale hook: {msg}"));
+        let (c, t) = self
+            .chunks
+            .iter()
+            .find_map(|c| c.buffers.layout.get(&g.tensor).ok().map(|t| (c, t)))
+            .ok_or_else(|| {
+                hook(format!(
+                    "device {} holds no tensor {}",
+                    self.device, g.tensor
+                ))
+            })?;
+        if c.blocks.is_some() {
+            return Err(hook(format!(
+                "ZeRO-{} keeps only gradient shards",
+                self.mesh.zero
+            )));
+        }
+        if c.buffers.packed() {
+            // the packed layout starts every tensor on a word
+            let view = c.buffers.grads.slice(t.offset / 2, t.len.div_ceil(2));
+            let words: Vec<u32> = self.gpu.download(&view)?;
+            let x: Vec<f32> = crate::cpu::unpack_bf16(&words, t.len)
+                .iter()
+                .map(|v| v * g.factor)
+                .collect();
+            return self.gpu.upload(&view, &crate::cpu::pack_bf16(&x));
+        }
+        let view = c.buffers.grads.slice(t.offset, t.len);
+        let x: Vec<f32> = self.gpu.download(&view)?;
+        let x: Vec<f32> = x.iter().map(|v| v * g.factor).collect();
+        self.gpu.upload(&view, &x)
+    }
+
     /// The world's byte all-gather of every device's share; the verdict every device reaches.
     pub(super) fn grad_norm(&mut self, step: usize, sc: &mut Scratch) -> Result<()> {
         let last = self
@@ -206,10 +243,11 @@ impl Worker {
             .iter()
             .map(|b| Share::decode(b))
             .collect::<Result<Vec<_>>>()?;
-        let (loss, norm_sq) = verdict(&shares, &self.canonical, step)?;
+        let v = verdict(&shares, &self.canonical, step)?;
         let tokens = (self.cfg.tokens_per_step() * self.mesh.dp) as f64;
-        sc.mean_loss = (loss / tokens) as f32;
-        sc.norm_sq = norm_sq;
+        sc.mean_loss = (v.loss / tokens) as f32;
+        sc.norm_sq = v.norm_sq;
+        sc.tensor_sq = v.tensor_sq;
         Ok(())
     }
 }
