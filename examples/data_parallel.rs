@@ -39,7 +39,8 @@ mod model_flags;
 
 #[derive(Parser, Debug)]
 #[command(
-    about = "Measure data-parallel communication: bytes, comm time and exposed comm on two clocks"
+    about = "Measure data-parallel communication: bytes, comm time and exposed comm on two clocks",
+    allow_negative_numbers = true
 )]
 struct Args {
     /// Data-parallel degrees to run (comma list, each 1 to 1024).
@@ -57,34 +58,34 @@ struct Args {
     algo: String,
     /// Global batch in sequences (split over d replicas × microbatches of --micro-batch; a
     /// multiple of every d × --micro-batch; at most 2²⁰).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = flags::count)]
     global_batch: usize,
     /// Sequences per microbatch (1 to 65536).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = flags::count)]
     micro_batch: usize,
     /// Tokens per sequence (1 to 65536, and shorter than the built-in corpus).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = flags::count)]
     seq: usize,
     /// Transformer layers (1 to 4096).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = flags::count)]
     layers: usize,
     /// Model width (1 to 65536).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = flags::count)]
     channels: usize,
     /// Attention heads (they must divide --channels).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = flags::count)]
     heads: usize,
     /// Gradient bucket size in MB (above 0, at most 10⁶): smaller buckets start reducing
     /// sooner in the backward, each pays the link latency.
     #[arg(long, default_value_t = 0.25)]
     bucket_mb: f64,
     /// Measured steps per configuration (after one warm-up; 1 to 10⁶); the median is reported.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = flags::count)]
     steps: usize,
     #[arg(long)]
     backend: Option<String>,
     /// Adapter index, as the devices example lists them (at most 255).
-    #[arg(long)]
+    #[arg(long, value_parser = flags::count)]
     adapter: Option<usize>,
     /// Precision: f32, or bf16 mixed precision (2-byte gradients on the ring or the tree).
     #[arg(long, default_value = "f32")]
@@ -96,7 +97,12 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    if let Err(e) = validate(&args).and_then(|checked| run(&args, checked)) {
+    // a refused flag exits 2 (before any device work), a failed run 1
+    let checked = validate(&args).unwrap_or_else(|e| {
+        eprintln!("error: {e:#}");
+        std::process::exit(2);
+    });
+    if let Err(e) = run(&args, checked) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }

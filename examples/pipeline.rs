@@ -31,10 +31,13 @@ use triaxis::step::TrainConfig;
 mod model_flags;
 
 #[derive(Parser, Debug)]
-#[command(about = "Measure the pipeline bubble against the microbatch count, beside the theory")]
+#[command(
+    about = "Measure the pipeline bubble against the microbatch count, beside the theory",
+    allow_negative_numbers = true
+)]
 struct Args {
     /// Pipeline stages (devices; 1 to 1024, each needs a block of the model).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = flags::count)]
     stages: usize,
     /// Schedules: comma list of gpipe, 1f1b, interleaved, zb-h1, or "all".
     #[arg(long, default_value = "all")]
@@ -43,22 +46,22 @@ struct Args {
     #[arg(long, default_value = "1,2,4,8,16,32,64")]
     microbatches: String,
     /// Model chunks per device for the interleaved schedule (1 to 1024).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = flags::count)]
     chunks: usize,
     /// Transformer layers (1 to 4096).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = flags::count)]
     layers: usize,
     /// Model width (1 to 65536).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = flags::count)]
     channels: usize,
     /// Attention heads (they must divide --channels).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = flags::count)]
     heads: usize,
     /// Tokens per sequence (1 to 65536, and shorter than the built-in corpus).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = flags::count)]
     seq: usize,
     /// Sequences per microbatch (1 to 65536).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = flags::count)]
     micro_batch: usize,
     /// Stage balance: params (parameter count) or time (measured per block).
     #[arg(long, default_value = "params")]
@@ -70,7 +73,7 @@ struct Args {
     #[arg(long)]
     backend: Option<String>,
     /// Adapter index, as the devices example lists them (at most 255).
-    #[arg(long)]
+    #[arg(long, value_parser = flags::count)]
     adapter: Option<usize>,
     /// Link model for the device clock: nvlink, pcie, ethernet, ideal, measured (host staging).
     #[arg(long, default_value = "nvlink")]
@@ -80,7 +83,7 @@ struct Args {
     serial: bool,
     /// Measured steps per point and clock (after one warm-up step; 1 to 10⁶); the median is
     /// reported.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = flags::count)]
     steps: usize,
     /// Precision: f32, or bf16 mixed precision (stages send 2-byte activations and gradients).
     #[arg(long, default_value = "f32")]
@@ -92,7 +95,12 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    if let Err(e) = validate(&args).and_then(|checked| run(&args, checked)) {
+    // a refused flag exits 2 (before any device work), a failed run 1
+    let checked = validate(&args).unwrap_or_else(|e| {
+        eprintln!("error: {e:#}");
+        std::process::exit(2);
+    });
+    if let Err(e) = run(&args, checked) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }

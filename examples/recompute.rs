@@ -28,51 +28,54 @@ mod engine_steps;
 mod model_flags;
 
 #[derive(Parser, Debug)]
-#[command(about = "Recompute none / selective / full: tokens/s and activation memory per device")]
+#[command(
+    about = "Recompute none / selective / full: tokens/s and activation memory per device",
+    allow_negative_numbers = true
+)]
 struct Args {
     /// Data-parallel replicas (1 to 1024).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = flags::count)]
     dp: usize,
     /// Tensor-parallel ranks (1 to 1024).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = flags::count)]
     tp: usize,
     /// Pipeline stages (1 to 1024).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = flags::count)]
     pp: usize,
     /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1.
     #[arg(long, default_value = "1f1b")]
     schedule: String,
     /// Model chunks per pipeline device (interleaved; 1 to 1024).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = flags::count)]
     chunks: usize,
     /// Microbatches per replica and step (1 to 65536).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = flags::count)]
     microbatches: usize,
     /// Sequences per microbatch (1 to 65536).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = flags::count)]
     micro_batch: usize,
     /// Tokens per sequence (1 to 65536; attention's probabilities grow with its square).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = flags::count)]
     seq: usize,
     /// Transformer layers (1 to 4096).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = flags::count)]
     layers: usize,
     /// Model width (1 to 65536).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = flags::count)]
     channels: usize,
     /// Attention heads (they must divide --channels).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = flags::count)]
     heads: usize,
     /// Precisions to run (comma list of f32, bf16).
     #[arg(long, default_value = "f32,bf16")]
     precisions: String,
     /// Measured steps per mode after one warm-up (1 to 10⁶).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = flags::count)]
     steps: usize,
     #[arg(long)]
     backend: Option<String>,
     /// Adapter index, as the devices example lists them (at most 255).
-    #[arg(long)]
+    #[arg(long, value_parser = flags::count)]
     adapter: Option<usize>,
     /// Output directory (created; must be writable).
     #[arg(long, default_value = "runs/recompute")]

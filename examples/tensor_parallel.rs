@@ -38,7 +38,10 @@ mod engine_steps;
 mod model_flags;
 
 #[derive(Parser, Debug)]
-#[command(about = "Measure what tensor parallelism costs on an intra-node and an inter-node link")]
+#[command(
+    about = "Measure what tensor parallelism costs on an intra-node and an inter-node link",
+    allow_negative_numbers = true
+)]
 struct Args {
     /// Tensor-parallel degrees to run (comma list, each 1 to 1024; each must divide the heads).
     #[arg(long, default_value = "1,2,4")]
@@ -47,25 +50,25 @@ struct Args {
     #[arg(long, default_value = "nvlink,ethernet")]
     links: String,
     /// Sequences per microbatch (1 to 65536).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = flags::count)]
     micro_batch: usize,
     /// Microbatches accumulated per step (1 to 65536).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = flags::count)]
     microbatches: usize,
     /// Tokens per sequence (1 to 65536, and shorter than the built-in corpus).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = flags::count)]
     seq: usize,
     /// Transformer layers (1 to 4096).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = flags::count)]
     layers: usize,
     /// Model width (1 to 65536).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = flags::count)]
     channels: usize,
     /// Attention heads (they must divide --channels).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = flags::count)]
     heads: usize,
     /// Measured steps per configuration (after one warm-up; 1 to 10⁶); the median is reported.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = flags::count)]
     steps: usize,
     /// Sustained speed of the accelerator the projection assumes, in TFLOP/s (above 0, at
     /// most 10⁶).
@@ -74,7 +77,7 @@ struct Args {
     #[arg(long)]
     backend: Option<String>,
     /// Adapter index, as the devices example lists them (at most 255).
-    #[arg(long)]
+    #[arg(long, value_parser = flags::count)]
     adapter: Option<usize>,
     /// Precision: f32, or bf16 mixed precision (2-byte partial sums on the all-reduces).
     #[arg(long, default_value = "f32")]
@@ -107,7 +110,12 @@ impl Row {
 
 fn main() {
     let args = Args::parse();
-    if let Err(e) = validate(&args).and_then(|checked| run(&args, checked)) {
+    // a refused flag exits 2 (before any device work), a failed run 1
+    let checked = validate(&args).unwrap_or_else(|e| {
+        eprintln!("error: {e:#}");
+        std::process::exit(2);
+    });
+    if let Err(e) = run(&args, checked) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }

@@ -35,7 +35,8 @@ mod model_flags;
 
 #[derive(Parser, Debug)]
 #[command(
-    about = "Measure ZeRO stages 0-3: memory per device vs the formula, bytes moved per step"
+    about = "Measure ZeRO stages 0-3: memory per device vs the formula, bytes moved per step",
+    allow_negative_numbers = true
 )]
 struct Args {
     /// Data-parallel degrees (comma list, each 1 to 1024).
@@ -48,22 +49,22 @@ struct Args {
     #[arg(long, default_value = "nvlink")]
     link: String,
     /// Sequences per microbatch (1 to 65536).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = flags::count)]
     micro_batch: usize,
     /// Microbatches per rank and step (stage 3 gathers twice per microbatch; 1 to 65536).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = flags::count)]
     accum: usize,
     /// Tokens per sequence (1 to 65536, and shorter than the built-in corpus).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = flags::count)]
     seq: usize,
     /// Transformer layers (1 to 4096).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = flags::count)]
     layers: usize,
     /// Model width (1 to 65536).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = flags::count)]
     channels: usize,
     /// Attention heads (they must divide --channels).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = flags::count)]
     heads: usize,
     /// Gradient bucket (= shard unit) size in MB (above 0, at most 10⁶).
     #[arg(long, default_value_t = 0.25)]
@@ -75,12 +76,12 @@ struct Args {
     #[arg(long, default_value = "none")]
     recompute: String,
     /// Measured steps per configuration (1 to 10⁶).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = flags::count)]
     steps: usize,
     #[arg(long)]
     backend: Option<String>,
     /// Adapter index, as the devices example lists them (at most 255).
-    #[arg(long)]
+    #[arg(long, value_parser = flags::count)]
     adapter: Option<usize>,
     /// Output directory (created; must be writable).
     #[arg(long, default_value = "runs/zero")]
@@ -89,7 +90,12 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    if let Err(e) = validate(&args).and_then(|checked| run(&args, checked)) {
+    // a refused flag exits 2 (before any device work), a failed run 1
+    let checked = validate(&args).unwrap_or_else(|e| {
+        eprintln!("error: {e:#}");
+        std::process::exit(2);
+    });
+    if let Err(e) = run(&args, checked) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }

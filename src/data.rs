@@ -8,6 +8,10 @@ use crate::error::{Error, Result};
 use crate::model::Micro;
 use crate::rng::Rng;
 
+/// The largest text file [`Corpus::text_file`] reads: 256 MiB, about 1.3 GB of memory while
+/// loading (the bytes and their 4-byte tokens).
+pub const MAX_TEXT_BYTES: usize = 256 << 20;
+
 /// Token alphabet of the addition corpus.
 pub const ADDITION_ALPHABET: &str = "0123456789+=\n";
 
@@ -179,11 +183,47 @@ impl Corpus {
     }
 
     /// A text file at byte level; the last `val_fraction` of the bytes is the validation split.
+    /// The file must be UTF-8 text without NUL bytes (a binary or UTF-16 file is refused with
+    /// the offset of its first offending byte) of at most [`MAX_TEXT_BYTES`] (each byte costs
+    /// four of memory as a token, five while loading).
     pub fn text_file(path: &std::path::Path, val_fraction: f64) -> Result<Corpus> {
+        if let Ok(meta) = std::fs::metadata(path) {
+            if meta.is_file() && meta.len() > MAX_TEXT_BYTES as u64 {
+                return Err(Error::Data(format!(
+                    "{} holds {} bytes, more than the {} bytes ({} MiB) a text corpus may hold \
+                     (every byte is a 4-byte token in memory): use a shorter text",
+                    path.display(),
+                    meta.len(),
+                    MAX_TEXT_BYTES,
+                    MAX_TEXT_BYTES >> 20
+                )));
+            }
+        }
         let bytes = std::fs::read(path)
             .map_err(|e| Error::Data(format!("cannot read {}: {e}", path.display())))?;
         if bytes.is_empty() {
             return Err(Error::Data(format!("{} is empty", path.display())));
+        }
+        if bytes.len() > MAX_TEXT_BYTES {
+            return Err(Error::Data(format!(
+                "{} holds more than the {MAX_TEXT_BYTES} bytes a text corpus may hold",
+                path.display()
+            )));
+        }
+        if let Some(at) = bytes.iter().position(|&b| b == 0) {
+            return Err(Error::Data(format!(
+                "{} is not text: a NUL byte at offset {at} (a binary file, or UTF-16 text: \
+                 convert it to UTF-8)",
+                path.display()
+            )));
+        }
+        if let Err(e) = std::str::from_utf8(&bytes) {
+            return Err(Error::Data(format!(
+                "{} is not UTF-8 text: invalid byte 0x{:02x} at offset {} (convert it to UTF-8)",
+                path.display(),
+                bytes[e.valid_up_to()],
+                e.valid_up_to()
+            )));
         }
         if !(0.0..1.0).contains(&val_fraction) {
             return Err(Error::Data(format!(
@@ -191,7 +231,7 @@ impl Corpus {
             )));
         }
         let split = ((bytes.len() as f64) * (1.0 - val_fraction)) as usize;
-        let ids: Vec<u32> = bytes.iter().map(|&b| b as u32).collect();
+        let ids = |b: &[u8]| -> Vec<u32> { b.iter().map(|&b| b as u32).collect() };
         let name = path.file_name().map_or_else(
             || path.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
@@ -203,8 +243,8 @@ impl Corpus {
             ]),
             name,
             vocab: Vocab::Bytes,
-            train: ids[..split].to_vec(),
-            val: ids[split..].to_vec(),
+            train: ids(&bytes[..split]),
+            val: ids(&bytes[split..]),
             val_problems: Vec::new(),
             train_starts: Vec::new(),
             val_starts: Vec::new(),

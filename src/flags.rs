@@ -87,12 +87,18 @@ pub fn non_negative(flag: &str, v: f64, max: f64) -> Result<()> {
     Ok(())
 }
 
-/// An input file: it must exist, be a regular file (not a directory) and hold at least one byte.
+/// An input file: it must exist, be a regular file (not a directory, a named pipe or a device
+/// such as `/dev/zero`) and hold at least one byte.
 pub fn input_file(flag: &str, path: &Path) -> Result<()> {
     let shown = path.display();
     let meta = std::fs::metadata(path).map_err(|e| bad(format!("{flag} {shown}: {e}")))?;
     if meta.is_dir() {
         return Err(bad(format!("{flag} {shown} is a directory, not a file")));
+    }
+    if !meta.is_file() {
+        return Err(bad(format!(
+            "{flag} {shown} is not a regular file (a pipe, socket or device): give a file"
+        )));
     }
     if meta.len() == 0 {
         return Err(bad(format!("{flag} {shown} is empty (0 bytes)")));
@@ -109,6 +115,20 @@ pub fn output_file(flag: &str, path: &Path) -> Result<()> {
         return Err(bad(format!(
             "{flag} {shown} is a directory: give a file path inside it"
         )));
+    }
+    if ends_in_separator(path) {
+        return Err(bad(format!(
+            "{flag} {shown} ends in a path separator, so it names a directory: give a file path \
+             (without the trailing separator, or a file name inside it)"
+        )));
+    }
+    if let Ok(meta) = std::fs::metadata(path) {
+        if !meta.is_file() {
+            return Err(bad(format!(
+                "{flag} {shown} exists and is not a regular file (a pipe, socket or device): \
+                 give a file path"
+            )));
+        }
     }
     let Some(name) = path.file_name() else {
         return Err(bad(format!("{flag} {shown} names no file")));
@@ -135,6 +155,93 @@ pub fn output_file(flag: &str, path: &Path) -> Result<()> {
     })?;
     let _ = std::fs::remove_file(&probe);
     Ok(())
+}
+
+/// Whether the path as written ends in a separator (`runs/` or `runs/x/`): a directory to be,
+/// never a file, although [`Path::file_name`] ignores the separator.
+fn ends_in_separator(path: &Path) -> bool {
+    let s = path.as_os_str().as_encoded_bytes();
+    s.last()
+        .is_some_and(|&b| std::path::is_separator(char::from(b)))
+}
+
+/// Whether `a` and `b` name the same file: the same path once canonicalised (the directory,
+/// when the file does not exist yet), or the same file on disk (a hard or symbolic link).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    if a == b {
+        return true;
+    }
+    if let (Ok(x), Ok(y)) = (a.canonicalize(), b.canonicalize()) {
+        if x == y {
+            return true;
+        }
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+            if x.dev() == y.dev() && x.ino() == y.ino() {
+                return true;
+            }
+        }
+    }
+    let canon = |p: &Path| {
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
+        let dir = dir.map_or_else(|| Path::new(".").canonicalize(), |d| d.canonicalize());
+        dir.ok().zip(p.file_name().map(|n| n.to_os_string()))
+    };
+    canon(a).is_some_and(|x| Some(x) == canon(b))
+}
+
+/// An output path must not name an input of the same run (writing it would destroy the
+/// input): `--checkpoint data.txt` with `--data data.txt` is refused with both flags named.
+pub fn not_an_input(out_flag: &str, out: &Path, in_flag: &str, input: &Path) -> Result<()> {
+    if same_file(out, input) {
+        return Err(bad(format!(
+            "{out_flag} {} names the same file as {in_flag} {}: writing it would overwrite \
+             the input; give {out_flag} another path",
+            out.display(),
+            input.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Parses a whole number for a clap `value_parser`: digits (`1500`, `1_000`) or an integer
+/// in scientific notation (`1e9`, `2.5e3`); a negative, fractional or too large value gets an
+/// error naming the constraint (clap prefixes it with the flag).
+pub fn whole_number(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim().replace('_', "");
+    if t.starts_with('-') {
+        return Err(format!("must be a whole number ≥ 0, not negative ({s})"));
+    }
+    if let Ok(v) = t.parse::<u64>() {
+        return Ok(v);
+    }
+    let sci = t.contains(['e', 'E']) && t.chars().all(|c| c.is_ascii_digit() || "eE.+".contains(c));
+    if sci {
+        if let Ok(x) = t.parse::<f64>() {
+            if !x.is_finite() || x >= u64::MAX as f64 {
+                return Err(format!("{s} is too large (at most {})", u64::MAX));
+            }
+            if x.fract() != 0.0 {
+                return Err(format!("must be a whole number, not {s}"));
+            }
+            return Ok(x as u64);
+        }
+    }
+    if t.chars().all(|c| c.is_ascii_digit()) && !t.is_empty() {
+        return Err(format!("{s} is too large (at most {})", u64::MAX));
+    }
+    Err(format!(
+        "must be a whole number ≥ 0 such as 1500 or 1e9, not {s:?}"
+    ))
+}
+
+/// [`whole_number`] for a `usize` flag.
+pub fn count(s: &str) -> std::result::Result<usize, String> {
+    let v = whole_number(s)?;
+    usize::try_from(v).map_err(|_| format!("{s} is too large (at most {})", usize::MAX))
 }
 
 /// An output directory the run will write files into: created if missing (with its parents),

@@ -13,41 +13,44 @@ pub const MAX_SIZE: usize = 65_536;
 pub const MAX_DEGREE: usize = 1024;
 
 #[derive(Parser, Debug, Clone)]
-#[command(about = "Train a GPT under any dp × tp × pp layout and write a run record")]
+#[command(
+    about = "Train a GPT under any dp × tp × pp layout and write a run record",
+    allow_negative_numbers = true
+)]
 pub struct Args {
     /// Byte-level text file to train on (default: the built-in addition corpus).
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// Operand digits of the addition corpus (1–9).
-    #[arg(long, default_value_t = 2)]
-    pub digits: u32,
+    #[arg(long, default_value_t = 2, value_parser = flags::count)]
+    pub digits: usize,
     /// Write sums in plain order instead of least-significant digit first.
     #[arg(long)]
     pub plain_sums: bool,
-    /// Optimizer steps (1 to 1e9).
-    #[arg(long, default_value_t = 1500)]
+    /// Optimizer steps (1 to 1e9; `1e6` style accepted).
+    #[arg(long, default_value_t = 1500, value_parser = flags::count)]
     pub steps: usize,
     /// Sequences per microbatch.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = flags::count)]
     pub batch: usize,
     /// Tokens per sequence (also the model context).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = flags::count)]
     pub seq: usize,
     /// Microbatches per data-parallel replica per step (gradient accumulation; the pipeline
     /// schedule's m).
-    #[arg(long, visible_alias = "accum", default_value_t = 1)]
+    #[arg(long, visible_alias = "accum", default_value_t = 1, value_parser = flags::count)]
     pub microbatches: usize,
     /// Data-parallel replicas.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = flags::count)]
     pub dp: usize,
     /// Tensor-parallel ranks per stage (must divide the heads).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = flags::count)]
     pub tp: usize,
     /// Pipeline stages (devices per replica).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = flags::count)]
     pub pp: usize,
     /// ZeRO stage over the data-parallel group (0–3).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = flags::count)]
     pub zero: usize,
     /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1.
     #[arg(long, default_value = "1f1b")]
@@ -61,7 +64,7 @@ pub struct Args {
     #[arg(long, default_value = "none")]
     pub recompute: String,
     /// Model chunks per pipeline device (interleaved schedule).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = flags::count)]
     pub chunks: usize,
     /// Devices: "virtual" (dp·tp·pp virtual devices on one adapter), a number N (N virtual
     /// devices, which must equal dp·tp·pp), or "all" (one device per adapter wgpu finds).
@@ -77,7 +80,7 @@ pub struct Args {
     #[arg(long)]
     pub serial: bool,
     /// Also write a checkpoint every N steps (0: only at the end, or when interrupted).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = flags::count)]
     pub checkpoint_every: usize,
     /// Checkpoint file (safetensors), written at the end of every run unless --no-checkpoint.
     #[arg(long, default_value = "runs/train.safetensors")]
@@ -89,38 +92,38 @@ pub struct Args {
     #[arg(long)]
     pub resume: Option<PathBuf>,
     /// Test hook: inject a fault, `kind:device:action:step` with kind error, panic, lost, nan
-    /// or stall (device: the pipeline device of each replica; action: its index in the
-    /// schedule).
+    /// or stall (device: the global device, below dp·tp·pp; action: the index of the pass in
+    /// that device's schedule of one step; step: below --steps).
     #[arg(long)]
     pub fault: Option<String>,
     /// Peak learning rate, in (0, 1].
     #[arg(long, default_value_t = 5e-3)]
     pub lr: f32,
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = flags::count)]
     pub channels: usize,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = flags::count)]
     pub heads: usize,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = flags::count)]
     pub layers: usize,
-    #[arg(long, default_value_t = 1337)]
+    #[arg(long, default_value_t = 1337, value_parser = flags::whole_number)]
     pub seed: u64,
     /// Backend: vulkan, gl, metal, dx12 (default: WGPU_BACKEND, else any).
     #[arg(long)]
     pub backend: Option<String>,
     /// Adapter index as listed by `cargo run --example devices`.
-    #[arg(long)]
+    #[arg(long, value_parser = flags::count)]
     pub adapter: Option<usize>,
     /// Use the CPU (software) adapter.
     #[arg(long)]
     pub software: bool,
     /// Evaluate every N steps (0: only at the end).
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = 250, value_parser = flags::count)]
     pub eval_every: usize,
     /// Validation batches per evaluation.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = flags::count)]
     pub eval_batches: usize,
     /// Print a progress line every N steps (0: never; the bar shows progress on a terminal).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = flags::count)]
     pub log_every: usize,
     /// After SIGINT / SIGTERM, seconds the current step may take to finish before it is
     /// abandoned (the record is written, the last checkpoint kept).
@@ -150,7 +153,7 @@ impl Args {
             )));
         }
         if self.data.is_none() {
-            flags::in_range("--digits", self.digits as usize, 1, 9)?;
+            flags::in_range("--digits", self.digits, 1, 9)?;
         }
         flags::in_range("--steps", self.steps, 1, MAX_STEPS)?;
         flags::in_range("--batch", self.batch, 1, MAX_SIZE)?;
@@ -195,11 +198,21 @@ impl Args {
     /// The outputs: their directories are created and must accept files (the last check
     /// before the run starts, so a refused run leaves no directory behind).
     pub fn check_outputs(&self) -> triaxis::Result<()> {
+        // an output never names an input: writing it would destroy what the run reads
+        if let Some(data) = &self.data {
+            if self.checkpoints() {
+                flags::not_an_input("--checkpoint", &self.checkpoint, "--data", data)?;
+            }
+            flags::not_an_input("--record", &self.record, "--data", data)?;
+        }
+        if let Some(resume) = &self.resume {
+            flags::not_an_input("--record", &self.record, "--resume", resume)?;
+        }
         if self.checkpoints() {
             flags::output_file("--checkpoint", &self.checkpoint)?;
         }
         flags::output_file("--record", &self.record)?;
-        if self.checkpoints() && same_file(&self.checkpoint, &self.record) {
+        if self.checkpoints() && flags::same_file(&self.checkpoint, &self.record) {
             return Err(triaxis::Error::Config(format!(
                 "--checkpoint and --record name the same file {}: give them different paths",
                 self.record.display()
@@ -232,16 +245,4 @@ impl Args {
         out.push(self.checkpoint.display().to_string());
         out.join(" ")
     }
-}
-
-fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
-    let canon = |p: &std::path::Path| {
-        let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
-        let dir = dir.map_or_else(
-            || std::path::Path::new(".").canonicalize(),
-            |d| d.canonicalize(),
-        );
-        dir.ok().zip(p.file_name().map(|n| n.to_os_string()))
-    };
-    a == b || canon(a).is_some_and(|x| Some(x) == canon(b))
 }

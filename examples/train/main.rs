@@ -28,6 +28,7 @@
 mod args;
 #[cfg(feature = "mpi")]
 mod mpi_run;
+mod output_lock;
 mod report;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -99,7 +100,7 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
     let corpus = match &a.data {
         Some(p) => Corpus::text_file(p, 0.1)?,
         None => Corpus::addition(AdditionSpec {
-            digits: a.digits,
+            digits: a.digits as u32,
             reverse: !a.plain_sums,
             ..Default::default()
         })?,
@@ -153,6 +154,9 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
         n => n.parse::<usize>()?,
     };
     mesh.validate(&cfg.model, cfg.micro.b, cfg.micro.t, available)?;
+    if let Some(f) = &opts.fault {
+        report::check_fault(f, &mesh, a.steps)?;
+    }
     Ok(Setup {
         corpus,
         cfg,
@@ -179,6 +183,21 @@ fn run(a: &Args) -> anyhow::Result<i32> {
     };
     #[cfg(not(feature = "mpi"))]
     let mut job: Option<Job> = None;
+    // the outputs' lock files (the process that writes them): a second run on the same paths
+    // is refused; every ending removes them (the drop, or the abandon hook before its exit)
+    let locks = match report::is_lead() {
+        true => {
+            let mut outs = vec![("--record", a.record.as_path())];
+            if a.checkpoints() {
+                outs.push(("--checkpoint", a.checkpoint.as_path()));
+            }
+            Arc::new(output_lock::Locks::take(&outs)?)
+        }
+        false => Arc::new(output_lock::Locks::take(&[])?),
+    };
+    let _release = output_lock::Release(locks.clone());
+    let held = locks.clone();
+    interrupt.on_abandon(move |_, _| held.release());
     // started: from here on every ending writes the record
     let corpus = &s.corpus;
     let unigram = record::unigram_loss(&corpus.train, corpus.vocab.size());
@@ -216,7 +235,9 @@ fn run(a: &Args) -> anyhow::Result<i32> {
     }));
     let record_path = a.record.clone();
     let shared = progress.clone();
+    let held = locks.clone();
     interrupt.on_abandon(move |sig, abandoned| {
+        let _release = output_lock::Release(held);
         // the signal thread, before it exits: a step stuck after the signal, or a second
         // signal; record what was done (the last checkpoint is left as it is)
         if let Ok(mut p) = shared.lock() {
@@ -276,7 +297,13 @@ fn run(a: &Args) -> anyhow::Result<i32> {
         }
         (StopReason::Interrupted, Some(sig)) => {
             eprintln!("interrupted by {} at step {}", sig.name(), st.step);
+            let fresh = lock(&progress).costs.len();
             match st.last_checkpoint {
+                _ if fresh == 0 && a.checkpoints() => eprintln!(
+                    "stopped before this run's first step: no checkpoint written ({} left as \
+                     it was)",
+                    a.checkpoint.display()
+                ),
                 Some(k) if k == st.step => eprintln!(
                     "checkpoint {} (step {k}) written; resume with:\n  {}",
                     a.checkpoint.display(),
@@ -394,7 +421,10 @@ fn train(
                 "resumed_from_step".into(),
                 json!(a.resume.as_ref().map(|_| session.step)),
             );
-            par.insert("checkpoint".into(), json!(a.checkpoint));
+            par.insert(
+                "checkpoint".into(),
+                json!(a.checkpoint.display().to_string()),
+            );
         }
     }
     if a.checkpoint_every > 0 {
@@ -467,7 +497,15 @@ fn train(
         p.rec.memory = record::memory_of(&gpus);
     }
     result?;
-    if a.checkpoints() {
+    // a run that took no step (stopped during start-up, or resumed at its last step) leaves
+    // whatever is at the checkpoint path as it is
+    let fresh = lock(progress).costs.len();
+    if a.checkpoints() && fresh == 0 {
+        println!(
+            "no step taken in this run: checkpoint {} not written",
+            a.checkpoint.display()
+        );
+    } else if a.checkpoints() {
         session.save(&a.checkpoint)?;
         lock(progress).last_checkpoint = session.last_checkpoint;
         println!(

@@ -160,3 +160,42 @@ impl Progress {
         &self.rec
     }
 }
+
+/// A fault that can fire: its device in the layout, its action among that device's passes of
+/// one step (the schedule the runtime lowers), its step among the run's.
+pub fn check_fault(f: &Fault, mesh: &triaxis::mesh::Mesh, steps: usize) -> anyhow::Result<()> {
+    let devices = mesh.devices();
+    if f.device >= devices {
+        anyhow::bail!(
+            "--fault: device {} does not exist: {} has devices 0 to {}",
+            f.device,
+            mesh.describe(),
+            devices - 1
+        );
+    }
+    let schedule = triaxis::pipeline::schedule::Schedule::new(
+        mesh.schedule,
+        mesh.pp,
+        mesh.microbatches,
+        mesh.chunks,
+    )?;
+    let stage = mesh.coords(f.device).stage;
+    let actions = schedule.actions[stage].len();
+    if f.action >= actions {
+        anyhow::bail!(
+            "--fault: device {} runs {actions} passes per step (actions 0 to {}), so action {} \
+             never happens",
+            f.device,
+            actions - 1,
+            f.action
+        );
+    }
+    if f.step >= steps {
+        anyhow::bail!(
+            "--fault: step {} is not in the run (--steps {steps}: steps 0 to {})",
+            f.step,
+            steps - 1
+        );
+    }
+    Ok(())
+}
