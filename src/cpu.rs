@@ -14,7 +14,7 @@ pub const LN_EPS: f32 = 1e-5;
 
 mod bf16;
 pub mod packed;
-pub use bf16::{pack_bf16, unpack_bf16};
+pub use bf16::{pack_bf16, round_bf16, unpack_bf16};
 
 /// `out[b,t,:]` = `wte[tokens[b,t],:]` + `wpe[t,:]`        out `[B,T,C]`, wte `[V,C]`, wpe `[maxT,C]`
 pub fn encoder_forward(

@@ -7,15 +7,22 @@
 //!
 //! One step: zero grads ─▶ for each microbatch: upload tokens/targets, forward+backward
 //! (parameter grads accumulate) ─▶ Σg² ─▶ AdamW with clip scale min(1, clip/‖g‖).
+//!
+//! In f32 or bf16 ([`Trainer::with_precision`]): a bf16 trainer runs the packed model on f32
+//! master weights, so a bf16 run is evaluated with the forward it trains with. Model state
+//! goes in and out in the one-device f32 layout whatever the precision (bf16 stores every
+//! tensor on 128 elements, [`crate::params::Layout::packed`]).
 
 use crate::cpu;
 use crate::data::{eval_batch, Corpus, Vocab};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::kernels::Op;
-use crate::model::{cpu_model, gpu_model::GpuModel, Micro};
+use crate::model::gpu_model::{BuildOptions, GpuModel};
+use crate::model::{cpu_model, fit, Micro, Precision};
 use crate::optim::{global_norm_sq, Optimizer};
 use crate::parallel::accumulate::{Accumulation, TreeAccumulator};
+use crate::params::{Buffers, Layout};
 use crate::step::{checksum, ModelState, StepStats, TrainConfig};
 
 /// The whole model on one device plus its optimizer.
@@ -26,6 +33,8 @@ pub struct Trainer {
     optim: Optimizer,
     /// Tensor names in the model's canonical order (for the layout-invariant norm).
     canonical: Vec<String>,
+    /// The one-device f32 layout model state is exchanged in (the buffers' own under f32).
+    layout: Layout,
     /// Pairwise-tree accumulation, when chosen.
     tree: Option<TreeAccumulator>,
 }
@@ -37,10 +46,43 @@ impl Trainer {
 
     /// A trainer whose microbatch gradients accumulate as `acc` says.
     pub fn with_accumulation(gpu: &Gpu, cfg: TrainConfig, acc: Accumulation) -> Result<Trainer> {
+        Trainer::build(gpu, cfg, acc, Precision::F32)
+    }
+
+    /// A trainer in precision `prec` (sequential accumulation). bf16: packed bf16 parameters,
+    /// gradients and activations with f32 master weights and moments, the runtime's one-device
+    /// bf16 model; its [`Trainer::loss`], [`Trainer::eval`] and [`Trainer::generate`] run the
+    /// packed forward on the parameters rounded from the master weights, as a bf16 step does.
+    pub fn with_precision(gpu: &Gpu, cfg: TrainConfig, prec: Precision) -> Result<Trainer> {
+        Trainer::build(gpu, cfg, Accumulation::Sequential, prec)
+    }
+
+    /// A trainer in precision `prec` whose microbatch gradients accumulate as `acc` says.
+    pub fn build(
+        gpu: &Gpu,
+        cfg: TrainConfig,
+        acc: Accumulation,
+        prec: Precision,
+    ) -> Result<Trainer> {
         cfg.validate()?;
         let dloss = 1.0 / cfg.tokens_per_step() as f32;
-        let model = GpuModel::new(gpu, cfg.model, &cfg.model.blocks(), cfg.micro, dloss)?;
-        model.set_params(&cfg.model.init(&model.buffers.layout, cfg.seed))?;
+        let blocks = cfg.model.blocks();
+        let layout = cfg.model.layout(&blocks);
+        let model = match prec {
+            Precision::F32 => GpuModel::new(gpu, cfg.model, &blocks, cfg.micro, dloss)?,
+            Precision::Bf16 => {
+                // before the flat buffers, as GpuModel::new: a size no device holds is refused
+                fit::check(&cfg.model, &blocks, cfg.micro, 1, &gpu.limits)?;
+                let opts = BuildOptions {
+                    precision: prec,
+                    ..BuildOptions::default()
+                };
+                let buffers = Buffers::new_bf16(gpu, &layout);
+                GpuModel::build(gpu, cfg.model, &blocks, cfg.micro, dloss, buffers, &opts)?
+            }
+        };
+        let init = cfg.model.init(&layout, cfg.seed);
+        model.set_params(&layout.relayout(&init, &model.buffers.layout)?)?;
         let optim = Optimizer::new(gpu, &model.buffers)?;
         let step_ops = model
             .forward
@@ -63,6 +105,7 @@ impl Trainer {
             step_ops,
             optim,
             canonical,
+            layout,
             model,
             cfg,
         })
@@ -211,28 +254,47 @@ impl Trainer {
         Ok(correct as f32 / problems.len().max(1) as f32)
     }
 
-    /// Parameters and AdamW moments (for checkpoints).
+    /// A host copy of an f32 flat buffer of the device (storage layout) in the one-device
+    /// layout.
+    fn canonical(&self, flat: Vec<f32>) -> Result<Vec<f32>> {
+        let b = &self.model.buffers;
+        match b.packed() {
+            true => b.layout.relayout(&flat, &self.layout),
+            false => Ok(flat),
+        }
+    }
+
+    /// Parameters (bf16: the f32 master weights) and AdamW moments in the one-device layout
+    /// (for checkpoints).
     pub fn state(&self) -> Result<ModelState> {
         let (g, b) = (&self.model.gpu, &self.model.buffers);
         Ok(ModelState {
-            params: g.download(&b.params)?,
-            m: g.download(&b.m)?,
-            v: g.download(&b.v)?,
+            params: self.canonical(g.download(b.params_f32())?)?,
+            m: self.canonical(g.download(&b.m)?)?,
+            v: self.canonical(g.download(&b.v)?)?,
         })
     }
 
-    /// Loads parameters and AdamW moments (from [`Trainer::state`] or any layout's).
+    /// Loads parameters and AdamW moments (from [`Trainer::state`] or any layout's); bf16: the
+    /// parameters become the master weights and, rounded, the bf16 parameters.
     pub fn set_state(&self, st: &ModelState) -> Result<()> {
         let (g, b) = (&self.model.gpu, &self.model.buffers);
-        st.check(b.layout.total)?;
-        g.upload(&b.params, &st.params)?;
-        g.upload(&b.m, &st.m)?;
-        g.upload(&b.v, &st.v)
+        st.check(self.layout.total)?;
+        let stored = |flat: &[f32]| -> Result<Vec<f32>> {
+            match b.packed() {
+                true => self.layout.relayout(flat, &b.layout),
+                false => Ok(flat.to_vec()),
+            }
+        };
+        b.upload_params(g, &stored(&st.params)?)?;
+        g.upload(&b.m, &stored(&st.m)?)?;
+        g.upload(&b.v, &stored(&st.v)?)
     }
 
-    /// SHA-256 over the parameter bytes (little-endian f32, the flat layout).
+    /// SHA-256 over the parameter bytes (little-endian f32, the one-device layout; bf16: the
+    /// master weights).
     pub fn checksum(&self) -> Result<String> {
-        Ok(checksum(&self.model.params()?))
+        Ok(checksum(&self.canonical(self.model.params()?)?))
     }
 }
 
@@ -246,13 +308,35 @@ pub fn cpu_step(
     batches: &[(Vec<u32>, Vec<u32>)],
     s: usize,
 ) -> Result<StepStats> {
+    cpu_step_in(Precision::F32, cfg, params, m, v, batches, s)
+}
+
+/// The CPU twin of one step in precision `prec` (the full model's layout): `params` are the
+/// f32 parameters (bf16: the f32 master weights), `m`, `v` the f32 moments. The forward and
+/// backward see the parameters as stored ([`Precision::round`]: bf16 rounded from the
+/// masters), each microbatch's gradients are added into the stored gradients (bf16: rounded
+/// after every kernel's `+=`, [`cpu_model::forward_backward_in`]), then the global norm (f64)
+/// and AdamW update the f32 parameters and moments from the stored gradients; the next step's
+/// bf16 copy is rounded from the new masters, as the packed AdamW writes it. Under f32 every
+/// rounding is the identity: [`cpu_step`]'s bits.
+pub fn cpu_step_in(
+    prec: Precision,
+    cfg: &TrainConfig,
+    params: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    batches: &[(Vec<u32>, Vec<u32>)],
+    s: usize,
+) -> Result<StepStats> {
     let layout = cfg.model.layout(&cfg.model.blocks());
     let dloss = 1.0 / cfg.tokens_per_step() as f32;
+    let mut stored = params.to_vec();
+    prec.round(&mut stored);
     let mut grads = vec![0.0; layout.total];
     let mut loss = 0.0f64;
     for (x, y) in batches {
-        let l = cpu_model::forward_backward(
-            &cfg.model, &layout, params, &mut grads, x, y, cfg.micro, dloss,
+        let l = cpu_model::forward_backward_in(
+            prec, &cfg.model, &layout, &stored, &mut grads, x, y, cfg.micro, dloss,
         )?;
         loss += l.iter().map(|&x| x as f64).sum::<f64>();
     }

@@ -460,7 +460,8 @@ fn bf16_learns_as_f32_does_on_a_short_run() {
         let mut s = Session::new(engine(&gpus, &cfg, p), &c, 1);
         let first = s.step_once().unwrap().stats.loss;
         s.run_until(cfg.steps, |_, _| {}).unwrap();
-        let mut eval = triaxis::train::Trainer::new(&gpus[0], cfg.clone()).unwrap();
+        // evaluated with the forward it trained with (bf16: packed, on the rounded masters)
+        let mut eval = triaxis::train::Trainer::with_precision(&gpus[0], cfg.clone(), p).unwrap();
         eval.set_state(&s.engine.state().unwrap()).unwrap();
         let v = eval.eval(&c, 4).unwrap();
         println!(

@@ -433,8 +433,10 @@ fn train(
             every: a.checkpoint_every,
         });
     }
-    // evaluation runs on its own device with the gathered parameters, whatever the layout
-    let mut evaluator = Trainer::new(&eval_gpu, cfg.clone()).context("building the evaluator")?;
+    // evaluation runs on its own device with the gathered parameters, whatever the layout, in
+    // the run's precision (bf16: the packed forward on the master weights rounded, as trained)
+    let mut evaluator = Trainer::with_precision(&eval_gpu, cfg.clone(), s.opts.precision)
+        .context("building the evaluator")?;
     let bar = progress::bar(a.steps.saturating_sub(session.step) as u64);
     let tokens = (cfg.tokens_per_step() * a.dp) as f64;
     let t0 = Instant::now();

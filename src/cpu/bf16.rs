@@ -1,6 +1,7 @@
 //! Twins of shaders/bf16.wgsl: `n` f32 values ⇄ `⌈n/2⌉` u32 words holding two bf16 each.
 //! The `half` crate's conversions are the specification: round to nearest even, NaN kept as a
 //! quiet NaN (sign and high payload bits kept), ±inf kept, overflow to ±inf.
+//! [`round_bf16`] is a store of either direction in place: the value a bf16 tensor keeps.
 
 use half::bf16;
 
@@ -31,4 +32,12 @@ pub fn unpack_bf16(words: &[u32], n: usize) -> Vec<f32> {
     (0..n)
         .map(|i| bf16::from_bits((words[i / 2] >> (16 * (i % 2))) as u16).to_f32())
         .collect()
+}
+
+/// Every element of `x` rounded to bf16 and widened back, in place: `unpack(pack(x))`, the value
+/// a packed store keeps (f32 values already on bf16's grid stay as they are).
+pub fn round_bf16(x: &mut [f32]) {
+    for v in x {
+        *v = bf16::from_f32(*v).to_f32();
+    }
 }

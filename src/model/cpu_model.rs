@@ -1,16 +1,52 @@
 //! The whole model on the host, built from the CPU twins in the same order as the GPU passes:
 //! the reference the GPU model's losses and gradients are tested against. Slow and plain.
+//!
+//! One source for both precisions: every tensor the device stores passes through
+//! [`Precision::round`] right after the twin that writes it (f32: untouched; bf16: rounded to
+//! nearest even, as the packed kernels store). So under bf16 each twin computes in f32 on
+//! bf16 values and its output is rounded once, which is the packed twins' specification
+//! ([`crate::cpu::packed`]) chained: activations, parameter copies and gradients (the `+=` into
+//! a bf16 gradient rounded after each kernel) are bf16; layernorm mean/rstd, the logits, their
+//! gradient and the per-token losses stay f32, as in the bf16 GPU model.
 
-use super::{GptConfig, Micro};
+use super::{GptConfig, Micro, Precision};
 use crate::cpu;
 use crate::error::Result;
 use crate::params::Layout;
 
-/// One microbatch through every block: returns per-token losses and adds the parameter
+/// One microbatch through every block in f32: returns per-token losses and adds the parameter
 /// gradients (scaled by `dloss` per token) into `grads`. `params`/`grads` use `layout`
 /// (the full model's layout, `cfg.layout(&cfg.blocks())`).
 #[allow(clippy::too_many_arguments)]
 pub fn forward_backward(
+    cfg: &GptConfig,
+    layout: &Layout,
+    params: &[f32],
+    grads: &mut [f32],
+    tokens: &[u32],
+    targets: &[u32],
+    micro: Micro,
+    dloss: f32,
+) -> Result<Vec<f32>> {
+    forward_backward_in(
+        Precision::F32,
+        cfg,
+        layout,
+        params,
+        grads,
+        tokens,
+        targets,
+        micro,
+        dloss,
+    )
+}
+
+/// [`forward_backward`] with the stores of precision `prec`: `params` as the device holds them
+/// (bf16: the master weights already rounded, [`Precision::round`]); `grads` holds values of
+/// that precision and gets each tensor's `+=` rounded after every twin that adds into it.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_backward_in(
+    prec: Precision,
     cfg: &GptConfig,
     layout: &Layout,
     params: &[f32],
@@ -26,10 +62,13 @@ pub fn forward_backward(
     let (n, c, nh, v) = (b * t, cfg.channels, cfg.heads, cfg.vocab);
     let p = |name: &str| layout.slice(params, name);
     let z = |len: usize| vec![0.0f32; len];
+    // the store of a bf16 tensor (f32: nothing)
+    let r = |x: &mut [f32]| prec.round(x);
 
     // ---- forward, keeping what backward needs ----
     let mut resid = vec![z(n * c)];
     cpu::encoder_forward(&mut resid[0], tokens, p("wte")?, p("wpe")?, b, t, c);
+    r(&mut resid[0]);
     struct Saved {
         ln1: Vec<f32>,
         m1: Vec<f32>,
@@ -50,10 +89,15 @@ pub fn forward_backward(
         let x = resid[l].clone();
         let (mut ln1, mut m1, mut r1) = (z(n * c), z(n), z(n));
         cpu::layernorm_forward(&mut ln1, &mut m1, &mut r1, &x, w("ln1w")?, w("ln1b")?, n, c);
+        r(&mut ln1); // mean and rstd stay f32
         let mut qkv = z(n * 3 * c);
         cpu::matmul_forward(&mut qkv, &ln1, w("qkvw")?, Some(w("qkvb")?), n, c, 3 * c);
+        r(&mut qkv);
         let (mut atty, mut att) = (z(n * c), z(b * nh * t * t));
         cpu::attention_forward(&mut atty, &mut att, &qkv, b, t, c, nh);
+        // atty is summed from the f32 probabilities, then both are stored
+        r(&mut atty);
+        r(&mut att);
         let mut attproj = z(n * c);
         cpu::matmul_forward(
             &mut attproj,
@@ -64,8 +108,10 @@ pub fn forward_backward(
             c,
             c,
         );
+        r(&mut attproj);
         let mut x2 = z(n * c);
         cpu::residual_forward(&mut x2, &x, &attproj);
+        r(&mut x2);
         let (mut ln2, mut m2, mut r2) = (z(n * c), z(n), z(n));
         cpu::layernorm_forward(
             &mut ln2,
@@ -77,10 +123,13 @@ pub fn forward_backward(
             n,
             c,
         );
+        r(&mut ln2);
         let mut fch = z(n * 4 * c);
         cpu::matmul_forward(&mut fch, &ln2, w("fcw")?, Some(w("fcb")?), n, c, 4 * c);
+        r(&mut fch);
         let mut fchg = z(n * 4 * c);
         cpu::gelu_forward(&mut fchg, &fch);
+        r(&mut fchg);
         let mut fcproj = z(n * c);
         cpu::matmul_forward(
             &mut fcproj,
@@ -91,8 +140,10 @@ pub fn forward_backward(
             4 * c,
             c,
         );
+        r(&mut fcproj);
         let mut out = z(n * c);
         cpu::residual_forward(&mut out, &x2, &fcproj);
+        r(&mut out);
         resid.push(out);
         saved.push(Saved {
             ln1,
@@ -112,6 +163,8 @@ pub fn forward_backward(
     let xl = &resid[cfg.layers];
     let (mut lnf, mut mf, mut rf) = (z(n * c), z(n), z(n));
     cpu::layernorm_forward(&mut lnf, &mut mf, &mut rf, xl, p("lnfw")?, p("lnfb")?, n, c);
+    r(&mut lnf);
+    // the logits, their gradient and the losses stay f32
     let mut logits = z(n * v);
     cpu::matmul_forward(&mut logits, &lnf, p("headw")?, None, n, c, v);
     let (mut losses, mut dlogits) = (z(n), z(n * v));
@@ -132,10 +185,15 @@ pub fn forward_backward(
         c,
         v,
     );
+    r(&mut dln);
+    r(layout.slice_mut(gsum, "headw")?);
     {
         let (dw, db) = two(layout, gsum, "lnfw", "lnfb")?;
         cpu::layernorm_backward(&mut dx, dw, db, &dln, xl, p("lnfw")?, &mf, &rf, n, c);
+        r(dw);
+        r(db);
     }
+    r(&mut dx);
     for l in (0..cfg.layers).rev() {
         let s = &saved[l];
         let w = |x: &str| p(&format!("h{l}.{x}"));
@@ -154,9 +212,13 @@ pub fn forward_backward(
                 4 * c,
                 c,
             );
+            r(dw);
+            r(db);
         }
+        r(&mut dfchg);
         let mut dfch = z(n * 4 * c);
         cpu::gelu_backward(&mut dfch, &s.fch, &dfchg);
+        r(&mut dfch);
         {
             let (dw, db) = two(layout, gsum, &nm("fcw"), &nm("fcb"))?;
             cpu::matmul_backward(
@@ -170,11 +232,17 @@ pub fn forward_backward(
                 c,
                 4 * c,
             );
+            r(dw);
+            r(db);
         }
+        r(&mut dln);
         {
             let (dw, db) = two(layout, gsum, &nm("ln2w"), &nm("ln2b"))?;
             cpu::layernorm_backward(&mut dx, dw, db, &dln, &s.x2, w("ln2w")?, &s.m2, &s.r2, n, c);
+            r(dw);
+            r(db);
         }
+        r(&mut dx);
         let mut datty = z(n * c);
         {
             let (dw, db) = two(layout, gsum, &nm("attprojw"), &nm("attprojb"))?;
@@ -189,9 +257,14 @@ pub fn forward_backward(
                 c,
                 c,
             );
+            r(dw);
+            r(db);
         }
+        r(&mut datty);
         let mut dqkv = z(n * 3 * c);
+        // the probabilities' gradient stays f32 inside the kernel
         cpu::attention_backward(&mut dqkv, &datty, &s.qkv, &s.att, b, t, c, nh);
+        r(&mut dqkv);
         {
             let (dw, db) = two(layout, gsum, &nm("qkvw"), &nm("qkvb"))?;
             cpu::matmul_backward(
@@ -205,7 +278,10 @@ pub fn forward_backward(
                 c,
                 3 * c,
             );
+            r(dw);
+            r(db);
         }
+        r(&mut dln);
         {
             let (dw, db) = two(layout, gsum, &nm("ln1w"), &nm("ln1b"))?;
             cpu::layernorm_backward(
@@ -220,11 +296,16 @@ pub fn forward_backward(
                 n,
                 c,
             );
+            r(dw);
+            r(db);
         }
+        r(&mut dx);
     }
     {
         let (dwte, dwpe) = two(layout, gsum, "wte", "wpe")?;
         cpu::encoder_backward(dwte, dwpe, &dx, tokens, b, t, c);
+        r(dwte);
+        r(dwpe);
     }
     Ok(losses)
 }

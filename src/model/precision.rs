@@ -73,6 +73,16 @@ impl Precision {
         }
     }
 
+    /// What a tensor of this precision keeps of the f32 values `x`, in place: f32 all of them,
+    /// bf16 each rounded to nearest even ([`crate::cpu::round_bf16`], as a packed kernel's
+    /// store). The CPU twins' one rounding hook: the whole-model twin calls it at every store
+    /// the device makes in this precision.
+    pub fn round(self, x: &mut [f32]) {
+        if self == Precision::Bf16 {
+            crate::cpu::round_bf16(x);
+        }
+    }
+
     /// u32 words a tensor of `len` elements takes on the device.
     pub fn words(self, len: usize) -> usize {
         match self {
