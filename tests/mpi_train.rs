@@ -65,8 +65,28 @@ fn mpirun() -> Option<Command> {
     Some(c)
 }
 
-/// The train example on `n` ranks with `a`, in `dir`.
+/// Removes the record `a` names (`--record FILE`) from `dir`: a case reads only the record its
+/// own run wrote, never a previous case's (a run that exits 0 without writing one fails).
+fn fresh_record(dir: &Path, a: &[&str]) {
+    if let Some(i) = a.iter().position(|x| *x == "--record") {
+        match std::fs::remove_file(dir.join(a[i + 1])) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                panic!("cannot remove the old record {}: {e}", a[i + 1])
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The train example in one process with `a`, in `dir` (its record removed first).
+fn run_one(dir: &Path, a: &[&str]) -> Output {
+    fresh_record(dir, a);
+    run_example("train", dir, a).expect("the example runs")
+}
+
+/// The train example on `n` ranks with `a`, in `dir` (its record removed first).
 fn launch(n: usize, dir: &Path, a: &[&str]) -> Option<Output> {
+    fresh_record(dir, a);
     let bin = example_bin("train")?;
     let mut c = mpirun()?;
     c.args(["-n", &n.to_string()])
@@ -198,7 +218,7 @@ fn ordered_mpi_gives_the_in_process_bits_and_native_stays_within_rounding() {
         let mpi_wall = t.elapsed();
         let mut a = args("6", reference);
         a.extend(["--no-checkpoint", "--record", "one.json"]);
-        let o = run_example("train", &dir, &a).expect("the example runs");
+        let o = run_one(&dir, &a);
         ok(&format!("{reference:?}"), &o);
         let (got, _, rec) = record(&dir, "mpi.json");
         let (want, _, _) = record(&dir, "one.json");
@@ -231,7 +251,7 @@ fn ordered_mpi_gives_the_in_process_bits_and_native_stays_within_rounding() {
         ok("native", &o);
         let mut a = args("6", &["--dp", "2", "--microbatches", "2"]);
         a.extend(["--no-checkpoint", "--record", "one.json"]);
-        ok("one", &run_example("train", &dir, &a).expect("runs"));
+        ok("one", &run_one(&dir, &a));
         let (_, native, rec) = record(&dir, "native.json");
         let (_, one, _) = record(&dir, "one.json");
         let rel = (native - one).abs() / one.abs();
@@ -251,7 +271,7 @@ fn a_checkpoint_resumes_across_mpi_and_one_process() {
     let layout = ["--dp", "2", "--microbatches", "2"];
     let mut a = args("8", &layout);
     a.extend(["--no-checkpoint", "--record", "straight.json"]);
-    ok("straight", &run_example("train", &dir, &a).expect("runs"));
+    ok("straight", &run_one(&dir, &a));
     let (want, _, _) = record(&dir, "straight.json");
     // the first half: a checkpoint at step 4, then a fault in step 5 ends the run (the
     // learning-rate schedule is the 8-step run's)
@@ -283,14 +303,11 @@ fn a_checkpoint_resumes_across_mpi_and_one_process() {
         "--record",
         "a2.json",
     ]);
-    ok(
-        "in-process resume",
-        &run_example("train", &dir, &a).expect("runs"),
-    );
+    ok("in-process resume", &run_one(&dir, &a));
     let (got, _, _) = record(&dir, "a2.json");
     assert_eq!(got, want, "MPI checkpoint resumed in one process");
     // one process writes it, MPI (under dp 2 × pp 2) resumes
-    let o = run_example("train", &dir, &half("b.safetensors", "b.json")).expect("runs");
+    let o = run_one(&dir, &half("b.safetensors", "b.json"));
     assert!(!o.status.success(), "the fault must end the run");
     let mut a = args("8", &["--dp", "2", "--pp", "2", "--microbatches", "2"]);
     a.extend([
@@ -425,7 +442,7 @@ fn a_stop_signal_stops_every_rank_at_one_step_and_resumes() {
     let layout = ["--dp", "2", "--microbatches", "2"];
     let mut a = args("300", &layout);
     a.extend(["--no-checkpoint", "--record", "straight.json"]);
-    ok("straight", &run_example("train", &dir, &a).expect("runs"));
+    ok("straight", &run_one(&dir, &a));
     let (want, _, _) = record(&dir, "straight.json");
     let Some(bin) = example_bin("train") else {
         return;
@@ -441,6 +458,9 @@ fn a_stop_signal_stops_every_rank_at_one_step_and_resumes() {
         };
         let mut a = args("300", &layout);
         a.extend(["--checkpoint", "t.safetensors", "--record", "t.json"]);
+        // this case's record and checkpoint, never the previous case's
+        fresh_record(&dir, &a);
+        let _ = std::fs::remove_file(dir.join("t.safetensors"));
         c.args(["-n", "2"]).arg(&bin).args(&a).current_dir(&dir);
         let mut run = Running::start(c);
         assert!(
@@ -488,7 +508,7 @@ fn a_stop_signal_stops_every_rank_at_one_step_and_resumes() {
             "--record",
             "r.json",
         ]);
-        ok("resume", &run_example("train", &dir, &a).expect("runs"));
+        ok("resume", &run_one(&dir, &a));
         let (got, _, _) = record(&dir, "r.json");
         println!("{how}: stopped at step {at}; resumed {got}; straight {want}");
         assert_eq!(got, want, "{how}");

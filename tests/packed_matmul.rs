@@ -3,10 +3,10 @@
 //! is not a multiple of 4 (padded) or is odd (inputs whose rows start mid-word), with and without
 //! bias, and the f32-logits / f32-dlogits variants of the LM head.
 //!
-//! Packed results are compared as bf16 values: every element within 1 bf16 ulp of the twin and
-//! at least 99 % bit-identical over each test (the GPU's fma chains and the twin's mul+add may
-//! differ in the last f32 bit, which can flip one rounding; with two bf16 factors the products
-//! are exact, so there they agree bit for bit). Assigned outputs are poisoned first; `+=`
+//! Packed results are compared as bf16 values and must be bit-identical to the twin's, as the
+//! README claims: measured so on lavapipe and llvmpipe GL (111,256 forward and 111,434 backward
+//! elements of each variant). Products of two bf16 factors are exact in f32 and every sum runs
+//! in the twin's order; a mismatch reports its distance in bf16 ulps. Assigned outputs are poisoned first; `+=`
 //! outputs start random and the ops run twice (twin called twice) to prove accumulation.
 mod common;
 use common::*;
@@ -88,11 +88,10 @@ impl Tally {
 
     fn finish(&self, name: &str) {
         println!("{name}: {}/{} bit-identical overall", self.same, self.total);
-        assert!(
-            self.same * 100 >= self.total * 99,
+        assert_eq!(
+            self.same, self.total,
             "{name}: only {}/{} elements bit-identical",
-            self.same,
-            self.total
+            self.same, self.total
         );
     }
 }

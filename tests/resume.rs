@@ -154,7 +154,8 @@ fn a_checkpoint_resumes_under_another_layout() {
         );
         let err = common::l2_rel(&a, &b);
         println!("saved at dp = 2, resumed at {name}: ‖Δ‖/‖p‖ = {err:.2e} vs never stopping");
-        assert!(err < 1e-5, "{name}: {err:.2e}");
+        // measured 7.9e-7 (pp 2, one device) and 9.0e-7 (ZeRO-2) on lavapipe and llvmpipe GL
+        assert!(err < 2e-6, "{name}: {err:.2e}");
     }
 }
 

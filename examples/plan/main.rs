@@ -403,14 +403,24 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
+    // a refused command line exits with status 2 (as clap's own refusals), a failure after
+    // the start with 1
+    let refused = ExitCode::from(2);
     if let Err(e) = checks::check(&cli) {
         eprintln!("error: {e:#}");
-        return ExitCode::FAILURE;
+        return refused;
     }
     let mut cli = cli;
     let preset_note = checks::default_preset(&mut cli);
     if cli.validate {
-        return match validate::validate(&cli) {
+        let setup = match validate::setup(&cli) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return refused;
+            }
+        };
+        return match validate::validate(&cli, setup) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => {
                 eprintln!("error: a measured byte count differs from the engine's ring volumes (see above)");
@@ -427,7 +437,7 @@ fn main() -> ExitCode {
         Ok(req) => req,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::FAILURE;
+            return refused;
         }
     };
     if let Some(note) = preset_note {

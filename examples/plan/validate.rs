@@ -13,9 +13,20 @@ use triaxis::pipeline::Link as PipeLink;
 
 use super::{print_plan, Bytes, Cli};
 
-/// `--validate`: calibrate, plan, run the top layouts, print predicted vs measured. `Ok(false)`
-/// when a ledger differs from the ring volumes of the engine's buffers.
-pub fn validate(cli: &Cli) -> anyhow::Result<bool> {
+/// What `--validate` runs, checked before any device work (a refusal: exit status 2).
+pub struct Setup {
+    corpus: Corpus,
+    seq: usize,
+    model: GptConfig,
+    devices: usize,
+    global: usize,
+    dtype: triaxis::model::Precision,
+    bytes: Precision,
+    link: PipeLink,
+}
+
+/// The model, corpus, devices, precision and link of `--validate`, or the refusal.
+pub fn setup(cli: &Cli) -> anyhow::Result<Setup> {
     let corpus = Corpus::throughput()?;
     let seq = cli.seq.unwrap_or(32);
     let model = GptConfig {
@@ -27,14 +38,36 @@ pub fn validate(cli: &Cli) -> anyhow::Result<bool> {
     };
     model.validate()?;
     corpus.check_context(seq)?;
-    let devices = cli.devices.or(cli.devices_per_node).unwrap_or(4);
-    let global = cli.global_batch.unwrap_or(16);
     // the precision the layouts train in, and the cost model's bytes for it
     let (dtype, bytes) = match cli.bytes.unwrap_or(Bytes::F32) {
         Bytes::F32 => (triaxis::model::Precision::F32, Precision::f32_adam()),
         Bytes::Bf16 => (triaxis::model::Precision::Bf16, Precision::mixed_adam()),
     };
-    let link = PipeLink::by_name(&cli.link)?;
+    Ok(Setup {
+        corpus,
+        seq,
+        model,
+        devices: cli.devices.or(cli.devices_per_node).unwrap_or(4),
+        global: cli.global_batch.unwrap_or(16),
+        dtype,
+        bytes,
+        link: PipeLink::by_name(&cli.link)?,
+    })
+}
+
+/// `--validate`: calibrate, plan, run the top layouts, print predicted vs measured. `Ok(false)`
+/// when a ledger differs from the ring volumes of the engine's buffers.
+pub fn validate(cli: &Cli, s: Setup) -> anyhow::Result<bool> {
+    let Setup {
+        corpus,
+        seq,
+        model,
+        devices,
+        global,
+        dtype,
+        bytes,
+        link,
+    } = s;
     let gpus = Gpu::open_virtual(
         &AdapterChoice::from_flags(cli.backend.as_deref(), cli.adapter, false)?,
         devices,

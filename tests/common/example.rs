@@ -218,7 +218,7 @@ pub fn absent_backend() -> &'static str {
     }
 }
 
-/// Runs `r` in `dir` (`{file}` replaced by `file`) and checks the refusal: a non-zero exit,
+/// Runs `r` in `dir` (`{file}` replaced by `file`) and checks the refusal: exit status 2,
 /// every expected part on stderr, no panic, and nothing on stdout (every example prints its
 /// first line only after all its checks). `Ok(false)`: the example binary is missing (skipped).
 pub fn check_refusal(
@@ -247,8 +247,8 @@ pub fn check_refusal(
     );
     let what = format!("{} {}", r.example, r.args);
     let mut wrong = Vec::new();
-    if out.status.success() {
-        wrong.push("exited 0".to_string());
+    if out.status.code() != Some(2) {
+        wrong.push(format!("exited with {} instead of 2", out.status));
     }
     if stderr.contains("panicked") {
         wrong.push("panicked".into());
