@@ -2,10 +2,13 @@
 //! a value before any device work with the flag and its constraint named, e.g.
 //! `--lr must be a finite number in (0, 1] (got NaN)`.
 //!
-//! Integer flags get a range (zero and absurdly large values refused), float flags a finite
-//! range, comma lists a range per element, and paths are checked for what the run will do
-//! with them: an input file must exist, be a file and not be empty; an output path must be
-//! creatable and writable (probed with a temporary file that is removed again).
+//! Integer flags get a range (zero and absurdly large values refused; [`count`] parses them,
+//! `1e9` included, and names a negative value instead of clap's "unexpected argument"), float
+//! flags a finite range, comma lists a range per element, and paths are checked for what the
+//! run will do with them: an input file must exist, be a regular file (not a pipe or device)
+//! and not be empty; an output path must name a file (not a directory, nor a path ending in a
+//! separator), must not be an input of the same run ([`not_an_input`]), and must be creatable
+//! and writable (probed with a temporary file that is removed again).
 //!
 //! The `MAX_*` caps are the examples' shared upper bounds: far beyond anything that fits on a
 //! device today, low enough that sizes computed from them cannot overflow.

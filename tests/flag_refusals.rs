@@ -152,7 +152,7 @@ fn invalid_flags() -> Vec<Refusal> {
             rows.push(refusal("train", &format!("{flag} {past}"), &[&range(flag, lo, hi, &past)]));
         }
     }
-    for (flag, max) in [("--lr", 1.0), ("--stop-grace", 3600.0)] {
+    for (flag, max) in [("--lr", 1.0), ("--stop-grace", 3600.0), ("--max-memory", 1e6)] {
         for v in ["0", "-1", "nan", "inf", "1e9"] {
             let got: f32 = v.parse().expect("a float");
             let want = format!("{flag} must be a finite number in (0, {max}] (got {got})");

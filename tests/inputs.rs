@@ -150,6 +150,7 @@ fn negative_numbers_name_the_flag_and_its_constraint() {
         ("tensor_parallel", vec!["--seq", "-1"], int("--seq")),
         ("zero", vec!["--layers", "-1"], int("--layers")),
         ("recompute", vec!["--dp", "-1"], int("--dp")),
+        ("plan", vec!["--layers", "-1"], int("--layers")),
     ];
     for (ex, args, want) in rows {
         let Some(mut cmd) = example(ex, &dir, &args) else {
@@ -508,5 +509,42 @@ fn a_fault_after_the_last_step_is_refused() {
         &dir,
         &["--steps", "3", "--fault", "error:0:0:3"],
         &["--fault: step 3 is not in the run (--steps 3"],
+    );
+}
+
+#[test]
+fn a_layout_past_the_memory_budget_is_refused_naming_both() {
+    let dir = scratch_dir("memory-budget");
+    let args = ["--dp", "8", "--max-memory", "0.001"];
+    refuses(
+        &dir,
+        &args,
+        &[
+            "dp=8 tp=1 pp=1",
+            "needs at least",
+            "on 9 device(s)",
+            "more than the --max-memory 0.001 GB budget",
+        ],
+    );
+}
+
+#[test]
+fn the_memory_a_layout_needs_is_printed_before_the_devices_open() {
+    let dir = scratch_dir("memory-line");
+    let Some(cmd) = train(&dir, &["--steps", "1", "--dp", "2"]) else {
+        return;
+    };
+    let out = output(cmd);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first = stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("memory    at least ") && first.contains("on 3 device(s)"),
+        "{stdout}"
     );
 }

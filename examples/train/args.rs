@@ -129,6 +129,10 @@ pub struct Args {
     /// abandoned (the record is written, the last checkpoint kept).
     #[arg(long, default_value_t = 5.0)]
     pub stop_grace: f64,
+    /// Memory budget in GB for everything the run's devices hold (default: the host's available
+    /// memory when the adapter is a CPU one; no budget on other adapters).
+    #[arg(long)]
+    pub max_memory: Option<f64>,
     /// Where to write the run record.
     #[arg(long, default_value = "runs/train.json")]
     pub record: PathBuf,
@@ -173,6 +177,9 @@ impl Args {
         flags::in_range("--eval-batches", self.eval_batches, 1, MAX_SIZE)?;
         flags::in_range("--log-every", self.log_every, 0, MAX_STEPS)?;
         flags::positive("--stop-grace", self.stop_grace, 3600.0)?;
+        if let Some(gb) = self.max_memory {
+            flags::positive("--max-memory", gb, 1e6)?;
+        }
         if let Ok(n) = self.devices.parse::<usize>() {
             flags::in_range("--devices", n, 1, MAX_DEGREE * MAX_DEGREE)?;
         } else if self.devices != "virtual" && self.devices != "all" {

@@ -171,6 +171,7 @@ fn run(a: &Args) -> anyhow::Result<i32> {
     let interrupt = Interrupt::install(Duration::from_secs_f64(a.stop_grace))?;
     let s = setup(a)?;
     a.check_outputs()?;
+    let need = memory_check(a, &s)?;
     #[cfg(feature = "mpi")]
     let mut job: Option<Job> = match triaxis::comm::launched_by_mpirun() {
         true => {
@@ -196,6 +197,14 @@ fn run(a: &Args) -> anyhow::Result<i32> {
         false => Arc::new(output_lock::Locks::take(&[])?),
     };
     let _release = output_lock::Release(locks.clone());
+    if let (Some(n), true) = (&need, report::is_lead()) {
+        println!(
+            "memory    at least {:.1} MiB on {} device(s) (model state and activations as the \
+             cost model predicts them, the evaluation device included)",
+            n.bytes as f64 / (1u64 << 20) as f64,
+            n.devices
+        );
+    }
     let held = locks.clone();
     interrupt.on_abandon(move |_, _| held.release());
     // started: from here on every ending writes the record
@@ -336,6 +345,50 @@ fn run(a: &Args) -> anyhow::Result<i32> {
             Ok(1)
         }
     }
+}
+
+/// The memory the layout needs, refused past the budget: `--max-memory`, else on a CPU
+/// adapter the host's available memory (every virtual device lives in it). `None`: no
+/// prediction (under MPI each rank holds one device of it; a layout the cost model does not
+/// cover).
+fn memory_check(a: &Args, s: &Setup) -> anyhow::Result<Option<report::MemoryNeed>> {
+    if triaxis::comm::launched_by_mpirun() {
+        return Ok(None);
+    }
+    let Ok(need) = report::memory_need(&s.cfg, &s.mesh, &s.opts) else {
+        return Ok(None);
+    };
+    let gb = |b: u64| b as f64 / 1e9;
+    let budget = match a.max_memory {
+        Some(x) => Some(((x * 1e9) as u64, format!("the --max-memory {x} GB budget"))),
+        None if a.devices != "all" && report::cpu_adapter(&s.choice) => report::host_available()
+            .map(|b| {
+                (
+                    b,
+                    format!(
+                        "the {:.2} GB this host has available (MemAvailable in /proc/meminfo; \
+                         the devices of a CPU adapter live in host memory; --max-memory sets \
+                         another budget)",
+                        gb(b)
+                    ),
+                )
+            }),
+        None => None,
+    };
+    if let Some((limit, what)) = budget {
+        if need.bytes > limit {
+            anyhow::bail!(
+                "{} with {:?} needs at least {:.3} GB on {} device(s) (model state and \
+                 activations as the cost model predicts them, the evaluation device included), \
+                 more than {what}: lower --dp, --tp, --pp, --batch, --seq or the model size",
+                s.mesh.describe(),
+                s.cfg.model,
+                gb(need.bytes),
+                need.devices
+            );
+        }
+    }
+    Ok(Some(need))
 }
 
 /// This process's place in an MPI job (none without the `mpi` feature).

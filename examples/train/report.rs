@@ -199,3 +199,68 @@ pub fn check_fault(f: &Fault, mesh: &triaxis::mesh::Mesh, steps: usize) -> anyho
     }
     Ok(())
 }
+
+/// Bytes the run's devices hold at least, as the cost model predicts them before any device
+/// work: every device's model state (parameters, gradients, optimizer moments; ZeRO shards)
+/// and activations (its schedule's slots, recompute's workspace), plus the evaluation device's
+/// copy of the model. Kernel scratch and the driver's own memory come on top.
+pub struct MemoryNeed {
+    pub bytes: u64,
+    pub devices: usize,
+}
+
+pub fn memory_need(
+    cfg: &triaxis::step::TrainConfig,
+    mesh: &triaxis::mesh::Mesh,
+    opts: &triaxis::engine::EngineOptions,
+) -> anyhow::Result<MemoryNeed> {
+    use triaxis::cost::{activation, validate};
+    use triaxis::pipeline::partition::Balance;
+    let (b, t) = (cfg.micro.b, cfg.micro.t);
+    let ex = validate::expect(&cfg.model, mesh, b, t, opts.precision)?;
+    let state: u64 = ex.devices.iter().flat_map(|d| d.state.iter()).sum();
+    let acts = activation::predict(
+        &cfg.model,
+        cfg.micro,
+        mesh,
+        &Balance::Params,
+        opts.recompute,
+        opts.precision,
+    )?;
+    // every device of every replica
+    let act: u64 = acts.iter().map(|a| a.total).sum();
+    let one = triaxis::mesh::Mesh {
+        microbatches: 1,
+        ..triaxis::mesh::Mesh::default()
+    };
+    let eval = validate::expect(&cfg.model, &one, b, t, triaxis::model::Precision::F32)?;
+    Ok(MemoryNeed {
+        bytes: state + act + eval.state_bytes + eval.activation_bytes,
+        devices: mesh.devices() + 1,
+    })
+}
+
+/// The host's available memory (`MemAvailable` of `/proc/meminfo`), where the system says.
+pub fn host_available() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// Whether the adapter `choice` picks is a CPU (software) one, whose devices live in host memory.
+pub fn cpu_adapter(choice: &AdapterChoice) -> bool {
+    let all = triaxis::gpu::list_adapters(choice.backends);
+    let picked = match choice.index {
+        Some(i) => all.get(i),
+        None if choice.software => all.iter().find(|a| a.device_type == "Cpu"),
+        None => all.first(),
+    };
+    picked.is_some_and(|a| a.device_type == "Cpu")
+}
