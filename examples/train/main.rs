@@ -422,9 +422,15 @@ fn train(
     let _ = job;
     let (corpus, cfg, mesh) = (&s.corpus, &s.cfg, s.mesh);
     #[cfg(feature = "mpi")]
-    let (gpus, eval_gpu, engine) = match job.as_ref() {
+    let (gpus, eval_gpu, engine) = match job.as_mut() {
         Some(j) => {
             let (g, eval) = j.open_devices(&a.devices, &s.choice)?;
+            // every rank's adapter in the record, then the check that they agree
+            let checked = j.check_adapters(&g);
+            if let Some(serde_json::Value::Object(par)) = &mut lock(progress).rec.parallel {
+                par.insert("mpi".into(), j.record(&mesh));
+            }
+            checked?;
             let engine = j
                 .engine(g.clone(), cfg.clone(), mesh, s.opts.clone())
                 .context("placing the model")?;

@@ -23,6 +23,9 @@ pub struct MpiRun {
     /// Every rank's host, in rank order.
     pub hosts: Vec<String>,
     pub library: String,
+    /// Every rank's adapter (name, backend, device type, driver, driver info), in rank order,
+    /// once [`MpiRun::check_adapters`] has gathered them.
+    pub adapters: Vec<[String; 5]>,
     /// Agreement between steps (a stop request on any rank stops every rank).
     flags: MpiComm,
     /// Finalises MPI when dropped: the last field, so after the communicators above (the
@@ -82,6 +85,7 @@ impl MpiRun {
             reduction,
             hosts,
             library: mpi::library_version()?.trim().to_string(),
+            adapters: Vec::new(),
             flags,
             _universe: universe,
         })
@@ -110,6 +114,61 @@ impl MpiRun {
         let mut v = Gpu::open_virtual(choice, 2)?;
         let eval = v.pop().expect("two devices");
         Ok((v.pop().expect("two devices"), eval))
+    }
+
+    /// Gathers every rank's adapter on every rank (for the record), then refuses a job whose
+    /// ranks run on different backends or drivers (their kernels round differently, so the
+    /// ranks' results would disagree); adapters that differ only by name get a warning. Every
+    /// rank reads the same list, so every rank refuses alike.
+    pub fn check_adapters(&mut self, gpu: &Gpu) -> anyhow::Result<()> {
+        let i = &gpu.info;
+        let mine = [
+            i.name.clone(),
+            format!("{:?}", i.backend),
+            format!("{:?}", i.device_type),
+            i.driver.clone(),
+            i.driver_info.clone(),
+        ];
+        let all = self.flags.all_gather_bytes(mine.join("\n").into_bytes())?;
+        self.adapters = all
+            .iter()
+            .map(|b| {
+                let s = String::from_utf8_lossy(b);
+                let mut f = s.split('\n').map(str::to_string);
+                std::array::from_fn(|_| f.next().unwrap_or_default())
+            })
+            .collect();
+        let first = &self.adapters[0];
+        let show = |r: usize| {
+            let a = &self.adapters[r];
+            format!(
+                "rank {r} on {}: {} / {} (driver {} {})",
+                self.hosts[r], a[0], a[1], a[3], a[4]
+            )
+        };
+        let differ: Vec<usize> = (1..self.size)
+            .filter(|&r| self.adapters[r][1..] != first[1..])
+            .collect();
+        if !differ.is_empty() {
+            let lines: Vec<String> = std::iter::once(0).chain(differ).map(show).collect();
+            anyhow::bail!(
+                "the ranks run on different backends or drivers, so their results would \
+                 disagree:\n  {}\nrun every rank on the same backend and driver (--backend, \
+                 WGPU_BACKEND)",
+                lines.join("\n  ")
+            );
+        }
+        let named: Vec<usize> = (1..self.size)
+            .filter(|&r| self.adapters[r][0] != first[0])
+            .collect();
+        if !named.is_empty() && self.rank == 0 {
+            let lines: Vec<String> = std::iter::once(0).chain(named).map(show).collect();
+            eprintln!(
+                "warning: the ranks run on different adapters (same backend and driver):\n  {}",
+                lines.join("\n  ")
+            );
+        }
+        Ok(())
     }
 
     /// The engine of this rank's device.
@@ -165,9 +224,16 @@ impl MpiRun {
         let ranks: Vec<serde_json::Value> = (0..self.size)
             .map(|r| {
                 let c = mesh.coords(r);
+                let a = self.adapters.get(r);
+                let adapter = a.map(|a| {
+                    serde_json::json!({
+                        "name": a[0], "backend": a[1], "device_type": a[2],
+                        "driver": a[3], "driver_info": a[4],
+                    })
+                });
                 serde_json::json!({
                     "rank": r, "host": self.hosts[r], "replica": c.replica,
-                    "stage": c.stage, "tp_rank": c.tp_rank,
+                    "stage": c.stage, "tp_rank": c.tp_rank, "adapter": adapter,
                 })
             })
             .collect();
