@@ -44,7 +44,7 @@ mod model_flags;
 )]
 struct Args {
     /// Data-parallel degrees to run (comma list, each 1 to 1024).
-    #[arg(long, default_value = "1,2,4")]
+    #[arg(long, default_value = "1,2,4", allow_hyphen_values = true)]
     degrees: String,
     /// Link presets for the device clock (comma list of nvlink, pcie, ethernet).
     #[arg(long, default_value = "nvlink,pcie,ethernet")]

@@ -43,7 +43,7 @@ struct Args {
     #[arg(long, default_value = "all")]
     schedule: String,
     /// Microbatch counts to sweep (comma list, each 1 to 65536).
-    #[arg(long, default_value = "1,2,4,8,16,32,64")]
+    #[arg(long, default_value = "1,2,4,8,16,32,64", allow_hyphen_values = true)]
     microbatches: String,
     /// Model chunks per device for the interleaved schedule (1 to 1024).
     #[arg(long, default_value_t = 2, value_parser = flags::count)]

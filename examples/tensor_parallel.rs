@@ -44,7 +44,7 @@ mod model_flags;
 )]
 struct Args {
     /// Tensor-parallel degrees to run (comma list, each 1 to 1024; each must divide the heads).
-    #[arg(long, default_value = "1,2,4")]
+    #[arg(long, default_value = "1,2,4", allow_hyphen_values = true)]
     degrees: String,
     /// Link presets of the tensor-parallel all-reduces (comma list of nvlink, pcie, ethernet).
     #[arg(long, default_value = "nvlink,ethernet")]

@@ -40,10 +40,10 @@ mod model_flags;
 )]
 struct Args {
     /// Data-parallel degrees (comma list, each 1 to 1024).
-    #[arg(long, default_value = "1,2,4,8")]
+    #[arg(long, default_value = "1,2,4,8", allow_hyphen_values = true)]
     degrees: String,
     /// ZeRO stages (comma list of 0..3).
-    #[arg(long, default_value = "0,1,2,3")]
+    #[arg(long, default_value = "0,1,2,3", allow_hyphen_values = true)]
     stages: String,
     /// Link preset for the device clock: nvlink, pcie or ethernet.
     #[arg(long, default_value = "nvlink")]

@@ -151,6 +151,16 @@ fn negative_numbers_name_the_flag_and_its_constraint() {
         ("zero", vec!["--layers", "-1"], int("--layers")),
         ("recompute", vec!["--dp", "-1"], int("--dp")),
         ("plan", vec!["--layers", "-1"], int("--layers")),
+        (
+            "data_parallel",
+            vec!["--degrees", "-1,2"],
+            "--degrees: \"-1\" is not a valid value".into(),
+        ),
+        (
+            "zero",
+            vec!["--stages", "-1"],
+            "--stages: \"-1\" is not a valid value".into(),
+        ),
     ];
     for (ex, args, want) in rows {
         let Some(mut cmd) = example(ex, &dir, &args) else {
