@@ -558,3 +558,14 @@ fn the_memory_a_layout_needs_is_printed_before_the_devices_open() {
         "{stdout}"
     );
 }
+
+#[test]
+fn an_output_path_that_is_a_device_is_refused() {
+    let dir = scratch_dir("device-output");
+    // renaming the record over /dev/null would replace the device node (as root)
+    refuses(
+        &dir,
+        &["--record", "/dev/null"],
+        &["--record /dev/null exists and is not a regular file"],
+    );
+}
