@@ -7,7 +7,9 @@
 //! `… --checkpoint-every 100` then `… --resume runs/train.safetensors` (under any layout).
 //!
 //! Every flag and every impossible layout is refused before any work starts (exit status 2),
-//! naming the violated constraint. Once it has started, every ending writes the run record
+//! naming the violated constraint; so are outputs that would overwrite an input, data that is
+//! not text, a layout past the memory budget and outputs another run holds (lock files beside
+//! them): the list is docs/inputs.md. Once it has started, every ending writes the run record
 //! with `stopped: {reason, step, …}`:
 //!
 //! ```text
@@ -434,9 +436,6 @@ fn train(
             let engine = j
                 .engine(g.clone(), cfg.clone(), mesh, s.opts.clone())
                 .context("placing the model")?;
-            if let Some(serde_json::Value::Object(par)) = &mut lock(progress).rec.parallel {
-                par.insert("mpi".into(), j.record(&mesh));
-            }
             (vec![g], eval, engine)
         }
         None => in_process(a, s)?,
