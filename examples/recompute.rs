@@ -84,14 +84,27 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    if let Err(e) = run(&args) {
+    // a refused flag exits 2 (before any device work), a failed run 1
+    let checked = validate(&args).unwrap_or_else(|e| {
+        eprintln!("error: {e:#}");
+        std::process::exit(2);
+    });
+    if let Err(e) = run(&args, checked) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
 }
 
-fn run(a: &Args) -> anyhow::Result<()> {
-    // every flag before any device work
+/// The flags, checked and parsed.
+struct Checked {
+    m: model_flags::Model,
+    precisions: Vec<Precision>,
+    mesh: Mesh,
+    choice: AdapterChoice,
+}
+
+/// Every flag before any device work.
+fn validate(a: &Args) -> anyhow::Result<Checked> {
     for (flag, v) in [
         ("--dp", a.dp),
         ("--tp", a.tp),
@@ -123,7 +136,21 @@ fn run(a: &Args) -> anyhow::Result<()> {
     mesh.validate(&m.model, m.micro.b, m.micro.t, mesh.devices())?;
     let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?;
     flags::output_dir("--out", &a.out)?;
+    Ok(Checked {
+        m,
+        precisions,
+        mesh,
+        choice,
+    })
+}
 
+fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
+    let Checked {
+        m,
+        precisions,
+        mesh,
+        choice,
+    } = c;
     let gpus = Gpu::open_virtual(&choice, mesh.devices())?;
     let cfg = engine_steps::train_config(m.model, m.micro, a.microbatches, a.steps + 1, 0.1);
     let tokens = (cfg.tokens_per_step() * mesh.dp) as f64;

@@ -569,3 +569,37 @@ fn an_output_path_that_is_a_device_is_refused() {
         &["--record /dev/null exists and is not a regular file"],
     );
 }
+
+#[test]
+fn the_measuring_examples_refuse_a_checked_flag_with_status_2() {
+    let dir = scratch_dir("measuring-status");
+    for (ex, args, want) in [
+        (
+            "pipeline",
+            ["--stages", "0"],
+            "--stages must be between 1 and 1024 (got 0)",
+        ),
+        (
+            "data_parallel",
+            ["--heads", "3"],
+            "heads (3) must divide channels (128)",
+        ),
+        (
+            "tensor_parallel",
+            ["--degrees", "3"],
+            "must divide the heads (8)",
+        ),
+        ("zero", ["--stages", "4"], "ZeRO stage 4 does not exist"),
+        (
+            "recompute",
+            ["--dp", "0"],
+            "--dp must be between 1 and 1024 (got 0)",
+        ),
+    ] {
+        let Some(mut cmd) = example(ex, &dir, &args) else {
+            return;
+        };
+        cmd.env("WGPU_BACKEND", absent_backend());
+        refused(&output(cmd), &[want]);
+    }
+}
