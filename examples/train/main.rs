@@ -277,7 +277,11 @@ fn run(a: &Args) -> anyhow::Result<i32> {
             let reason = e
                 .downcast_ref::<triaxis::Error>()
                 .map_or(StopReason::Error, StopReason::of);
-            (reason, Some(format!("{e:#}")), None)
+            let mut text = format!("{e:#}");
+            if lock(&progress).costs.is_empty() {
+                text.push_str(&report::memory_hint(&text, &s.cfg, &s.mesh, need.as_ref()));
+            }
+            (reason, Some(text), None)
         }
     };
     interrupt.acknowledge();

@@ -264,3 +264,34 @@ pub fn cpu_adapter(choice: &AdapterChoice) -> bool {
     };
     picked.is_some_and(|a| a.device_type == "Cpu")
 }
+
+/// After a device error before the first step that reads like memory running out (wgpu's
+/// "Out of Memory", or the "… is invalid" of a buffer that could not be created): what the
+/// layout needs and how to refuse it before device work; "" for any other error.
+pub fn memory_hint(
+    error: &str,
+    cfg: &triaxis::step::TrainConfig,
+    mesh: &triaxis::mesh::Mesh,
+    need: Option<&MemoryNeed>,
+) -> String {
+    let lower = error.to_ascii_lowercase();
+    if !(lower.contains("out of memory") || lower.contains("outofmemory"))
+        && !(lower.contains("buffer") && lower.contains("is invalid"))
+    {
+        return String::new();
+    }
+    let needs = need.map_or(String::new(), |n| {
+        format!(
+            ", which needs at least {:.3} GB on {} device(s) as the cost model predicts it",
+            n.bytes as f64 / 1e9,
+            n.devices
+        )
+    });
+    format!(
+        "\n(the device most likely ran out of memory placing {:?} under {}{needs}; wgpu reports \
+         no device memory size, so pass --max-memory GB to refuse such a layout before device \
+         work, or lower --dp, --tp, --pp, --batch, --seq or the model size)",
+        cfg.model,
+        mesh.describe()
+    )
+}
