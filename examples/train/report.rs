@@ -275,9 +275,9 @@ pub fn memory_hint(
     need: Option<&MemoryNeed>,
 ) -> String {
     let lower = error.to_ascii_lowercase();
-    if !(lower.contains("out of memory") || lower.contains("outofmemory"))
-        && !(lower.contains("buffer") && lower.contains("is invalid"))
-    {
+    let oom = lower.contains("out of memory") || lower.contains("outofmemory");
+    let invalid_buffer = lower.contains("buffer") && lower.contains("is invalid");
+    if !oom && !invalid_buffer {
         return String::new();
     }
     let needs = need.map_or(String::new(), |n| {
