@@ -3,7 +3,11 @@
 //! model checksum, in f32 and in bf16 (dp × tp, ZeRO-1, ZeRO-3); `native` mode stays within rounding of it; a checkpoint written under MPI
 //! resumes in one process and back (the MPI run ended by a named fault in step 5); SIGTERM to
 //! every rank (as Slurm sends it) or SIGUSR1 to mpirun (which forwards it) stops every rank
-//! after the same step with a checkpoint that resumes; a killed rank
+//! after the same step with a checkpoint that resumes; under dp 2 × pp 2 on 4 ranks (the MPI
+//! row of the fault and signal matrix, `fault_matrix.rs`) a fault on rank 3 ends the job
+//! with exit status 1, rank 3's failure named on stderr and in rank 0's record, and SIGINT to
+//! rank 3 alone stops every rank at one step (exit status 130), both leaving a checkpoint
+//! that resumes on 4 ranks to the uninterrupted checksum; a killed rank
 //! ends the job within 10 s; a world that does not fit the layout, ranks started with
 //! different command lines and a `--devices` that contradicts the world are refused on every
 //! rank before device work.
@@ -514,5 +518,185 @@ fn a_stop_signal_stops_every_rank_at_one_step_and_resumes() {
         assert_eq!(got, want, "{how}");
         let _ = std::fs::remove_file(dir.join("t.json"));
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// dp 2 × pp 2 on 4 ranks (one device each) for the fault and signal matrix: the layout, its
+/// steps, and the model checksum of its uninterrupted run (in one process, whose bits ordered
+/// MPI gives), run once for both cases.
+const DP_PP: &[&str] = &["--dp", "2", "--pp", "2", "--microbatches", "2"];
+const DP_PP_STEPS: &str = "8";
+
+fn dp_pp_reference() -> String {
+    static SUM: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SUM.get_or_init(|| {
+        let dir = scratch_dir("mpi-matrix-straight");
+        let mut a = args(DP_PP_STEPS, DP_PP);
+        a.extend(["--no-checkpoint", "--record", "straight.json"]);
+        ok("dp 2 × pp 2 uninterrupted", &run_one(&dir, &a));
+        let (sum, _, _) = record(&dir, "straight.json");
+        let _ = std::fs::remove_dir_all(&dir);
+        sum
+    })
+    .clone()
+}
+
+/// Resumes `dir`'s `ck.safetensors` (at step `from`) on 4 ranks to the last step: the
+/// uninterrupted run's checksum.
+fn dp_pp_resumes_to_the_same_bits(dir: &Path, from: u64, what: &str) {
+    let mut a = args(DP_PP_STEPS, DP_PP);
+    a.extend([
+        "--resume",
+        "ck.safetensors",
+        "--no-checkpoint",
+        "--record",
+        "resumed.json",
+    ]);
+    let o = launch(4, dir, &a).expect("mpirun ran above");
+    ok(&format!("{what}: the resumed job"), &o);
+    let (got, _, rec) = record(dir, "resumed.json");
+    assert_eq!(rec["stopped"]["reason"], "finished", "{what}");
+    assert_eq!(
+        rec["parallel"]["resumed_from_step"].as_u64(),
+        Some(from),
+        "{what}: resumed from the checkpoint left behind"
+    );
+    let want = dp_pp_reference();
+    println!("{what}: resumed from step {from} on 4 ranks: {got}; uninterrupted {want}");
+    assert_eq!(got, want, "{what}: resumed vs uninterrupted");
+}
+
+#[test]
+fn a_fault_on_one_rank_of_dp_pp_is_named_and_its_checkpoint_resumes() {
+    let dir = scratch_dir("mpi-matrix-fault");
+    let what = "mpirun -n 4 dp 2 × pp 2 --fault error:3:1:5";
+    // device 3 = rank 3: replica 1's last stage, whose 1F1B list is F0 B0 F1 B1
+    let mut a = args(DP_PP_STEPS, DP_PP);
+    a.extend([
+        "--fault",
+        "error:3:1:5",
+        "--checkpoint-every",
+        "2",
+        "--checkpoint",
+        "ck.safetensors",
+        "--record",
+        "run.json",
+    ]);
+    let Some(o) = launch(4, &dir, &a) else {
+        return;
+    };
+    let err = String::from_utf8_lossy(&o.stderr);
+    println!("{what}: {}; stderr:\n{err}", o.status);
+    assert_eq!(o.status.code(), Some(1), "{what}: {err}");
+    let named = "device 3 (stage 1) failed at action 1B0 of step 5: device error: injected fault";
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("error: rank 3 on ") && l.ends_with(named)),
+        "{what}: no line of rank 3 names {named:?}:\n{err}"
+    );
+    let (_, _, rec) = record(&dir, "run.json");
+    let st = &rec["stopped"];
+    println!("{what}: stopped = {st}");
+    assert_eq!(st["reason"], "fault", "{what}");
+    // rank 0 writes the record: its own failure, with the failing rank's named in its cause
+    assert!(
+        st["error"].as_str().is_some_and(|e| e.contains(named)),
+        "{what}: the record does not name {named:?}: {st}"
+    );
+    assert_eq!(st["step"].as_u64(), Some(5), "{what}");
+    assert_eq!(st["last_checkpoint"].as_u64(), Some(4), "{what}");
+    assert_eq!(st["signal"], serde_json::Value::Null, "{what}");
+    assert_eq!(rec["steps"].as_array().map(Vec::len), Some(5), "{what}");
+    let ck = triaxis::checkpoint::Checkpoint::load(&dir.join("ck.safetensors")).unwrap();
+    assert_eq!(ck.step, 4, "{what}: the last good checkpoint");
+    dp_pp_resumes_to_the_same_bits(&dir, 4, what);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The pid of world rank `rank` among the processes of `bin` whose command line names
+/// `record` (its MPI environment says which rank it is).
+fn rank_pid(bin: &Path, record: &str, rank: usize) -> Option<String> {
+    let out = Command::new("pgrep")
+        .args(["-f", &format!("^{} .*{record}", bin.display())])
+        .output()
+        .expect("pgrep runs");
+    let want = format!("OMPI_COMM_WORLD_RANK={rank}");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == want.as_bytes()))
+        })
+        .map(String::from)
+}
+
+#[test]
+fn sigint_to_one_rank_of_dp_pp_stops_every_rank_at_one_step_and_resumes() {
+    use common::example::Running;
+    let dir = scratch_dir("mpi-matrix-sigint");
+    let what = "mpirun -n 4 dp 2 × pp 2, SIGINT to rank 3";
+    let Some(bin) = example_bin("train") else {
+        return;
+    };
+    let Some(mut c) = mpirun() else {
+        return;
+    };
+    let at = 3;
+    // an evaluation after step 3 (hundreds of milliseconds): the signal finds the job running
+    let mut a: Vec<&str> = TINY_TRAIN
+        .chunks(2)
+        .filter(|kv| kv[0] != "--eval-every")
+        .flatten()
+        .copied()
+        .collect();
+    a.extend(["--log-every", "1", "--steps", DP_PP_STEPS]);
+    a.extend(DP_PP);
+    a.extend([
+        "--eval-every",
+        "3",
+        "--checkpoint",
+        "ck.safetensors",
+        "--record",
+        "run.json",
+    ]);
+    c.args(["-n", "4"]).arg(&bin).args(&a).current_dir(&dir);
+    let mut run = Running::start(c);
+    assert!(
+        run.wait_for_step(at, Duration::from_secs(120)),
+        "{what}: the job never reached step {at}"
+    );
+    let pid = rank_pid(&bin, "run.json", 3).expect("rank 3 runs");
+    let sent = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(sent, "{what}: kill -INT {pid}");
+    let (status, _, err) = run.finish(Duration::from_secs(60));
+    println!("{what}: {status}; stderr:\n{err}");
+    assert_eq!(status.code(), Some(130), "{what}: {err}");
+    let (_, _, rec) = record(&dir, "run.json");
+    let st = &rec["stopped"];
+    println!("{what}: stopped = {st}");
+    assert_eq!(st["reason"], "interrupted", "{what}");
+    assert_eq!(st["signal"], "SIGINT", "{what}");
+    assert_eq!(st["abandoned_step"], false, "{what}");
+    assert!(
+        st["error"].is_null(),
+        "{what}: one signal, one graceful stop"
+    );
+    let step = st["step"].as_u64().expect("a step");
+    assert!((at as u64..8).contains(&step), "{what}: stopped at {step}");
+    assert_eq!(st["last_checkpoint"].as_u64(), Some(step), "{what}");
+    assert_eq!(
+        rec["steps"].as_array().map(Vec::len),
+        Some(step as usize),
+        "{what}"
+    );
+    let ck = triaxis::checkpoint::Checkpoint::load(&dir.join("ck.safetensors")).unwrap();
+    assert_eq!(
+        ck.step as u64, step,
+        "{what}: the checkpoint written at the stop"
+    );
+    dp_pp_resumes_to_the_same_bits(&dir, step, what);
     let _ = std::fs::remove_dir_all(&dir);
 }
