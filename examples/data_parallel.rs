@@ -393,7 +393,7 @@ fn tree_cost(
     Ok(())
 }
 
-/// DESIGN.md's reference case, from the same cost functions the measurement quotes.
+/// docs/design.md's reference case, from the same cost functions the measurement quotes.
 fn print_reference() {
     let s = 7e9 * 2.0;
     let (ring, large) = (ring_allreduce_bytes(s, 8), large_p_allreduce_bytes(s));

@@ -321,7 +321,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// DESIGN.md's reference: N = 7e9, p = 8, mixed-precision Adam (P, G, K = 2, 2, 12).
+/// docs/design.md's reference: N = 7e9, p = 8, mixed-precision Adam (P, G, K = 2, 2, 12).
 fn print_reference() {
     let (n, p) = (7e9, 8);
     println!(

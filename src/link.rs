@@ -83,7 +83,7 @@ impl Link {
             ..self
         }
     }
-    /// Pure bandwidth time `bytes / β` (no latency): the DESIGN.md reference convention.
+    /// Pure bandwidth time `bytes / β` (no latency): the docs/design.md reference convention.
     pub fn time(&self, bytes: f64) -> f64 {
         bytes / self.bandwidth_bytes_per_s
     }

@@ -1,5 +1,5 @@
-//! The analytic cost model: DESIGN.md's reference numbers (golden), the decision guide on the
-//! four situations of DESIGN.md's table, monotonicity properties, and bad-input errors.
+//! The analytic cost model: docs/design.md's reference numbers (golden), the decision guide on the
+//! four situations of docs/design.md's table, monotonicity properties, and bad-input errors.
 
 use triaxis::cost::comm::{
     allreduce_bytes, fraction_lost, large_p_allreduce_bytes, ring_allreduce_bytes,
@@ -60,7 +60,7 @@ fn is_config(e: Error, needle: &str) {
     }
 }
 
-// ---------------------------------------------------------------- golden: DESIGN.md reference
+// ---------------------------------------------------------------- golden: docs/design.md reference
 
 #[test]
 fn golden_allreduce_volume_time_and_fraction() {

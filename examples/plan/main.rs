@@ -2,8 +2,8 @@
 //!
 //! Give a model (a preset, a parameter count, or a GPT shape), a cluster and a global batch;
 //! the planner enumerates every dp × tp × pp layout (with ZeRO stage, schedule, microbatches),
-//! keeps those that fit in memory, ranks them by predicted step time, applies DESIGN.md's
-//! decision guide and says why each other family lost. It first prints DESIGN.md's reference
+//! keeps those that fit in memory, ranks them by predicted step time, applies docs/design.md's
+//! decision guide and says why each other family lost. It first prints docs/design.md's reference
 //! numbers from the same functions.
 //!
 //! ```text
@@ -234,14 +234,14 @@ fn request(cli: &Cli) -> anyhow::Result<PlanRequest> {
     })
 }
 
-/// DESIGN.md's reference numbers, computed by the library's own functions.
+/// docs/design.md's reference numbers, computed by the library's own functions.
 fn print_reference() {
     let (n, p) = (7e9, 8);
     let s = n * 2.0;
     let link = Link::gbps(400.0);
     let (ring, large) = (ring_allreduce_bytes(s, p), large_p_allreduce_bytes(s));
     println!(
-        "reference (DESIGN.md): N = 7e9 bf16 → S = N·2 B = {:.1} GB of gradients",
+        "reference (docs/design.md): N = 7e9 bf16 → S = N·2 B = {:.1} GB of gradients",
         s / GB
     );
     println!(

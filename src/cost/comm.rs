@@ -11,7 +11,7 @@
 //! time = 2(p−1)·α + 2(p−1)/p·S / β          (α latency per step, β bandwidth of the slowest hop)
 //! ```
 //!
-//! As p grows the volume approaches `2·S` (the **large-p** convention, DESIGN.md's "≈ 28 GB"
+//! As p grows the volume approaches `2·S` (the **large-p** convention, docs/design.md's "≈ 28 GB"
 //! for S = 14 GB); at p = 8 it is 24.5 GB (the **ring** convention).
 
 use std::fmt;
@@ -21,7 +21,7 @@ use std::fmt;
 pub enum Convention {
     /// The exact ring volume `2(p−1)/p·S`.
     Ring,
-    /// The large-p limit `2·S` (DESIGN.md's reference figure).
+    /// The large-p limit `2·S` (docs/design.md's reference figure).
     LargeP,
 }
 
@@ -120,7 +120,7 @@ pub fn exposed(comm: f64, window: f64) -> f64 {
 }
 
 /// Fraction of the step lost to communication: `exposed / (compute + exposed)`, exposed =
-/// `max(0, comm − window)`. Without overlap this is `comm / (compute + comm)`: DESIGN.md's
+/// `max(0, comm − window)`. Without overlap this is `comm / (compute + comm)`: docs/design.md's
 /// 70 / (200 + 70) ≈ 26 %.
 pub fn fraction_lost(comm: f64, compute: f64, overlap: Overlap) -> f64 {
     let e = exposed(comm, overlap.window(compute));

@@ -15,13 +15,13 @@
 //! validate   a plan run on the trainer: calibrated rate, layouts on the engine, exact bytes
 //! ```
 //!
-//! Units: bytes, seconds, FLOP/s, bytes/s, all as `f64`. "GB" is 10⁹ bytes, as in DESIGN.md
+//! Units: bytes, seconds, FLOP/s, bytes/s, all as `f64`. "GB" is 10⁹ bytes, as in docs/design.md
 //! (7e9 bf16 parameters = 14 GB), and "GB/s" is 10⁹ bytes/s.
 //!
 //! Conventions: a communication figure is either the exact **ring** volume `2(p−1)/p·S` or its
 //! **large-p** limit `2·S`; every printed figure names the one it uses (see [`comm::Convention`]).
 //!
-//! The reference case of DESIGN.md, reproduced by the golden tests:
+//! The reference case of docs/design.md, reproduced by the golden tests:
 //!
 //! ```
 //! use triaxis::cost::comm::{fraction_lost, large_p_allreduce_bytes, ring_allreduce_bytes, Link, Overlap};
@@ -54,7 +54,7 @@ pub use model::{ModelShape, Precision};
 pub use plan::{plan, Candidate, Family, FamilyVerdict, Plan, PlanRequest};
 pub use step::StepEstimate;
 
-/// One gigabyte as DESIGN.md counts it: 10⁹ bytes.
+/// One gigabyte as docs/design.md counts it: 10⁹ bytes.
 pub const GB: f64 = 1e9;
 
 pub(crate) use crate::error::{at_least_one, positive};

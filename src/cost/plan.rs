@@ -1,5 +1,5 @@
 //! The planner: enumerate every layout of a cluster, keep those that fit in memory, rank them
-//! by predicted step time, and apply DESIGN.md's decision guide.
+//! by predicted step time, and apply docs/design.md's decision guide.
 //!
 //! Enumeration: dp·tp·pp = all devices, with tp dividing the heads and tp ≤ devices per node
 //! (tensor parallel stays inside a node), pp dividing the layers; ZeRO stage 0–3 when dp > 1;
@@ -7,7 +7,7 @@
 //! divides m) and ZB-H1 (GPipe has 1F1B's bubble and more memory, so it never wins); every
 //! microbatch count m dividing `global_batch / dp`.
 //!
-//! The decision guide, one family per row of DESIGN.md's table, simplest first:
+//! The decision guide, one family per row of docs/design.md's table, simplest first:
 //!
 //! ```text
 //! family     layouts                    rule
@@ -97,7 +97,7 @@ impl Family {
         }
     }
 
-    /// The row of DESIGN.md's table: situation → split.
+    /// The row of docs/design.md's table: situation → split.
     pub fn rule(self) -> &'static str {
         match self {
             Family::PureDp => "the model fits on one card → pure data parallel",
@@ -333,7 +333,7 @@ fn verdict(
         };
         format!(
             "chosen: {} needs {:.1} of {:.1} GB per device, step {:.3} s; the simplest family within {:.0} % \
-             of the fastest (DESIGN.md: {}){extra}",
+             of the fastest (docs/design.md: {}){extra}",
             l.label(),
             rec.memory.total / GB,
             cluster.mem_per_device / GB,
