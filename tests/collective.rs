@@ -1,12 +1,11 @@
 //! Collectives: the ring against its naive twin, reduce-scatter ∘ all-gather = all-reduce,
-//! bit-identical results under shuffled thread timing, uneven chunks, exact ledger bytes,
-//! device wrappers against the host algorithms, and errors that name the failing rank.
+//! bit-identical results under shuffled thread timing, uneven chunks, exact ledger bytes, and
+//! errors that name the failing rank.
 
 mod common;
 
-use triaxis::collective::{self, host, Algo, Fault, Kind, Ledger, Opts};
+use triaxis::collective::{self, host, Algo, Fault, Ledger, Opts};
 use triaxis::cost::comm::ring_allreduce_bytes;
-use triaxis::gpu;
 use triaxis::link::Link;
 use triaxis::rng::Rng;
 use triaxis::Error;
@@ -343,121 +342,8 @@ fn bad_input_and_failing_ranks_are_errors() {
     assert!(e.to_string().contains("ring_all_reduce round 2"));
 }
 
-#[test]
-fn device_collectives_match_the_host() {
-    let Some(gpus) = gpu::test_gpus(4) else {
-        return;
-    };
-    println!("adapter: {}", gpus[0].adapter_name());
-    let link = Link::pcie();
-    for d in [1, 2, 3, 4] {
-        let gpus = &gpus[..d];
-        for n in [1, 5, 1001] {
-            let x = inputs(100 + d as u64 + n as u64, d, n);
-            // Views at an odd offset inside a larger buffer: only the view may change.
-            let views: Vec<_> = gpus
-                .iter()
-                .zip(&x)
-                .map(|(g, b)| {
-                    let v = common::buf(g, &vec![-7.0; n + 10]);
-                    let v = v.slice(3, n);
-                    g.upload(&v, b).unwrap();
-                    v
-                })
-                .collect();
-            let reset = || {
-                for ((g, v), b) in gpus.iter().zip(&views).zip(&x) {
-                    g.upload(v, b).unwrap();
-                }
-            };
-            let read = || -> Vec<Vec<f32>> {
-                gpus.iter()
-                    .zip(&views)
-                    .map(|(g, v)| g.download(v).unwrap())
-                    .collect()
-            };
-            let average = n == 5;
-            let opts = Opts {
-                average,
-                ..Opts::default()
-            };
-            for algo in [Algo::Ring, Algo::Naive, Algo::Tree] {
-                reset();
-                let mut l = Ledger::new();
-                collective::all_reduce(gpus, &views, algo, &opts, &mut l, &link).unwrap();
-                let want = match algo {
-                    Algo::Ring => run_ring(&x, &opts).0,
-                    Algo::Naive => run_naive(&x, &opts),
-                    Algo::Tree => pairwise_tree(&x, opts.average),
-                };
-                assert_eq!(bits(&read()), bits(&want), "{algo:?} d={d} n={n}");
-                if d > 1 {
-                    assert_eq!(l.staged_bytes(), 2 * d as u64 * 4 * n as u64);
-                    let downs = l.entries.iter().filter(|e| e.kind == Kind::Download);
-                    assert_eq!(downs.count(), d);
-                }
-                if algo == Algo::Ring {
-                    assert_eq!(l.hop_bytes(), collective::ring_all_reduce_group_bytes(n, d));
-                }
-            }
-            // Reduce-scatter: owned chunks reduced, the rest untouched.
-            reset();
-            let mut l = Ledger::new();
-            collective::reduce_scatter(gpus, &views, &opts, &mut l, &link).unwrap();
-            let all = run_ring(&x, &opts).0;
-            let got = read();
-            for r in 0..d {
-                let own = collective::chunk(n, d, r);
-                for i in 0..n {
-                    let want = if own.contains(&i) { all[r][i] } else { x[r][i] };
-                    assert_eq!(got[r][i].to_bits(), want.to_bits(), "rs d={d} n={n} r={r}");
-                }
-            }
-            // All-gather of those chunks gives the all-reduce.
-            collective::all_gather(gpus, &views, &opts, &mut l, &link).unwrap();
-            assert_eq!(bits(&read()), bits(&all), "rs∘ag d={d} n={n}");
-            // Broadcast from the last rank.
-            reset();
-            collective::broadcast(gpus, &views, d - 1, &mut l, &link).unwrap();
-            for b in read() {
-                assert_eq!(bits(&[b]), bits(&x[d - 1..]), "broadcast d={d} n={n}");
-            }
-            // Elements around the views never change.
-            for g in gpus.iter().zip(&views) {
-                let whole: Vec<f32> =
-                    g.0.download(&triaxis::View {
-                        buf: g.1.buf.clone(),
-                        offset: 0,
-                        len: n + 10,
-                    })
-                    .unwrap();
-                assert!(whole[..3].iter().chain(&whole[3 + n..]).all(|&v| v == -7.0));
-            }
-        }
-        println!("d={d}: device ring, naive, reduce-scatter, all-gather, broadcast == host");
-    }
-    // Bad device input.
-    let v: Vec<_> = gpus.iter().map(|g| g.buffer("v", 4)).collect();
-    let mut l = Ledger::new();
-    let o = Opts::default();
-    let e = collective::all_reduce(&gpus[..3], &v, Algo::Ring, &o, &mut l, &link).unwrap_err();
-    assert!(matches!(e, Error::Config(ref m) if m.contains("3 devices but 4 views")));
-    let mut v2 = v.clone();
-    v2[1] = v2[1].slice(0, 3);
-    let e = collective::all_reduce(&gpus, &v2, Algo::Naive, &o, &mut l, &link).unwrap_err();
-    assert!(matches!(e, Error::Config(ref m) if m.contains("rank 1 has 3")));
-    let e = collective::all_reduce(&[], &[], Algo::Ring, &o, &mut l, &link).unwrap_err();
-    assert!(matches!(e, Error::Config(_)));
-    let f = Opts {
-        fault: Some(Fault { rank: 2, round: 1 }),
-        ..Opts::default()
-    };
-    let e = collective::all_reduce(&gpus, &v, Algo::Ring, &f, &mut l, &link).unwrap_err();
-    assert!(matches!(e, Error::Worker { device: 2, .. }), "{e}");
-}
-
 /// The pairwise tree over ranks, spelled out: ((x0+x1)+(x2+x3))+…, copied to every rank.
-fn pairwise_tree(x: &[Vec<f32>], average: bool) -> Vec<Vec<f32>> {
+fn pairwise_tree(x: &[Vec<f32>]) -> Vec<Vec<f32>> {
     let mut level: Vec<Vec<f32>> = x.to_vec();
     while level.len() > 1 {
         level = level
@@ -469,43 +355,23 @@ fn pairwise_tree(x: &[Vec<f32>], average: bool) -> Vec<Vec<f32>> {
             })
             .collect();
     }
-    let mut sum = level.remove(0);
-    if average {
-        sum.iter_mut().for_each(|v| *v /= x.len() as f32);
-    }
-    vec![sum; x.len()]
+    vec![level.remove(0); x.len()]
 }
 
 #[test]
 fn tree_all_reduce_sums_in_a_pairwise_tree() {
+    // values where the grouping decides the bits
     let x: Vec<Vec<f32>> = (0..4)
         .map(|r| vec![1e8, 1.0 + r as f32, -1e8, 0.5])
         .collect();
-    let Some(gpus) = triaxis::gpu::test_gpus(4) else {
-        return;
-    };
-    let views: Vec<_> = gpus
-        .iter()
-        .zip(&x)
-        .map(|(g, b)| {
-            let v = g.buffer("t", b.len());
-            g.upload(&v, b).unwrap();
-            v
-        })
-        .collect();
-    let mut l = Ledger::new();
-    collective::all_reduce(
-        &gpus,
-        &views,
-        Algo::Tree,
+    let mut got = x.clone();
+    host::tree_all_reduce(
+        &mut got,
         &Opts::default(),
-        &mut l,
-        &triaxis::pipeline::Link::nvlink(),
+        &mut Ledger::new(),
+        &Link::nvlink(),
     )
     .unwrap();
-    let want = pairwise_tree(&x, false);
-    for (g, v) in gpus.iter().zip(&views) {
-        assert_eq!(bits(&[g.download::<f32>(v).unwrap()]), bits(&want[..1]));
-    }
+    assert_eq!(bits(&got), bits(&pairwise_tree(&x)));
     assert_eq!(Algo::by_name("tree").unwrap(), Algo::Tree);
 }

@@ -1,11 +1,8 @@
-//! Collectives over a group of devices, host-staged and spelled out: download → reduce on the
-//! host → upload. All-reduce (a naive gather-sum-broadcast twin and a ring of reduce-scatter +
-//! all-gather), reduce-scatter, all-gather, broadcast; every transfer goes into a [`Ledger`].
-//!
-//! Two layers, plain functions both:
-//! - [`host`]: the algorithms on `&mut [Vec<f32>]`, one buffer per rank, no GPU needed;
-//! - this module's [`all_reduce`], [`reduce_scatter`], [`all_gather`], [`broadcast`] over
-//!   `&[Gpu]` + `&[View]`: one thread per rank downloads, the host algorithm runs, uploads.
+//! The collective algorithms, host-staged and spelled out: all-reduce (a naive
+//! gather-sum-broadcast twin and a ring of reduce-scatter + all-gather), reduce-scatter,
+//! all-gather, broadcast, on `&mut [Vec<f32>]` ([`host`]: one buffer per rank, no GPU needed);
+//! every transfer goes into a [`Ledger`]. The runtime's workers stage their device buffers
+//! themselves (download → [`crate::comm`] → upload), so this is the one collective stack.
 //!
 //! The ring: n elements split into d chunks `c_k = [k·n/d, (k+1)·n/d)` ([`chunk`]; floor
 //! boundaries, so lengths differ by at most one and some are empty when n < d; ZeRO passes its
@@ -37,17 +34,12 @@
 //! Each rank sends `4·(2n − |c_r| − |c_(r+1)|)` bytes in a ring all-reduce: exactly
 //! `2(d−1)/d·S` when d divides n ([`ring_all_reduce_bytes`]); the ledger records exactly that.
 
-mod device;
 pub mod host;
 mod ledger;
 mod ring;
 
 use std::time::Duration;
 
-pub use device::{
-    all_gather, all_gather_from, all_reduce, all_reduce_in, broadcast, reduce_scatter,
-    reduce_scatter_to,
-};
 pub(crate) use ledger::Stamp;
 pub use ledger::{
     chunk, ring_all_gather_rank_bytes, ring_all_reduce_bytes, ring_all_reduce_group_bytes,

@@ -136,11 +136,6 @@ pub(super) struct Failure {
     pub error: Error,
 }
 
-/// Runs on a rank's own thread before the ring (fill the buffer; device: download) and after it
-/// (device: upload); returns the ledger entries it made.
-pub(super) type StageIn<'a> = dyn Fn(usize, &mut Vec<f32>) -> Result<Vec<Entry>> + Sync + 'a;
-pub(super) type StageOut<'a> = dyn Fn(usize, &[f32]) -> Result<Vec<Entry>> + Sync + 'a;
-
 /// Everything the ring's workers share.
 pub(super) struct Ring<'a> {
     pub phases: Phases,
@@ -438,44 +433,6 @@ impl Ring<'_> {
         }
         Ok(())
     }
-
-    /// Stages every rank in on its own scoped thread (device: download), runs the ring, stages
-    /// every rank out likewise (device: upload); returns every entry, unsorted.
-    pub fn run_staged(
-        &self,
-        bufs: &mut [Vec<f32>],
-        stage_in: &StageIn,
-        stage_out: &StageOut,
-    ) -> Result<Vec<Entry>> {
-        let results: Vec<std::result::Result<Vec<Entry>, Failure>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = bufs
-                .iter_mut()
-                .enumerate()
-                .map(|(r, buf)| scope.spawn(move || stage_in(r, buf)))
-                .collect();
-            handles
-                .into_iter()
-                .enumerate()
-                .map(|(r, h)| {
-                    let msg = match h.join() {
-                        Ok(Ok(e)) => return Ok(e),
-                        Ok(Err(e)) => e.to_string(),
-                        Err(_) => "worker thread panicked".to_string(),
-                    };
-                    Err(Failure {
-                        primary: true,
-                        error: self.error(r, "stage in", msg),
-                    })
-                })
-                .collect()
-        });
-        let mut entries: Vec<Entry> = first_failure(results)?.into_iter().flatten().collect();
-        entries.extend(self.run(bufs)?);
-        let bufs: &[Vec<f32>] = bufs;
-        let outs = per_rank(self.d, self.stamp, "stage out", |r| stage_out(r, &bufs[r]))?;
-        entries.extend(outs.into_iter().flatten());
-        Ok(entries)
-    }
 }
 
 /// Mutable `pieces[a]` and shared `pieces[b]`, a ≠ b.
@@ -498,35 +455,6 @@ pub(super) fn worker_error(stamp: &Stamp, rank: usize, what: &str, msg: String) 
         step: stamp.step,
         msg,
     }
-}
-
-/// Runs `f(rank)` on one scoped thread per rank; errors name the rank.
-pub(super) fn per_rank<T: Send>(
-    d: usize,
-    stamp: &Stamp,
-    what: &str,
-    f: impl Fn(usize) -> Result<T> + Sync,
-) -> Result<Vec<T>> {
-    let f = &f;
-    let results = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..d).map(|r| scope.spawn(move || f(r))).collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(r, h)| {
-                let msg = match h.join() {
-                    Ok(Ok(t)) => return Ok(t),
-                    Ok(Err(e)) => e.to_string(),
-                    Err(_) => "worker thread panicked".to_string(),
-                };
-                Err(Failure {
-                    primary: true,
-                    error: worker_error(stamp, r, what, msg),
-                })
-            })
-            .collect()
-    });
-    first_failure(results)
 }
 
 /// All results, or the error of the first rank that failed on its own (else the first error).
