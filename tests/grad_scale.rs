@@ -9,53 +9,31 @@
 mod common;
 
 use common::steps::{compare, reference, worst, Batches, Seen};
-use triaxis::cpu::AdamW;
+use common::tiny::mesh as layout;
 use triaxis::engine::{Engine, EngineOptions};
 use triaxis::gpu::{self, Gpu};
 use triaxis::mesh::Mesh;
-use triaxis::model::{GptConfig, Micro};
+use triaxis::model::GptConfig;
 use triaxis::pipeline::ScheduleKind;
 use triaxis::runtime::GradScale;
 use triaxis::step::TrainConfig;
 
 const STEPS: usize = 3;
 
-/// 4 heads (tensor parallelism over 4 ranks takes one each), 2 layers of 16 channels.
+/// The layout tests' tiny model with 4 heads (tensor parallelism over 4 ranks takes one each).
 fn cfg(accum: usize) -> TrainConfig {
     TrainConfig {
         model: GptConfig {
-            vocab: 13,
-            ctx: 8,
-            channels: 16,
             heads: 4,
-            layers: 2,
+            ..common::tiny::model()
         },
-        micro: Micro { b: 2, t: 8 },
-        grad_accum: accum,
-        steps: STEPS,
-        adam: AdamW {
-            lr: 1e-2,
-            ..Default::default()
-        },
-        warmup: 1,
-        min_lr_frac: 0.1,
-        seed: 11,
+        ..common::tiny::cfg(accum)
     }
 }
 
 /// `m` microbatches for each of the steps.
 fn data(m: usize) -> Batches {
     common::addition_batches(4, 6, m, STEPS, cfg(1).micro)
-}
-
-fn layout(dp: usize, tp: usize, pp: usize, m: usize) -> Mesh {
-    Mesh {
-        dp,
-        tp,
-        pp,
-        microbatches: m,
-        ..Mesh::default()
-    }
 }
 
 /// Trains `mesh` (global batch: `data`'s microbatches per step) from step `first` on,

@@ -7,34 +7,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use common::example::{example_bin, scratch_dir, TINY_TRAIN};
-
-/// `mpirun` with the settings of an oversubscribed single host, or `None` (a loud failure
-/// under CI) when it is not installed.
-fn mpirun() -> Option<Command> {
-    let found = Command::new("mpirun")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "mpirun is missing under CI"
-        );
-        eprintln!("SKIP: mpirun is not installed");
-        return None;
-    }
-    let mut c = Command::new("mpirun");
-    c.args(["--oversubscribe"])
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_btl", "self,vader")
-        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
-    Some(c)
-}
+use common::example::{example_bin, mpirun, scratch_dir, TINY_TRAIN};
 
 /// Two ranks of `--dp 2`, rank r with `WGPU_BACKEND=backends[r]`, in `dir`.
 fn two_ranks(dir: &Path, backends: [&str; 2]) -> Option<Output> {

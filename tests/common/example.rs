@@ -267,3 +267,28 @@ pub fn check_refusal(
         Err(format!("{what}: {} — stderr {stderr:?}", wrong.join(", ")))
     }
 }
+
+/// `mpirun` with the settings of an oversubscribed single host (root allowed, shared-memory
+/// transport), or `None` — a loud failure under `CI` — when it is not installed.
+pub fn mpirun() -> Option<Command> {
+    let found = Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "mpirun is missing under CI: install openmpi-bin libopenmpi-dev"
+        );
+        eprintln!("SKIP: mpirun is not installed (apt install openmpi-bin libopenmpi-dev)");
+        return None;
+    }
+    let mut c = Command::new("mpirun");
+    c.args(["--oversubscribe"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_btl", "self,vader")
+        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
+    Some(c)
+}
