@@ -523,7 +523,9 @@ fn a_stop_signal_stops_every_rank_at_one_step_and_resumes() {
 
 /// dp 2 × pp 2 on 4 ranks (one device each) for the fault and signal matrix: the layout, its
 /// steps, and the model checksum of its uninterrupted run (in one process, whose bits ordered
-/// MPI gives), run once for both cases.
+/// MPI gives), run once for both cases. Their records have names of their own (`mref`, `mf`,
+/// `msig`, `mres`): the signal cases find their ranks by the record on the command line, and
+/// no pattern of another case matches them (`.*t.json` would match `straight.json`).
 const DP_PP: &[&str] = &["--dp", "2", "--pp", "2", "--microbatches", "2"];
 const DP_PP_STEPS: &str = "8";
 
@@ -532,9 +534,9 @@ fn dp_pp_reference() -> String {
     SUM.get_or_init(|| {
         let dir = scratch_dir("mpi-matrix-straight");
         let mut a = args(DP_PP_STEPS, DP_PP);
-        a.extend(["--no-checkpoint", "--record", "straight.json"]);
+        a.extend(["--no-checkpoint", "--record", "mref.json"]);
         ok("dp 2 × pp 2 uninterrupted", &run_one(&dir, &a));
-        let (sum, _, _) = record(&dir, "straight.json");
+        let (sum, _, _) = record(&dir, "mref.json");
         let _ = std::fs::remove_dir_all(&dir);
         sum
     })
@@ -550,11 +552,11 @@ fn dp_pp_resumes_to_the_same_bits(dir: &Path, from: u64, what: &str) {
         "ck.safetensors",
         "--no-checkpoint",
         "--record",
-        "resumed.json",
+        "mres.json",
     ]);
     let o = launch(4, dir, &a).expect("mpirun ran above");
     ok(&format!("{what}: the resumed job"), &o);
-    let (got, _, rec) = record(dir, "resumed.json");
+    let (got, _, rec) = record(dir, "mres.json");
     assert_eq!(rec["stopped"]["reason"], "finished", "{what}");
     assert_eq!(
         rec["parallel"]["resumed_from_step"].as_u64(),
@@ -580,7 +582,7 @@ fn a_fault_on_one_rank_of_dp_pp_is_named_and_its_checkpoint_resumes() {
         "--checkpoint",
         "ck.safetensors",
         "--record",
-        "run.json",
+        "mf.json",
     ]);
     let Some(o) = launch(4, &dir, &a) else {
         return;
@@ -594,7 +596,7 @@ fn a_fault_on_one_rank_of_dp_pp_is_named_and_its_checkpoint_resumes() {
             .any(|l| l.starts_with("error: rank 3 on ") && l.ends_with(named)),
         "{what}: no line of rank 3 names {named:?}:\n{err}"
     );
-    let (_, _, rec) = record(&dir, "run.json");
+    let (_, _, rec) = record(&dir, "mf.json");
     let st = &rec["stopped"];
     println!("{what}: stopped = {st}");
     assert_eq!(st["reason"], "fault", "{what}");
@@ -657,7 +659,7 @@ fn sigint_to_one_rank_of_dp_pp_stops_every_rank_at_one_step_and_resumes() {
         "--checkpoint",
         "ck.safetensors",
         "--record",
-        "run.json",
+        "msig.json",
     ]);
     c.args(["-n", "4"]).arg(&bin).args(&a).current_dir(&dir);
     let mut run = Running::start(c);
@@ -665,7 +667,7 @@ fn sigint_to_one_rank_of_dp_pp_stops_every_rank_at_one_step_and_resumes() {
         run.wait_for_step(at, Duration::from_secs(120)),
         "{what}: the job never reached step {at}"
     );
-    let pid = rank_pid(&bin, "run.json", 3).expect("rank 3 runs");
+    let pid = rank_pid(&bin, "msig.json", 3).expect("rank 3 runs");
     let sent = Command::new("kill")
         .args(["-INT", &pid])
         .status()
@@ -674,7 +676,7 @@ fn sigint_to_one_rank_of_dp_pp_stops_every_rank_at_one_step_and_resumes() {
     let (status, _, err) = run.finish(Duration::from_secs(60));
     println!("{what}: {status}; stderr:\n{err}");
     assert_eq!(status.code(), Some(130), "{what}: {err}");
-    let (_, _, rec) = record(&dir, "run.json");
+    let (_, _, rec) = record(&dir, "msig.json");
     let st = &rec["stopped"];
     println!("{what}: stopped = {st}");
     assert_eq!(st["reason"], "interrupted", "{what}");
