@@ -23,14 +23,18 @@ use triaxis::cost::comm::{
 };
 use triaxis::data::Corpus;
 use triaxis::engine::EngineOptions;
-use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro, Precision};
 use triaxis::pipeline::Link;
-use triaxis::progress::{self, say};
 use triaxis::runtime::Op;
 use triaxis::step::TrainConfig;
+
+#[path = "support/flags.rs"]
+mod flags;
+#[path = "support/progress.rs"]
+mod progress;
+use progress::say;
 
 #[path = "support/engine_steps.rs"]
 mod engine_steps;

@@ -27,8 +27,11 @@ use serde_json::{json, Value};
 use triaxis::collective::Algo;
 use triaxis::comm::mpi::{self, Reduction};
 use triaxis::comm::{launched_by_mpirun, local_group, Communicator, GroupOptions};
-use triaxis::flags;
-use triaxis::progress;
+
+#[path = "support/flags.rs"]
+mod flags;
+#[path = "support/progress.rs"]
+mod progress;
 
 /// The goal: ordered reaches this fraction of native at sizes of at least `GOAL_MIB`.
 const GOAL_RATIO: f64 = 0.8;

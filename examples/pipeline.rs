@@ -15,7 +15,6 @@ use clap::Parser;
 use triaxis::cpu::AdamW;
 use triaxis::data::Batcher;
 use triaxis::engine::{Engine, EngineOptions};
-use triaxis::flags;
 use triaxis::gpu::{self, AdapterChoice, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::{fit, GptConfig, Micro, Precision};
@@ -23,9 +22,16 @@ use triaxis::pipeline::partition::describe_stages;
 use triaxis::pipeline::partition::{measure_block_times, stage_blocks, Balance};
 use triaxis::pipeline::timeline::{chrome_trace, summarize, Summary};
 use triaxis::pipeline::{Link, Schedule, ScheduleKind};
-use triaxis::plot::{write_svg, Chart, Series};
-use triaxis::progress::{self, say};
 use triaxis::step::TrainConfig;
+
+#[path = "support/flags.rs"]
+mod flags;
+#[path = "support/plot.rs"]
+mod plot;
+#[path = "support/progress.rs"]
+mod progress;
+use plot::{write_svg, Chart, Series};
+use progress::say;
 
 #[path = "support/model_flags.rs"]
 mod model_flags;

@@ -14,13 +14,17 @@ use serde_json::json;
 use triaxis::cost::activation;
 use triaxis::cost::validate::median;
 use triaxis::engine::EngineOptions;
-use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::{Precision, Recompute};
 use triaxis::pipeline::partition::Balance;
 use triaxis::pipeline::ScheduleKind;
-use triaxis::progress::{self, say};
+
+#[path = "support/flags.rs"]
+mod flags;
+#[path = "support/progress.rs"]
+mod progress;
+use progress::say;
 
 #[path = "support/engine_steps.rs"]
 mod engine_steps;

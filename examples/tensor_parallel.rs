@@ -23,14 +23,19 @@ use clap::Parser;
 use serde_json::json;
 use triaxis::cost::comm::tp_block_traffic;
 use triaxis::engine::EngineOptions;
-use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Precision};
 use triaxis::pipeline::Link;
-use triaxis::plot::{write_svg, Chart, Series};
-use triaxis::progress;
 use triaxis::runtime::Op;
+
+#[path = "support/flags.rs"]
+mod flags;
+#[path = "support/plot.rs"]
+mod plot;
+#[path = "support/progress.rs"]
+mod progress;
+use plot::{write_svg, Chart, Series};
 
 #[path = "support/engine_steps.rs"]
 mod engine_steps;

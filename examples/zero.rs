@@ -19,14 +19,18 @@ use triaxis::cost::activation;
 use triaxis::cost::memory::{zero_state_bytes, ZeroStage};
 use triaxis::cost::zero::{self, predicted_comm_bytes};
 use triaxis::engine::EngineOptions;
-use triaxis::flags;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::memory::Usage;
 use triaxis::mesh::Mesh;
 use triaxis::model::{Precision, Recompute};
 use triaxis::pipeline::partition::Balance;
 use triaxis::pipeline::Link;
-use triaxis::progress::{self, say};
+
+#[path = "support/flags.rs"]
+mod flags;
+#[path = "support/progress.rs"]
+mod progress;
+use progress::say;
 
 #[path = "support/engine_steps.rs"]
 mod engine_steps;

@@ -4,7 +4,10 @@
 
 use std::path::PathBuf;
 
-use triaxis::plot::{render_svg, write_svg, Chart, Series};
+#[path = "../examples/support/plot.rs"]
+mod plot;
+
+use plot::{render_svg, write_svg, Chart, Series};
 use triaxis::Error;
 
 fn temp_dir(name: &str) -> PathBuf {

@@ -6,8 +6,8 @@
 //! the planner is analytic and long-context models exist. The cluster's device count and the
 //! model's shape are then checked by the library (`Cluster::new`, `ModelShape`).
 
+use crate::flags;
 use clap::ValueEnum;
-use triaxis::flags;
 use triaxis::gpu;
 use triaxis::pipeline::Link as PipeLink;
 

@@ -31,6 +31,8 @@
 //! a device opened.
 
 mod checks;
+#[path = "../support/flags.rs"]
+mod flags;
 mod validate;
 
 use clap::{Parser, ValueEnum};
@@ -86,23 +88,23 @@ struct Cli {
     /// --layers/--hidden given and no --params, the count is 12·L·d² + V·d + ctx·d).
     #[arg(long)]
     params: Option<f64>,
-    #[arg(long, value_parser = triaxis::flags::count)]
+    #[arg(long, value_parser = flags::count)]
     layers: Option<usize>,
-    #[arg(long, value_parser = triaxis::flags::count)]
+    #[arg(long, value_parser = flags::count)]
     hidden: Option<usize>,
-    #[arg(long, value_parser = triaxis::flags::count)]
+    #[arg(long, value_parser = flags::count)]
     heads: Option<usize>,
     /// Sequence length (tokens), default 2048.
-    #[arg(long, value_parser = triaxis::flags::count)]
+    #[arg(long, value_parser = flags::count)]
     seq: Option<usize>,
     /// Vocabulary size, default 50257.
-    #[arg(long, value_parser = triaxis::flags::count)]
+    #[arg(long, value_parser = flags::count)]
     vocab: Option<usize>,
     /// Nodes, default 1.
-    #[arg(long, value_parser = triaxis::flags::count)]
+    #[arg(long, value_parser = flags::count)]
     nodes: Option<usize>,
     /// Devices per node, default 8.
-    #[arg(long, value_parser = triaxis::flags::count)]
+    #[arg(long, value_parser = flags::count)]
     devices_per_node: Option<usize>,
     /// Usable memory per device in GB (after any framework reserve), default 80.
     #[arg(long)]
@@ -123,7 +125,7 @@ struct Cli {
     #[arg(long)]
     tflops: Option<f64>,
     /// Sequences per optimizer step, default 64.
-    #[arg(long, value_parser = triaxis::flags::count)]
+    #[arg(long, value_parser = flags::count)]
     global_batch: Option<usize>,
     /// Bytes per parameter split and activation width, default bf16 (with --validate: the
     /// precision the layouts train in, default f32).
@@ -133,25 +135,25 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = OverlapArg::Backward)]
     overlap: OverlapArg,
     /// Layouts to print (with --validate: to run).
-    #[arg(long, default_value_t = 5, value_parser = triaxis::flags::count)]
+    #[arg(long, default_value_t = 5, value_parser = flags::count)]
     top: usize,
     /// Run the planner's top layouts on this machine's virtual devices, predicted vs measured.
     #[arg(long)]
     validate: bool,
     /// --validate: virtual devices (one node), default 4.
-    #[arg(long, value_parser = triaxis::flags::count)]
+    #[arg(long, value_parser = flags::count)]
     devices: Option<usize>,
     /// --validate: link preset between the devices: nvlink, pcie, ethernet.
     #[arg(long, default_value = "nvlink")]
     link: String,
     /// --validate: measured steps per layout after one warm-up (medians are reported).
-    #[arg(long, default_value_t = 5, value_parser = triaxis::flags::count)]
+    #[arg(long, default_value_t = 5, value_parser = flags::count)]
     steps: usize,
     /// --validate: wgpu backend (vulkan, gl, …); default from WGPU_BACKEND.
     #[arg(long)]
     backend: Option<String>,
     /// --validate: adapter index.
-    #[arg(long, value_parser = triaxis::flags::count)]
+    #[arg(long, value_parser = flags::count)]
     adapter: Option<usize>,
 }
 

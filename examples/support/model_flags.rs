@@ -1,12 +1,12 @@
 //! The model flags the measuring examples share (`--layers`, `--channels`, `--heads`, `--seq`,
 //! `--micro-batch`), checked before any device work against the shared caps of
-//! [`triaxis::flags`], then against the model's own constraints (heads divide channels) and
+//! `flags` (support/flags.rs), then against the model's own constraints (heads divide channels) and
 //! the built-in corpus (a sequence needs one more token than it holds).
 //!
 //! Included by each example with `#[path = "support/model_flags.rs"] mod model_flags;`.
 
+use crate::flags;
 use triaxis::data::{Batcher, Corpus};
-use triaxis::flags;
 use triaxis::model::{GptConfig, Micro};
 
 /// The model of a run on the built-in throughput corpus, its flags checked.

@@ -1,10 +1,10 @@
 //! The train example's flags, and the checks every value passes before any work starts: each
-//! refusal names the flag and its constraint (see `triaxis::flags`).
+//! refusal names the flag and its constraint (see `flags`, examples/support/flags.rs).
 
 use std::path::PathBuf;
 
+use crate::flags;
 use clap::Parser;
-use triaxis::flags;
 
 /// Largest step count, sequence count or size a flag accepts: far beyond any run this program
 /// can make, small enough to catch a typo (and arithmetic overflow) before work starts.

@@ -28,9 +28,13 @@
 //! record and checkpoints, and a stop request on any rank stops every rank at the same step.
 
 mod args;
+#[path = "../support/flags.rs"]
+mod flags;
 #[cfg(feature = "mpi")]
 mod mpi_run;
 mod output_lock;
+#[path = "../support/progress.rs"]
+mod progress;
 mod report;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -47,7 +51,6 @@ use triaxis::interrupt::{Interrupt, Signal};
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
 use triaxis::pipeline::{Link, ScheduleKind};
-use triaxis::progress::{self, say};
 use triaxis::record::{
     self, AdapterRecord, DatasetRecord, EvalRecord, RunRecord, StepRecord, StopReason,
 };
@@ -56,6 +59,7 @@ use triaxis::step::TrainConfig;
 use triaxis::train::Trainer;
 
 use args::Args;
+use progress::say;
 use report::Progress;
 
 fn main() {

@@ -12,10 +12,14 @@
 //!
 //! The `MAX_*` caps are the examples' shared upper bounds: far beyond anything that fits on a
 //! device today, low enough that sizes computed from them cannot overflow.
+//!
+//! Included by each example with `#[path = "support/flags.rs"] mod flags;`.
+
+#![allow(dead_code)] // each example uses its own part
 
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use triaxis::error::{Error, Result};
 
 /// Transformer layers (`--layers`).
 pub const MAX_LAYERS: usize = 4096;
@@ -32,7 +36,7 @@ pub const MAX_DEGREE: usize = 1024;
 /// Measured steps of a benchmark (`--steps`).
 pub const MAX_STEPS: usize = 1_000_000;
 /// Sequences per optimizer step (`--global-batch`), as the planner's cap.
-pub const MAX_GLOBAL_BATCH: usize = crate::cost::plan::MAX_GLOBAL_BATCH;
+pub const MAX_GLOBAL_BATCH: usize = triaxis::cost::plan::MAX_GLOBAL_BATCH;
 /// Adapter index (`--adapter`): `devices` lists the real ones.
 pub const MAX_ADAPTER: usize = 255;
 /// Sustained compute per device in TFLOP/s (`--tflops`, `--reference-tflops`): an exaflop.

@@ -7,6 +7,10 @@
 //! palette in series order, and tick positions are computed here, so the same chart always gives
 //! the same bytes. Dashed series (theory) are drawn as dashed lines without markers; solid series
 //! (measurements) as lines with a round marker on every point.
+//!
+//! Included by each example with `#[path = "support/plot.rs"] mod plot;`.
+
+#![allow(dead_code)] // each example uses its own part
 
 use std::path::Path;
 
@@ -15,7 +19,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::{Error, Result};
+use triaxis::{Error, Result};
 
 /// One line of a chart: `points` are `(x, y)` in data units, drawn in the given order.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,5 +1,9 @@
 //! Progress display for the long-running examples: an indicatif bar, and lines printed above it
 //! (or plainly when the bar is hidden because the output is not a terminal).
+//!
+//! Included by each example with `#[path = "support/progress.rs"] mod progress;`.
+
+#![allow(dead_code)] // each example uses its own part
 
 use indicatif::{ProgressBar, ProgressStyle};
 
