@@ -2,39 +2,54 @@
 //!
 //! A portable multi-device GPT trainer on wgpu that measures what each split of the work costs.
 //!
+//! ## The path of one step
+//!
 //! ```text
-//! gpu          adapters, virtual devices (several wgpu::Device on one adapter), transfers, timers
-//! runtime_dir  a private XDG_RUNTIME_DIR before the first wgpu instance (lavapipe's warning)
-//! kernels      WGSL op families (shaders/*.wgsl) → pipelines built once → Op = dispatch, replayed
-//! cpu          the plain-Rust twin of every kernel: the specification the GPU is tested against
-//! params       one flat buffer per device for params / grads / Adam moments, named (offset, len)
-//! memory       the memory ledger: every buffer by category, current and peak per device
-//! model        GPT config and blocks (embedding, transformer blocks, head + loss), each with an
-//!              explicit forward/backward pair; a stage owns any contiguous range of blocks
-//! optim        layout-invariant global-norm clipping + AdamW over whole buffers or shards
-//! step         what every runner shares: TrainConfig, StepStats, ModelState, the checksum
-//! train        the one-device reference step the runtime is tested against; evaluation, generation
-//! data         built-in addition corpus and byte-level text files; seeded batches; version
-//! link         the link model (bandwidth, latency, presets) every clock and cost uses
-//! collective   host-staged ring / tree / naive collectives over devices, and their ledger
-//! comm         the Communicator: one rank's handle on a group (in-process, loopback double,
-//!              MPI behind feature `mpi`); launcher detection
-//! parallel     what the axes are made of: buckets, ZeRO's shard grid, the block chain, the
-//!              Megatron split, pairwise-tree accumulation (the runtime runs them)
-//! pipeline     schedules as data, validator, simulators, partition, theory (bubble, held
-//!              microbatches), step events, timeline
-//! mesh         a dp × tp × pp layout: validation with alternatives, rank ↔ coordinates
-//! runtime      every layout lowered to per-device op lists, checked, run by one worker each;
-//!              the fault hooks every fault test goes through
-//! engine       one entry point for every layout: placement, steps, per-axis costs, state
-//! session      a run: data cursor, checkpoints every N steps, resume under any layout
+//! Session::step_once    src/session.rs         batches from the data cursor; checkpoint every N
+//!  └ Engine::step       src/engine.rs          the layout's one runtime; per-axis StepCosts
+//!    └ Runtime::step    src/runtime/exec.rs    one thread per worker, each given its replica's
+//!      │                                       microbatches; the first failure is the error
+//!      └ Worker::exec   src/runtime/worker.rs  its device's program (src/runtime/ir.rs), op by
+//!        │                                     op: compute, or download → communicator → upload
+//!        └ dispatch     src/kernels/           kernels::Op: one recorded wgpu dispatch of a
+//!                                              WGSL pipeline built once (shaders/*.wgsl)
+//! ```
+//!
+//! Where to start reading: [`session`] (what a program embedding triaxis drives), then
+//! [`engine`] and [`mesh`] (a layout and its validation), [`runtime`] (how a layout is lowered
+//! to per-device op lists and run), [`kernels`] with its CPU twin [`cpu`] (the arithmetic), and
+//! [`record`] (the run record as data). The command-line programs (flags, progress bars, SVG
+//! charts) live in `examples/`, their shared parts in `examples/support/`.
+//!
+//! ## Modules
+//!
+//! ```text
 //! checkpoint   params + Adam moments + step + data cursor in one safetensors file, atomically
-//! record       the run record: config, adapter, shader hashes, dataset, losses, how it stopped
-//! interrupt    graceful stop on SIGINT / SIGTERM
+//! collective   host-staged ring / tree / naive collectives over devices, and their ledger
+//! comm         the Communicator: one rank's handle on a group (in-process, loopback, MPI)
 //! cost         the analytic cost model, ZeRO's figures, the planner (and its validation)
-//! flags        checks of command-line values and paths shared by the examples
-//! plot         SVG charts; progress  the examples' progress bars; rng  the seeded generator
+//! cpu          the plain-Rust twin of every kernel: the specification the GPU is tested against
+//! data         built-in addition corpus and byte-level text files; seeded batches; version
+//! engine       one entry point for every layout: placement, steps, per-axis costs, state
 //! error        the one error type
+//! gpu          adapters, virtual devices (several wgpu::Device on one adapter), transfers
+//! interrupt    the stop request (SIGINT / SIGTERM / SIGUSR1) a run loop polls, with a grace
+//! kernels      WGSL op families → pipelines built once → Op = one dispatch, replayed
+//! link         the link model (bandwidth, latency, presets) every clock and cost uses
+//! memory       the memory ledger: every buffer by category, current and peak per device
+//! mesh         a dp × tp × pp layout: validation with alternatives, rank ↔ coordinates
+//! model        GPT config and blocks, each an explicit forward/backward pair; stages of blocks
+//! optim        layout-invariant global-norm clipping + AdamW over whole buffers or shards
+//! parallel     the axes' parts: buckets, ZeRO's shard grid, block chain, Megatron split
+//! params       one flat buffer per device for params / grads / Adam moments, named ranges
+//! pipeline     schedules as data, validator, simulators, partition, theory, timeline
+//! record       the run record: config, adapter, shader hashes, dataset, losses, how it stopped
+//! rng          the seeded generator
+//! runtime      every layout lowered to per-device op lists, checked, run by one worker each
+//! runtime_dir  a private XDG_RUNTIME_DIR before the first wgpu instance (lavapipe's warning)
+//! session      a run: data cursor, checkpoints every N steps, resume under any layout
+//! step         what every runner shares: TrainConfig, StepStats, ModelState, the checksum
+//! train        the one-device reference step the runtime is tested against; eval, generation
 //! ```
 //!
 //! Parameter gradients accumulate (`+=`) and activation gradients assign (`=`), so gradient
