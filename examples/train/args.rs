@@ -133,7 +133,7 @@ pub struct Args {
     /// memory when the adapter is a CPU one; no budget on other adapters).
     #[arg(long)]
     pub max_memory: Option<f64>,
-    /// Where to write the run record.
+    /// Where to write the run record (its loss curve goes beside it: `<stem>.svg`).
     #[arg(long, default_value = "runs/train.json")]
     pub record: PathBuf,
     /// Under mpirun: how collectives reduce — ordered (the project's ring and trees on MPI
@@ -215,6 +215,7 @@ impl Args {
         if let Some(resume) = &self.resume {
             flags::not_an_input("--record", &self.record, "--resume", resume)?;
         }
+        self.check_curve()?;
         if self.checkpoints() {
             flags::output_file("--checkpoint", &self.checkpoint)?;
         }
@@ -224,6 +225,43 @@ impl Args {
                 "--checkpoint and --record name the same file {}: give them different paths",
                 self.record.display()
             )));
+        }
+        Ok(())
+    }
+
+    /// The loss curve beside the record (`<record stem>.svg`).
+    pub fn curve(&self) -> PathBuf {
+        crate::curve::path_beside(&self.record)
+    }
+
+    /// The curve beside the record names no input and not the checkpoint: the refusal names
+    /// the flag that decides its path (--record) and the file it would overwrite.
+    fn check_curve(&self) -> triaxis::Result<()> {
+        let curve = self.curve();
+        let mut others = Vec::new();
+        if let Some(data) = &self.data {
+            others.push(("--data", data.as_path(), "overwrite the input"));
+        }
+        if let Some(resume) = &self.resume {
+            others.push(("--resume", resume.as_path(), "overwrite the input"));
+        }
+        if self.checkpoints() {
+            others.push((
+                "--checkpoint",
+                self.checkpoint.as_path(),
+                "replace the checkpoint",
+            ));
+        }
+        for (flag, other, harm) in others {
+            if flags::same_file(&curve, other) {
+                return Err(triaxis::Error::Config(format!(
+                    "the loss curve {} beside --record {} names the same file as {flag} {}: \
+                     writing it would {harm}; give --record another path",
+                    curve.display(),
+                    self.record.display(),
+                    other.display()
+                )));
+            }
         }
         Ok(())
     }

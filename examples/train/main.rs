@@ -1,4 +1,5 @@
-//! Trains a GPT under any parallel layout and writes a run record.
+//! Trains a GPT under any parallel layout and writes a run record, with its loss and evaluation
+//! curve beside it (`<record stem>.svg`, e.g. runs/train.svg; see `curve`).
 //!
 //! `cargo run --release --example train` — one device, built-in addition corpus.
 //! `cargo run --release --example train -- --data path/to/tinyshakespeare.txt` — byte-level text.
@@ -28,11 +29,14 @@
 //! record and checkpoints, and a stop request on any rank stops every rank at the same step.
 
 mod args;
+mod curve;
 #[path = "../support/flags.rs"]
 mod flags;
 #[cfg(feature = "mpi")]
 mod mpi_run;
 mod output_lock;
+#[path = "../support/plot.rs"]
+mod plot;
 #[path = "../support/progress.rs"]
 mod progress;
 mod report;
@@ -296,6 +300,10 @@ fn run(a: &Args) -> anyhow::Result<i32> {
     let st = st.clone();
     if report::is_lead() {
         p.rec.write(&a.record)?;
+        // the curve is a view of the record: failing to draw it does not change the ending
+        if let Err(e) = curve::write(&p.rec, &a.curve()) {
+            eprintln!("warning: no loss curve: {e}");
+        }
     }
     drop(p);
     // an MPI job ends at its first rank's exit: no rank leaves before rank 0 has written the
