@@ -8,7 +8,7 @@
 //! `cargo test --release --test bf16_learning -- --ignored`. During the phase change a single
 //! pair of runs says little: when the change starts moves with any perturbation (two f32 runs
 //! of the same data that differ only in summation order were 39 points apart at step 1500),
-//! and bf16 is ahead at some seeds and behind at others (README, "Mixed precision"); another
+//! and bf16 is ahead at some seeds and behind at others (docs/precision.md); another
 //! adapter's bits are another such perturbation.
 mod common;
 

@@ -2,7 +2,7 @@
 //! default model and task on a short schedule (model checksum, the validation loss and exact
 //! match of each evaluation, the greedy sample), and — `--ignored`, about two minutes in
 //! release — the default run itself (`cargo run --release --example train`). A change that
-//! moves a pin says why in its commit and updates the pins and the README together.
+//! moves a pin says why in its commit and updates the pins and docs/training.md together.
 //!
 //! Pins are per adapter (backend and driver): other hardware rounds differently, so there the
 //! tests print their figures and skip (under `CI`, an adapter without pins is a failure).
@@ -93,7 +93,7 @@ fn check(what: &str, adapter: &(String, String), got: &Figures, pins: &[Pin]) {
     assert_eq!(
         got, &want,
         "{what} moved on {adapter:?}: a change that moves it says why and updates the pins and \
-         the README together"
+         docs/training.md together"
     );
 }
 
@@ -130,7 +130,7 @@ fn a_short_run_of_the_default_model_is_pinned() {
     check("the short run", &adapter, &got, SHORT_PINS);
 }
 
-/// Measured 2026-12-02 (Mesa 22.3.6, LLVM 15.0.6, two cores); the README's training section
+/// Measured 2026-12-02 (Mesa 22.3.6, LLVM 15.0.6, two cores); docs/training.md
 /// shows the same run.
 const DEFAULT_PINS: &[Pin] = &[
     Pin {

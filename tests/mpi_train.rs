@@ -18,7 +18,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::example::{example_bin, run_example, scratch_dir, TINY_TRAIN};
+use common::example::{example_bin, mpirun, run_example, scratch_dir, TINY_TRAIN};
 
 fn args<'a>(steps: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
     let mut v = TINY_TRAIN.to_vec();
@@ -43,30 +43,6 @@ fn record(dir: &Path, name: &str) -> (String, f64, serde_json::Value) {
         .and_then(|s| s["loss"].as_f64())
         .unwrap_or(f64::NAN);
     (sum, loss, rec)
-}
-
-/// `mpirun`, or `None` (a loud failure under CI) when it is not installed.
-fn mpirun() -> Option<Command> {
-    let found = Command::new("mpirun")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "mpirun is missing under CI: install openmpi-bin libopenmpi-dev"
-        );
-        eprintln!("SKIP: mpirun is not installed (apt install openmpi-bin libopenmpi-dev)");
-        return None;
-    }
-    let mut c = Command::new("mpirun");
-    c.args(["--oversubscribe"])
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_btl", "self,vader")
-        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
-    Some(c)
 }
 
 /// Removes the record `a` names (`--record FILE`) from `dir`: a case reads only the record its
@@ -475,7 +451,7 @@ fn a_stop_signal_stops_every_rank_at_one_step_and_resumes() {
             run.signal(signal);
         } else {
             // the ranks only: mpirun's command line names the binary too, hence the anchor
-            let pattern = format!("^{} .*t.json", bin.display());
+            let pattern = format!("^{} .* --record t\\.json", bin.display());
             let signalled = Command::new("pkill")
                 .args([&format!("-{signal}"), "-f", &pattern])
                 .status()

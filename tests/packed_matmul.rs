@@ -3,11 +3,12 @@
 //! is not a multiple of 4 (padded) or is odd (inputs whose rows start mid-word), with and without
 //! bias, and the f32-logits / f32-dlogits variants of the LM head.
 //!
-//! Packed results are compared as bf16 values and must be bit-identical to the twin's, as the
-//! README claims: measured so on lavapipe and llvmpipe GL (111,256 forward and 111,434 backward
-//! elements of each variant). Products of two bf16 factors are exact in f32 and every sum runs
-//! in the twin's order; a mismatch reports its distance in bf16 ulps. Assigned outputs are poisoned first; `+=`
-//! outputs start random and the ops run twice (twin called twice) to prove accumulation.
+//! Packed results are compared as bf16 values and must be bit-identical to the twin's, as
+//! docs/precision.md claims: measured so on lavapipe and llvmpipe GL (111,256 forward and
+//! 111,434 backward elements of each variant). Products of two bf16 factors are exact in f32
+//! and every sum runs in the twin's order; a mismatch reports its distance in bf16 ulps.
+//! Assigned outputs are poisoned first; `+=` outputs start random and the ops run twice (twin
+//! called twice) to prove accumulation.
 mod common;
 use common::*;
 use triaxis::cpu::packed::matmul as twin;

@@ -1,7 +1,7 @@
 //! Packed-bf16 LayerNorm vs its twin (`cpu::packed::norm`) on awkward even-c shapes: forward
 //! outputs poisoned first (out as poisoned words, mean/rstd as f32 NaN); the backward's
 //! accumulated dinp, dweight, dbias pre-filled with random bf16. bf16 outputs bit-identical to
-//! the twin's, as the README claims (465,760 of 465,760 on lavapipe and llvmpipe GL);
+//! the twin's, as docs/precision.md claims (465,760 of 465,760 on lavapipe and llvmpipe GL);
 //! mean/rstd within the f32 family's tolerances; every result repeated bit for bit; odd c
 //! refused.
 mod common;
