@@ -11,8 +11,13 @@
 //! Resuming restores exactly what the next step reads — parameters, AdamW moments, the step
 //! index (learning-rate schedule, Adam's bias correction) and the data cursor — so training k
 //! steps, saving, resuming and training k more gives the same bits as 2k steps straight.
+//!
+//! [`Session::run`] is the run loop a program drives: before every step it asks its stop
+//! callback (a signal, or every rank's agreement on one), after every step it tells its
+//! observer (progress, the run record, evaluation points); both may fail the run.
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use crate::checkpoint::Checkpoint;
 use crate::data::{Batcher, Corpus};
@@ -26,6 +31,24 @@ pub struct CheckpointPolicy {
     pub path: PathBuf,
     /// Save after every `every` steps (0: only when asked).
     pub every: usize,
+}
+
+/// What [`Session::run`] tells its observer after every step.
+pub struct StepDone {
+    /// Index of the step just taken (the session's counter is now `step + 1`).
+    pub step: usize,
+    pub costs: StepCosts,
+    /// Wall time of the step, its checkpoint (if one was due) included.
+    pub seconds: f64,
+}
+
+/// How [`Session::run`] ended without an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEnd<S> {
+    /// The step counter reached the end.
+    Reached,
+    /// The stop callback asked for a stop (with its reason) before the next step.
+    Stopped(S),
 }
 
 /// An engine, its data cursor and its step counter.
@@ -111,6 +134,35 @@ impl<'c> Session<'c> {
             each(self.step - 1, &c);
         }
         Ok(())
+    }
+
+    /// The run loop: steps until the counter reaches `end`. Before every step `stop` may end
+    /// the run with its reason; after every step `observe` sees the session and the step.
+    /// The first error (a step's, a checkpoint's, a callback's) ends the run.
+    pub fn run<S, E: From<Error>>(
+        &mut self,
+        end: usize,
+        mut stop: impl FnMut() -> std::result::Result<Option<S>, E>,
+        mut observe: impl FnMut(&Session<'c>, StepDone) -> std::result::Result<(), E>,
+    ) -> std::result::Result<RunEnd<S>, E> {
+        while self.step < end {
+            if let Some(why) = stop()? {
+                return Ok(RunEnd::Stopped(why));
+            }
+            let step = self.step;
+            let t0 = Instant::now();
+            let costs = self.step_once()?;
+            let seconds = t0.elapsed().as_secs_f64();
+            observe(
+                self,
+                StepDone {
+                    step,
+                    costs,
+                    seconds,
+                },
+            )?;
+        }
+        Ok(RunEnd::Reached)
     }
 
     /// Writes the state after the steps done so far to `path` (atomically). In a distributed

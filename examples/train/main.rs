@@ -58,7 +58,7 @@ use triaxis::pipeline::{Link, ScheduleKind};
 use triaxis::record::{
     self, AdapterRecord, DatasetRecord, EvalRecord, RunRecord, StepRecord, StopReason,
 };
-use triaxis::session::{CheckpointPolicy, Session};
+use triaxis::session::{CheckpointPolicy, RunEnd, Session, StepDone};
 use triaxis::step::TrainConfig;
 use triaxis::train::Trainer;
 
@@ -427,8 +427,8 @@ fn lock(p: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
     p.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The run after its start: devices, engine, the step loop, the final checkpoint, evaluation
-/// and sample. `Ok(Some(signal))`: stopped by a signal (after saving).
+/// The run after its start: devices, engine, the step loop (`Session::run`, observed here for
+/// progress, the record and evaluation points), the final checkpoint, evaluation and sample. `Ok(Some(signal))`: stopped by a signal (after saving).
 fn train(
     a: &Args,
     s: &Setup,
@@ -514,54 +514,53 @@ fn train(
     let bar = progress::bar(a.steps.saturating_sub(session.step) as u64);
     let tokens = (cfg.tokens_per_step() * a.dp) as f64;
     let t0 = Instant::now();
-    let mut signal = None;
-    let result = (|| -> anyhow::Result<()> {
-        while session.step < a.steps {
-            let asked = interrupt.requested();
-            // every rank of an MPI job stops at the same step boundary
-            #[cfg(feature = "mpi")]
-            let asked = match job.as_mut() {
-                Some(j) => j.agree(asked)?,
-                None => asked,
-            };
-            if let Some(sig) = asked {
-                signal = Some(sig);
-                break;
-            }
-            let s = session.step;
-            let ts = Instant::now();
-            let c = session.step_once()?;
-            let tps = tokens / ts.elapsed().as_secs_f64();
-            bar.set_message(format!("loss {:.4} | {:.0} tok/s", c.stats.loss, tps));
-            bar.inc(1);
-            if a.log_every > 0 && (s + 1) % a.log_every == 0 {
-                say(
-                    &bar,
-                    format!(
-                        "step {:>5}: loss {:.4}, {tps:.0} tokens/s",
-                        s + 1,
-                        c.stats.loss
-                    ),
-                );
-            }
-            let mut p = lock(progress);
-            p.rec.steps.push(StepRecord {
-                step: s,
-                loss: c.stats.loss,
-                grad_norm: c.stats.grad_norm,
-                lr: c.stats.lr,
-                tokens_per_s: tps,
-            });
-            p.costs.push(c);
-            (p.step, p.last_checkpoint) = (session.step, session.last_checkpoint);
-            drop(p);
-            if a.eval_every > 0 && (s + 1) % a.eval_every == 0 && s + 1 < a.steps {
-                let e = evaluate(&mut evaluator, &session, corpus, a, s + 1, &bar)?;
-                lock(progress).rec.evals.push(e);
-            }
+    // every rank of an MPI job stops at the same step boundary
+    let stop = || -> anyhow::Result<Option<Signal>> {
+        let asked = interrupt.requested();
+        #[cfg(feature = "mpi")]
+        let asked = match job.as_mut() {
+            Some(j) => j.agree(asked)?,
+            None => asked,
+        };
+        Ok(asked)
+    };
+    let observe = |session: &Session, done: StepDone| -> anyhow::Result<()> {
+        let (s, c) = (done.step, done.costs);
+        let tps = tokens / done.seconds;
+        bar.set_message(format!("loss {:.4} | {:.0} tok/s", c.stats.loss, tps));
+        bar.inc(1);
+        if a.log_every > 0 && (s + 1) % a.log_every == 0 {
+            say(
+                &bar,
+                format!(
+                    "step {:>5}: loss {:.4}, {tps:.0} tokens/s",
+                    s + 1,
+                    c.stats.loss
+                ),
+            );
+        }
+        let mut p = lock(progress);
+        p.rec.steps.push(StepRecord {
+            step: s,
+            loss: c.stats.loss,
+            grad_norm: c.stats.grad_norm,
+            lr: c.stats.lr,
+            tokens_per_s: tps,
+        });
+        p.costs.push(c);
+        (p.step, p.last_checkpoint) = (session.step, session.last_checkpoint);
+        drop(p);
+        if a.eval_every > 0 && (s + 1) % a.eval_every == 0 && s + 1 < a.steps {
+            let e = evaluate(&mut evaluator, session, corpus, a, s + 1, &bar)?;
+            lock(progress).rec.evals.push(e);
         }
         Ok(())
-    })();
+    };
+    let (signal, result) = match session.run(a.steps, stop, observe) {
+        Ok(RunEnd::Stopped(sig)) => (Some(sig), Ok(())),
+        Ok(RunEnd::Reached) => (None, Ok(())),
+        Err(e) => (None, Err(e)),
+    };
     // the loop has stopped on its own: no more abandoning from the signal thread
     interrupt.acknowledge();
     let train_time = t0.elapsed().as_secs_f64();
