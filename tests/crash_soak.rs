@@ -98,7 +98,15 @@ fn killed_runs_resume_to_the_uninterrupted_checksum_and_never_leave_half_a_check
         );
         for f in std::fs::read_dir(&dir).unwrap().map_while(Result::ok) {
             let name = f.file_name().to_string_lossy().into_owned();
-            let known = ["ck.safetensors", "run.json"].contains(&name.as_str())
+            // a killed run leaves its lock files (the next run takes them over: their pid is
+            // gone) and may leave a temporary file; nothing else
+            let known = [
+                "ck.safetensors",
+                "run.json",
+                "ck.safetensors.lock",
+                "run.json.lock",
+            ]
+            .contains(&name.as_str())
                 || name.starts_with("ck.safetensors.tmp-")
                 || name.starts_with("run.json.tmp-");
             assert!(known, "kill {k}: unexpected file {name}");
