@@ -18,18 +18,7 @@ use common::example::{run_example, scratch_dir};
 fn evals(dir: &std::path::Path, name: &str) -> Vec<(u64, f64, f64)> {
     let text = std::fs::read_to_string(dir.join(name)).expect("the run record");
     let rec: serde_json::Value = serde_json::from_str(&text).expect("a JSON record");
-    rec["evals"]
-        .as_array()
-        .expect("evaluations")
-        .iter()
-        .map(|e| {
-            (
-                e["step"].as_u64().expect("step"),
-                e["val_loss"].as_f64().expect("val_loss"),
-                e["accuracy"].as_f64().expect("exact match"),
-            )
-        })
-        .collect()
+    common::example::evals(&rec)
 }
 
 #[test]

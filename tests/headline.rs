@@ -49,18 +49,7 @@ fn run(tag: &str, args: &[&str]) -> Option<((String, String), Figures)> {
         s(&rec["adapter"]["backend"]),
         s(&rec["adapter"]["driver_info"]),
     );
-    let evals = rec["evals"]
-        .as_array()
-        .expect("evaluations")
-        .iter()
-        .map(|e| {
-            (
-                e["step"].as_u64().expect("step"),
-                e["val_loss"].as_f64().expect("val_loss"),
-                e["accuracy"].as_f64().expect("exact match"),
-            )
-        })
-        .collect();
+    let evals = common::example::evals(&rec);
     Some((
         adapter,
         Figures {

@@ -292,3 +292,19 @@ pub fn mpirun() -> Option<Command> {
         .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
     Some(c)
 }
+
+/// (step, validation loss, exact match) of every evaluation in a train example's run record.
+pub fn evals(rec: &serde_json::Value) -> Vec<(u64, f64, f64)> {
+    rec["evals"]
+        .as_array()
+        .expect("evaluations")
+        .iter()
+        .map(|e| {
+            (
+                e["step"].as_u64().expect("step"),
+                e["val_loss"].as_f64().expect("val_loss"),
+                e["accuracy"].as_f64().expect("exact match"),
+            )
+        })
+        .collect()
+}
