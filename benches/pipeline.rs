@@ -8,7 +8,7 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use triaxis::cpu::AdamW;
 use triaxis::data::{AdditionSpec, Batcher, Corpus};
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
@@ -63,7 +63,7 @@ fn bench(c: &mut Criterion) {
         schedule: ScheduleKind::OneFOneB,
         ..Mesh::default()
     };
-    let mut pipe = Engine::new(&gpus, cfg, mesh, EngineOptions::default()).expect("pipeline");
+    let mut pipe = Engine::new(&gpus, cfg, mesh, RuntimeOptions::default()).expect("pipeline");
     let mut g = c.benchmark_group("executor");
     g.sample_size(20);
     let mut t_one = Vec::new();

@@ -41,7 +41,7 @@ use std::time::Instant;
 
 use triaxis::cpu::AdamW;
 use triaxis::data::{AdditionSpec, Batcher, Corpus};
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::Engine;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::link::Link;
 use triaxis::mesh::Mesh;
@@ -131,10 +131,10 @@ fn exposure(gpus: &[Gpu], corpus: &Corpus, link: &Link) -> anyhow::Result<()> {
         microbatches: m,
         ..Mesh::default()
     };
-    let eopts = EngineOptions {
+    let eopts = RuntimeOptions {
         link: *link,
         serial: true,
-        ..EngineOptions::default()
+        ..RuntimeOptions::default()
     };
     let mut engine = Engine::new(gpus, cfg.clone(), mesh, eopts)?;
     let ropts = RuntimeOptions {
@@ -302,8 +302,9 @@ fn overhead(gpus: &[Gpu], corpus: &Corpus) -> anyhow::Result<()> {
         Ok(median(v))
     };
     let up = floor(&mut || Ok(g.upload(&probe, &host).and_then(|_| g.sync())?))?;
-    let run = floor(&mut || Ok(g.run(&[]).and_then(|_| g.sync())?))?;
-    let timed = floor(&mut || Ok(g.run_timed(&[]).map(drop)?))?;
+    let none: &[triaxis::kernels::Op] = &[];
+    let run = floor(&mut || Ok(g.run(none).and_then(|_| g.sync())?))?;
+    let timed = floor(&mut || Ok(g.run_timed(none).map(drop)?))?;
     let down = floor(&mut || Ok(g.download::<f32>(&probe).map(drop)?))?;
     println!(
         "one idle device, wall per call: upload 1 KiB + wait {up:.0} µs, empty pass + wait \

@@ -22,7 +22,7 @@ use triaxis::cost::comm::{
     fraction_lost, large_p_allreduce_bytes, ring_allreduce_bytes, Convention, Overlap,
 };
 use triaxis::data::Corpus;
-use triaxis::engine::EngineOptions;
+use triaxis::engine::RuntimeOptions;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro, Precision};
@@ -218,10 +218,10 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             microbatches: k1,
             ..Mesh::default()
         },
-        EngineOptions {
+        RuntimeOptions {
             serial: true,
             precision,
-            ..EngineOptions::default()
+            ..RuntimeOptions::default()
         },
         &corpus,
         1,
@@ -268,13 +268,13 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             bar.set_message(format!("d={d} link={}", link.name));
             // wall clock: replicas concurrently; device clock: one at a time (clean kernel times)
             let engine_run = |serial: bool| {
-                let opts = EngineOptions {
+                let opts = RuntimeOptions {
                     link: *link,
                     serial,
                     bucket_bytes: (a.bucket_mb * 1e6) as usize,
                     dp_algo: algo,
                     precision,
-                    ..EngineOptions::default()
+                    ..RuntimeOptions::default()
                 };
                 engine_steps::run(&gpus, cfg.clone(), mesh, opts, &corpus, 1)
             };
@@ -373,11 +373,11 @@ fn tree_cost(
     };
     let (mut wall, mut grads) = (Vec::new(), Vec::new());
     for accumulation in [Accumulation::Sequential, Accumulation::PairwiseTree] {
-        let opts = EngineOptions {
+        let opts = RuntimeOptions {
             dp_algo: Algo::Tree,
             accumulation,
             precision,
-            ..EngineOptions::default()
+            ..RuntimeOptions::default()
         };
         let run = engine_steps::run(gpus, cfg.clone(), mesh, opts, corpus, 9)?;
         let mut t: Vec<f64> = run.costs.iter().map(|c| c.wall).collect();

@@ -14,12 +14,13 @@ use anyhow::Context;
 use clap::Parser;
 use triaxis::cpu::AdamW;
 use triaxis::data::Batcher;
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::gpu::{self, AdapterChoice, Gpu};
+use triaxis::measure::block_times;
 use triaxis::mesh::Mesh;
 use triaxis::model::{fit, GptConfig, Micro, Precision};
 use triaxis::pipeline::partition::describe_stages;
-use triaxis::pipeline::partition::{measure_block_times, stage_blocks, Balance};
+use triaxis::pipeline::partition::{stage_blocks, Balance};
 use triaxis::pipeline::timeline::{chrome_trace, summarize, Summary};
 use triaxis::pipeline::{Link, Schedule, ScheduleKind};
 use triaxis::step::TrainConfig;
@@ -250,7 +251,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
     );
     let balance = match a.balance.as_str() {
         "params" => Balance::Params,
-        _ => Balance::Time(measure_block_times(&gpus[0], &model, micro, 5)?),
+        _ => Balance::Time(block_times(&gpus[0], &model, micro, 5)?),
     };
     let link = match link {
         Some(l) => l,
@@ -311,7 +312,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                 chunks: v,
                 ..Mesh::default()
             };
-            let opts = EngineOptions {
+            let opts = RuntimeOptions {
                 serial: a.serial,
                 link,
                 balance: balance.clone(),

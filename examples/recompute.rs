@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::json;
 use triaxis::cost::activation;
-use triaxis::cost::validate::median;
-use triaxis::engine::EngineOptions;
+use triaxis::engine::RuntimeOptions;
 use triaxis::gpu::{AdapterChoice, Gpu};
+use triaxis::measure::median;
 use triaxis::mesh::Mesh;
 use triaxis::model::{Precision, Recompute};
 use triaxis::pipeline::partition::Balance;
@@ -190,11 +190,11 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
     for prec in precisions {
         let mut base_sum = None;
         for mode in Recompute::ALL {
-            let opts = EngineOptions {
+            let opts = RuntimeOptions {
                 recompute: mode,
                 precision: prec,
                 serial: true,
-                ..EngineOptions::default()
+                ..RuntimeOptions::default()
             };
             let run = engine_steps::run(&gpus, cfg.clone(), mesh, opts, &m.corpus, 1)?;
             let med = run.median();

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::json;
 use triaxis::cost::comm::tp_block_traffic;
-use triaxis::engine::EngineOptions;
+use triaxis::engine::RuntimeOptions;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Precision};
@@ -205,11 +205,11 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             microbatches: a.microbatches,
             ..Mesh::default()
         };
-        let opts = EngineOptions {
+        let opts = RuntimeOptions {
             tp_link: *link,
             serial: true,
             precision,
-            ..EngineOptions::default()
+            ..RuntimeOptions::default()
         };
         engine_steps::run(&gpus, cfg.clone(), mesh, opts, &corpus, 1)
     };

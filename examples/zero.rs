@@ -18,7 +18,7 @@ use serde_json::json;
 use triaxis::cost::activation;
 use triaxis::cost::memory::{zero_state_bytes, ZeroStage};
 use triaxis::cost::zero::{self, predicted_comm_bytes};
-use triaxis::engine::EngineOptions;
+use triaxis::engine::RuntimeOptions;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::memory::Usage;
 use triaxis::mesh::Mesh;
@@ -205,12 +205,12 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             "MB/rank", "predict", "×st0", "link ms", "step s", "dev s", "bits=st0", "loss"
         ),
     );
-    let opts = EngineOptions {
+    let opts = RuntimeOptions {
         link,
         bucket_bytes: (a.bucket_mb * 1e6) as usize,
         recompute,
         precision,
-        ..EngineOptions::default()
+        ..RuntimeOptions::default()
     };
     let mut rows = Vec::new();
     for &d in &degrees {

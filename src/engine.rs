@@ -4,7 +4,7 @@
 //! model state in the one-device layout for checkpoints, whatever the layout.
 //!
 //! ```text
-//! Engine::new(gpus, cfg, mesh) ─ mesh.validate (before any device work)
+//! Engine::new(gpus, cfg, mesh, opts) ─ every check once, before any device work
 //!   └─ the one runtime: the layout lowered to one program per device, one worker per device
 //!      (crate::runtime); one device is the dp = tp = pp = 1 lowering, ZeRO-2/3 run block by
 //!      block over step-scoped buffers
@@ -15,73 +15,17 @@
 //! Every layout gives bits a test pins: one device = every pipeline schedule; plain data
 //! parallelism = ZeRO 1–3 = dp × pp.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gpu::Gpu;
-use crate::link::Link;
 use crate::memory::Usage;
 use crate::mesh::{Coords, Mesh};
 use crate::model::Block;
 use crate::pipeline::event::StepReport;
-use crate::pipeline::partition::Balance;
 use crate::pipeline::timeline::theory;
 use crate::pipeline::Schedule;
-use crate::runtime::{Fault, GradScale};
-use crate::runtime::{Runtime, RuntimeOptions, RuntimeStep};
+pub use crate::runtime::RuntimeOptions;
+use crate::runtime::{Runtime, RuntimeStep};
 use crate::step::{ModelState, StepStats, TrainConfig};
-
-/// Knobs of an engine that do not change its result.
-#[derive(Clone, Debug)]
-pub struct EngineOptions {
-    /// Link model of the data-parallel all-reduce and of pipeline sends.
-    pub link: Link,
-    /// Link model of the tensor-parallel all-reduces.
-    pub tp_link: Link,
-    /// One device at a time (clean device-clock times on virtual devices).
-    pub serial: bool,
-    /// Test hook: an injected fault in a pass (see [`Fault`]); `device` is the global device,
-    /// `action` the index of the pass in its schedule list.
-    pub fault: Option<Fault>,
-    /// Test hook: a fault in the `action`-th gradient reduction of global device `device`.
-    pub reduce_fault: Option<Fault>,
-    /// Test hook: one device's gradient of one tensor scaled before the norm, every step.
-    pub grad_scale: Option<GradScale>,
-    /// Longest a pipeline stage waits for a neighbour.
-    pub recv_timeout: std::time::Duration,
-    /// How the model's blocks are split into pipeline stages.
-    pub balance: Balance,
-    /// Largest data-parallel gradient bucket in bytes (smaller buckets start reducing sooner,
-    /// each pays the link latency).
-    pub bucket_bytes: usize,
-    /// The data-parallel all-reduce (ring, naive or pairwise tree; ZeRO needs the ring).
-    pub dp_algo: crate::collective::Algo,
-    /// How microbatch gradients accumulate: `grads +=` in order, or the pairwise tree that
-    /// gives the same bits for dp = 1, 2, 4, … (with the tree all-reduce).
-    pub accumulation: crate::parallel::accumulate::Accumulation,
-    /// What each layer's backward recomputes (the bits are those of `none`).
-    pub recompute: crate::model::Recompute,
-    /// f32, or bf16 mixed precision (f32 master weights and moments).
-    pub precision: crate::model::Precision,
-}
-
-impl Default for EngineOptions {
-    fn default() -> Self {
-        EngineOptions {
-            link: Link::nvlink(),
-            tp_link: Link::nvlink(),
-            serial: false,
-            fault: None,
-            reduce_fault: None,
-            grad_scale: None,
-            recv_timeout: std::time::Duration::from_secs(60),
-            balance: Balance::Params,
-            bucket_bytes: crate::parallel::bucket::BUCKET_BYTES,
-            dp_algo: crate::collective::Algo::Ring,
-            accumulation: crate::parallel::accumulate::Accumulation::Sequential,
-            recompute: crate::model::Recompute::None,
-            precision: crate::model::Precision::F32,
-        }
-    }
-}
 
 /// Where one device's work sits.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -129,7 +73,6 @@ pub struct StepCosts {
 pub struct Engine {
     pub mesh: Mesh,
     pub cfg: TrainConfig,
-    pub opts: EngineOptions,
     rt: Box<Runtime>,
     schedule: Schedule,
     placement: Vec<Placement>,
@@ -141,18 +84,10 @@ impl Engine {
     /// Checks `mesh` for `cfg` and `gpus.len()` devices, then places and initialises the model
     /// (every layout starts from one device's initial weights). `cfg.grad_accum` must equal
     /// `mesh.microbatches`: each replica accumulates that many microbatches per step.
-    pub fn new(gpus: &[Gpu], cfg: TrainConfig, mesh: Mesh, opts: EngineOptions) -> Result<Engine> {
-        cfg.validate()?;
-        mesh.validate(&cfg.model, cfg.micro.b, cfg.micro.t, gpus.len())?;
-        check_accumulation(&cfg, &mesh)?;
-        let rt = Runtime::new(
-            &gpus[..mesh.devices()],
-            cfg.clone(),
-            mesh,
-            runtime_options(&opts),
-        )?;
+    pub fn new(gpus: &[Gpu], cfg: TrainConfig, mesh: Mesh, opts: RuntimeOptions) -> Result<Engine> {
+        let rt = Runtime::new(gpus, cfg, mesh, opts)?;
         let local: Vec<(usize, Gpu)> = gpus[..mesh.devices()].iter().cloned().enumerate().collect();
-        Engine::around(rt, &local, opts)
+        Engine::around(rt, &local)
     }
 
     /// The engine of the devices `local` (global device, GPU) of a layout whose other devices
@@ -164,17 +99,15 @@ impl Engine {
         local: &[(usize, Gpu)],
         cfg: TrainConfig,
         mesh: Mesh,
-        opts: EngineOptions,
+        opts: RuntimeOptions,
         comms: Vec<crate::runtime::Comms>,
         control: Box<dyn crate::comm::Communicator>,
     ) -> Result<Engine> {
-        cfg.validate()?;
-        check_accumulation(&cfg, &mesh)?;
-        let rt = Runtime::distributed(local, cfg, mesh, runtime_options(&opts), comms, control)?;
-        Engine::around(rt, local, opts)
+        let rt = Runtime::distributed(local, cfg, mesh, opts, comms, control)?;
+        Engine::around(rt, local)
     }
 
-    fn around(rt: Runtime, local: &[(usize, Gpu)], opts: EngineOptions) -> Result<Engine> {
+    fn around(rt: Runtime, local: &[(usize, Gpu)]) -> Result<Engine> {
         let (mesh, cfg) = (rt.mesh, rt.cfg.clone());
         let schedule = rt.schedule.clone();
         let stages = rt.stages.clone();
@@ -200,7 +133,6 @@ impl Engine {
         Ok(Engine {
             mesh,
             cfg,
-            opts,
             rt: Box::new(rt),
             schedule,
             placement,
@@ -224,6 +156,12 @@ impl Engine {
         &self.rt
     }
 
+    /// The whole model on a local device of a layout that keeps it whole (see
+    /// [`Runtime::whole_model`]): what the forward-only evaluator runs on between steps.
+    pub fn whole_model(&self) -> Option<&crate::model::gpu_model::GpuModel> {
+        self.rt.whole_model()
+    }
+
     /// Where every device's work sits.
     pub fn placement(&self) -> &[Placement] {
         &self.placement
@@ -234,6 +172,11 @@ impl Engine {
         Some(&self.rt.plan)
     }
 
+    /// The knobs the run was built with (the runtime's own: one options type for every layer).
+    pub fn opts(&self) -> &RuntimeOptions {
+        &self.rt.opts
+    }
+
     /// The blocks of every model stage.
     pub fn stages(&self) -> Vec<Vec<Block>> {
         self.rt.stages.clone()
@@ -242,7 +185,6 @@ impl Engine {
     /// One device's compute at a time (clean device-clock times) or all at once, from the next
     /// step on.
     pub fn set_serial(&mut self, serial: bool) {
-        self.opts.serial = serial;
         self.rt.opts.serial = serial;
     }
 
@@ -290,37 +232,6 @@ impl Engine {
 }
 
 /// The configuration accumulates what the layout runs per replica.
-fn check_accumulation(cfg: &TrainConfig, mesh: &Mesh) -> Result<()> {
-    if cfg.grad_accum != mesh.microbatches {
-        return Err(Error::Config(format!(
-            "the configuration accumulates {} microbatches but the layout runs {} per replica; \
-             set both to the same value",
-            cfg.grad_accum, mesh.microbatches
-        )));
-    }
-    Ok(())
-}
-
-/// The runtime's options from the engine's.
-fn runtime_options(opts: &EngineOptions) -> RuntimeOptions {
-    RuntimeOptions {
-        link: opts.link,
-        tp_link: opts.tp_link,
-        serial: opts.serial,
-        fault: opts.fault,
-        reduce_fault: opts.reduce_fault,
-        grad_scale: opts.grad_scale.clone(),
-        recv_timeout: opts.recv_timeout,
-        balance: opts.balance.clone(),
-        bucket_bytes: opts.bucket_bytes,
-        dp_algo: opts.dp_algo,
-        accumulation: opts.accumulation,
-        recompute: opts.recompute,
-        precision: opts.precision,
-        ..RuntimeOptions::default()
-    }
-}
-
 /// The per-axis costs of a runtime step: the device-clock replay of every program (the bubble
 /// over replica 0's passes, the whole step, exposed data-parallel comm) and the ledgers' bytes.
 fn costs(rt: &Runtime, run: &RuntimeStep, schedule: &Schedule) -> Result<StepCosts> {

@@ -5,6 +5,7 @@
 //! mapped staging buffers, because GL's `queue.write_buffer` is slow (~1 GB/s). Device errors are
 //! captured by a handler and surfaced by [`Gpu::check`] as [`Error::Device`], never as a panic.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -172,6 +173,16 @@ pub fn find_adapter(choice: &AdapterChoice) -> Result<wgpu::Adapter> {
     }
 }
 
+/// Something recorded into a compute pass: one dispatch with its pipeline and bindings
+/// (the kernels' `Op`). The device runs a list of them as one pass.
+pub trait Dispatch {
+    fn record(&self, pass: &mut wgpu::ComputePass<'_>);
+}
+
+/// Compute pipelines of one device by (shader, entry point), with their bind group layout.
+pub(crate) type Pipelines =
+    Mutex<HashMap<(&'static str, &'static str), (wgpu::ComputePipeline, wgpu::BindGroupLayout)>>;
+
 /// One device on one adapter, plus what the kernels need to know about it.
 #[derive(Clone)]
 pub struct Gpu {
@@ -185,7 +196,8 @@ pub struct Gpu {
     errors: Arc<Mutex<Vec<String>>>,
     /// Timestamp query set, resolve buffer and mapped readback of `run_timed`, made once.
     timer: Arc<Mutex<Option<Timer>>>,
-    pub(crate) kernels: Arc<crate::kernels::Cache>,
+    /// Compute pipelines of this device, built on first use and kept (shared by every clone).
+    pub(crate) pipelines: Arc<Pipelines>,
     /// Bytes allocated on this device, by category (shared by every clone).
     memory: Arc<MemoryLedger>,
 }
@@ -231,7 +243,7 @@ impl Gpu {
             }
         }));
         Ok(Gpu {
-            kernels: Arc::new(crate::kernels::Cache::default()),
+            pipelines: Arc::default(),
             device,
             queue,
             info: adapter.get_info(),
@@ -392,7 +404,7 @@ impl Gpu {
     }
 
     /// Records `ops` into one compute pass and submits it (does not wait).
-    pub fn run(&self, ops: &[crate::kernels::Op]) -> Result<()> {
+    pub fn run(&self, ops: &[impl Dispatch]) -> Result<()> {
         let mut enc = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -413,7 +425,7 @@ impl Gpu {
 
     /// Runs `ops` and returns their device duration: GPU timestamps around the pass where the
     /// adapter has them, else the wall time from submit to completion (device otherwise idle).
-    pub fn run_timed(&self, ops: &[crate::kernels::Op]) -> Result<Duration> {
+    pub fn run_timed(&self, ops: &[impl Dispatch]) -> Result<Duration> {
         if !self.has_timestamps() {
             self.sync()?;
             let t0 = std::time::Instant::now();

@@ -27,15 +27,16 @@
 //! checkpoint   params + Adam moments + step + data cursor in one safetensors file, atomically
 //! collective   host-staged ring / tree / naive collectives over devices, and their ledger
 //! comm         the Communicator: one rank's handle on a group (in-process, loopback, MPI)
-//! cost         the analytic cost model, ZeRO's figures, the planner (and its validation)
+//! cost         the analytic cost model, ZeRO's figures, the planner and its checks (no device work)
 //! cpu          the plain-Rust twin of every kernel: the specification the GPU is tested against
 //! data         built-in addition corpus and byte-level text files; seeded batches; version
 //! engine       one entry point for every layout: placement, steps, per-axis costs, state
 //! error        the one error type
+//! eval         forward-only evaluation of a whole model: validation loss, generation, accuracy
 //! gpu          adapters, virtual devices (several wgpu::Device on one adapter), transfers
-//! interrupt    the stop request (SIGINT / SIGTERM / SIGUSR1) a run loop polls, with a grace
 //! kernels      WGSL op families → pipelines built once → Op = one dispatch, replayed
 //! link         the link model (bandwidth, latency, presets) every clock and cost uses
+//! measure      device timings for the cost model: a planned layout trained, block times
 //! memory       the memory ledger: every buffer by category, current and peak per device
 //! mesh         a dp × tp × pp layout: validation with alternatives, rank ↔ coordinates
 //! model        GPT config and blocks, each an explicit forward/backward pair; stages of blocks
@@ -64,10 +65,11 @@ pub mod cpu;
 pub mod data;
 pub mod engine;
 pub mod error;
+pub mod eval;
 pub mod gpu;
-pub mod interrupt;
 pub mod kernels;
 pub mod link;
+pub mod measure;
 pub mod memory;
 pub mod mesh;
 pub mod model;

@@ -187,7 +187,7 @@ impl<'c> Session<'c> {
             layout: format!(
                 "{} precision={}",
                 self.engine.mesh.describe(),
-                self.engine.opts.precision
+                self.engine.opts().precision
             ),
             dataset_version: self.corpus.version.clone(),
         }

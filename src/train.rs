@@ -2,24 +2,25 @@
 //! over microbatches, global-norm clipping and AdamW, all on the GPU with the op lists built
 //! once. No example trains with it — every layout, one device included, trains on
 //! [`crate::runtime`] through [`crate::engine::Engine`] — it is the independent one-device
-//! reference the runtime's bits are tested against (like the CPU twin of one step here), and
-//! the evaluator and generator of the examples.
+//! reference the runtime's bits are tested against (like the CPU twin of one step here); its
+//! loss, evaluation and generation are [`crate::eval`]'s on its model.
 //!
 //! One step: zero grads ─▶ for each microbatch: upload tokens/targets, forward+backward
 //! (parameter grads accumulate) ─▶ Σg² ─▶ AdamW with clip scale min(1, clip/‖g‖).
 //!
 //! In f32 or bf16 ([`Trainer::with_precision`]): a bf16 trainer runs the packed model on f32
-//! master weights, so a bf16 run is evaluated with the forward it trains with. Model state
+//! master weights, the forward a bf16 run trains and is evaluated with. Model state
 //! goes in and out in the one-device f32 layout whatever the precision (bf16 stores every
 //! tensor on 128 elements, [`crate::params::Layout::packed`]).
 
 use crate::cpu;
-use crate::data::{eval_batch, Corpus, Vocab};
+use crate::data::Corpus;
 use crate::error::{Error, Result};
+use crate::eval;
 use crate::gpu::Gpu;
 use crate::kernels::Op;
 use crate::model::gpu_model::{BuildOptions, GpuModel};
-use crate::model::{cpu_model, fit, Micro, Precision};
+use crate::model::{cpu_model, fit, Precision};
 use crate::optim::{global_norm_sq, Optimizer};
 use crate::parallel::accumulate::{Accumulation, TreeAccumulator};
 use crate::params::{Buffers, Layout};
@@ -159,99 +160,27 @@ impl Trainer {
 
     /// Mean loss of one batch of `(tokens, targets)` without touching parameters.
     pub fn loss(&mut self, x: &[u32], y: &[u32]) -> Result<f32> {
-        let g = &self.model.gpu;
-        g.upload(&self.model.tokens, x)?;
-        g.upload(&self.model.targets, y)?;
-        g.run(&self.model.forward)?;
-        let l = self.model.losses()?;
-        Ok((l.iter().map(|&v| v as f64).sum::<f64>() / l.len() as f64) as f32)
+        eval::loss(&self.model, x, y)
     }
 
     /// Mean validation loss over `batches` fixed batches of the validation split.
     pub fn eval(&mut self, corpus: &Corpus, batches: usize) -> Result<f32> {
-        let mut sum = 0.0;
-        for i in 0..batches.max(1) {
-            let (x, y) = eval_batch(&corpus.val, self.cfg.micro, i, &corpus.val_starts);
-            sum += self.loss(&x, &y)?;
-        }
-        Ok(sum / batches.max(1) as f32)
+        eval::val_loss(&self.model, corpus, batches)
     }
 
-    /// Greedy completion of any number of prompts, B at a time (B the microbatch size), each
-    /// for up to `max_new` tokens or until `stop`. Row r holds prompt r left-aligned; causality
-    /// makes padding after it harmless.
+    /// Greedy completion of `prompts` ([`eval::generate`]).
     pub fn generate(
         &mut self,
         prompts: &[Vec<u32>],
         max_new: usize,
         stop: Option<u32>,
     ) -> Result<Vec<Vec<u32>>> {
-        let Micro { b, t } = self.cfg.micro;
-        let v = self.cfg.model.vocab;
-        if prompts.len() > b {
-            // more prompts than rows: a microbatch of them at a time
-            let mut out = Vec::with_capacity(prompts.len());
-            for chunk in prompts.chunks(b) {
-                out.extend(self.generate(chunk, max_new, stop)?);
-            }
-            return Ok(out);
-        }
-        if let Some(i) = prompts.iter().position(|p| p.is_empty()) {
-            return Err(Error::Config(format!("prompt {i} is empty")));
-        }
-        let mut rows: Vec<Vec<u32>> = prompts.to_vec();
-        let mut done = vec![false; rows.len()];
-        for _ in 0..max_new {
-            let mut x = vec![0u32; b * t];
-            for (r, row) in rows.iter().enumerate() {
-                let keep = &row[row.len().saturating_sub(t)..];
-                x[r * t..r * t + keep.len()].copy_from_slice(keep);
-            }
-            let g = &self.model.gpu;
-            g.upload(&self.model.tokens, &x)?;
-            g.run(&self.model.forward)?;
-            let logits = self.model.logits()?;
-            for (r, row) in rows.iter_mut().enumerate() {
-                if done[r] {
-                    continue;
-                }
-                let pos = row.len().min(t) - 1;
-                let l = &logits[(r * t + pos) * v..(r * t + pos + 1) * v];
-                let next = (0..v).fold(0, |best, j| if l[j] > l[best] { j } else { best }) as u32;
-                row.push(next);
-                done[r] = Some(next) == stop;
-            }
-            if done.iter().all(|&d| d) {
-                break;
-            }
-        }
-        Ok(rows
-            .iter()
-            .zip(prompts)
-            .map(|(r, p)| r[p.len()..].to_vec())
-            .collect())
+        eval::generate(&self.model, prompts, max_new, stop)
     }
 
     /// Exact-match accuracy of greedy completions after `=` on held-out addition problems.
     pub fn addition_accuracy(&mut self, corpus: &Corpus, limit: usize) -> Result<f32> {
-        let Vocab::Chars(_) = corpus.vocab else {
-            return Err(Error::Config("accuracy needs the addition corpus".into()));
-        };
-        let newline = corpus.vocab.encode("\n")?[0];
-        let problems = &corpus.val_problems[..limit.min(corpus.val_problems.len())];
-        let mut correct = 0;
-        for chunk in problems.chunks(self.cfg.micro.b) {
-            let prompts: Vec<Vec<u32>> = chunk
-                .iter()
-                .map(|(p, _)| corpus.vocab.encode(p))
-                .collect::<Result<_>>()?;
-            let outs = self.generate(&prompts, 12, Some(newline))?;
-            for ((_, answer), out) in chunk.iter().zip(outs) {
-                let text = corpus.vocab.decode(&out);
-                correct += (text.trim_end_matches('\n') == answer && text.ends_with('\n')) as usize;
-            }
-        }
-        Ok(correct as f32 / problems.len().max(1) as f32)
+        eval::addition_accuracy(&self.model, corpus, limit)
     }
 
     /// A host copy of an f32 flat buffer of the device (storage layout) in the one-device

@@ -4,7 +4,7 @@ mod common;
 
 use triaxis::collective::{chunk, ring_all_reduce_bytes, ring_all_reduce_rank_bytes, Algo};
 use triaxis::cpu::AdamW;
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::gpu::{self, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
@@ -46,7 +46,7 @@ fn max_rel(a: &[f32], b: &[f32]) -> f32 {
         / scale
 }
 
-fn engine(gpus: &[Gpu], d: usize, k: usize, opts: EngineOptions) -> Engine {
+fn engine(gpus: &[Gpu], d: usize, k: usize, opts: RuntimeOptions) -> Engine {
     let mesh = Mesh {
         dp: d,
         microbatches: k,
@@ -70,7 +70,7 @@ fn replicas_match_one_device_and_repeat_bit_for_bit() {
     for d in [2, 4] {
         for algo in [Algo::Ring, Algo::Naive] {
             let run = || {
-                let opts = EngineOptions {
+                let opts = RuntimeOptions {
                     dp_algo: algo,
                     ..Default::default()
                 };
@@ -108,7 +108,7 @@ fn ledger_bytes_equal_the_ring_formula() {
         return;
     };
     for d in [2, 3, 4] {
-        let opts = EngineOptions {
+        let opts = RuntimeOptions {
             bucket_bytes: 8 << 10,
             ..Default::default()
         };
@@ -184,11 +184,11 @@ fn impossible_batches_are_clear_errors() {
         dp: 2,
         ..Mesh::default()
     };
-    let e = Engine::new(&gpus, cfg(2), mesh, EngineOptions::default())
+    let e = Engine::new(&gpus, cfg(2), mesh, RuntimeOptions::default())
         .err()
         .unwrap();
     assert!(e.to_string().contains("accumulates 2 microbatches"), "{e}");
-    let mut dp = engine(&gpus, 2, 1, EngineOptions::default());
+    let mut dp = engine(&gpus, 2, 1, RuntimeOptions::default());
     let data = global_batches(3, 1, cfg(1).micro);
     let e = dp.step(&data[0], 0).unwrap_err();
     assert!(e.to_string().contains("needs 2 microbatches, got 3"), "{e}");
@@ -199,7 +199,7 @@ fn a_failing_replica_ends_the_step_with_a_named_error() {
     let Some(gpus) = gpu::test_gpus(3) else {
         return;
     };
-    let opts = EngineOptions {
+    let opts = RuntimeOptions {
         // replica 1 fails in its third gradient reduction
         reduce_fault: Some(Fault {
             device: 1,
@@ -248,7 +248,7 @@ fn pairwise_tree_accumulation_is_bit_identical_across_layouts() {
         "one device: pairwise tree {tree_time:?} vs sequential {:?} for 3 steps",
         t.elapsed()
     );
-    let tree = EngineOptions {
+    let tree = RuntimeOptions {
         dp_algo: Algo::Tree,
         accumulation: Accumulation::PairwiseTree,
         bucket_bytes: 8 << 10,
@@ -267,7 +267,7 @@ fn pairwise_tree_accumulation_is_bit_identical_across_layouts() {
         );
     }
     // the sequential ring layout is not bit-identical to one device (that is the point of the mode)
-    let bad = EngineOptions {
+    let bad = RuntimeOptions {
         dp_algo: Algo::Ring,
         ..tree.clone()
     };
@@ -302,7 +302,7 @@ fn overlap_changes_timing_not_bits() {
     // one bucket: reduced after the whole backward (no overlap); small buckets: each reduced
     // as soon as backward finishes it
     for bucket_bytes in [usize::MAX / 2, 8 << 10] {
-        let opts = EngineOptions {
+        let opts = RuntimeOptions {
             bucket_bytes,
             ..Default::default()
         };
@@ -391,7 +391,7 @@ fn dp_by_pp_trains_and_matches_one_device() {
         microbatches: m,
         ..Mesh::default()
     };
-    let mut hy = Engine::new(&gpus, cfg(m), mesh, EngineOptions::default()).unwrap();
+    let mut hy = Engine::new(&gpus, cfg(m), mesh, RuntimeOptions::default()).unwrap();
     for (s, b) in data.iter().enumerate() {
         let st = hy.step(b, s).unwrap().stats;
         assert!(
@@ -409,5 +409,5 @@ fn dp_by_pp_trains_and_matches_one_device() {
     let err = max_rel(&p, &reference);
     println!("dp × pp = 2 × 2: max |Δ| / max |p| vs one device = {err:.2e}");
     assert!(err < 1e-5);
-    assert!(Engine::new(&gpus[..3], cfg(m), mesh, EngineOptions::default()).is_err());
+    assert!(Engine::new(&gpus[..3], cfg(m), mesh, RuntimeOptions::default()).is_err());
 }

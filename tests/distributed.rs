@@ -8,7 +8,7 @@ mod common;
 
 use common::tiny::{batches, cfg, mesh};
 use triaxis::comm::{loopback_group, Communicator, GroupOptions};
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::Engine;
 use triaxis::gpu;
 use triaxis::mesh::Mesh;
 use triaxis::runtime::{groups, CommKind, RuntimeOptions};
@@ -44,7 +44,7 @@ fn per_device(gpus: &[gpu::Gpu], mesh: Mesh) -> Vec<(String, Vec<f32>, u64, u64)
                         &[(d, g)],
                         cfg(mesh.microbatches),
                         mesh,
-                        EngineOptions::default(),
+                        RuntimeOptions::default(),
                         vec![c],
                         ctl,
                     )
@@ -89,7 +89,7 @@ fn one_engine_per_device_gives_the_one_process_bits() {
             &gpus[..n],
             cfg(layout.microbatches),
             layout,
-            EngineOptions::default(),
+            RuntimeOptions::default(),
         )
         .unwrap();
         let (mut losses, mut bytes) = (Vec::new(), (0, 0));
@@ -131,14 +131,14 @@ fn a_fault_in_one_process_ends_every_process_with_its_name() {
         link: ro.link,
     };
     let control = loopback_group(&(0..n).collect::<Vec<_>>(), &gopts);
-    let opts = EngineOptions {
+    let opts = RuntimeOptions {
         fault: Some(Fault {
             device: 3,
             action: 1,
             step: 0,
             kind: FaultKind::Panic,
         }),
-        ..EngineOptions::default()
+        ..RuntimeOptions::default()
     };
     let data = batches(layout.dp * layout.microbatches, 1);
     let t0 = std::time::Instant::now();

@@ -10,7 +10,7 @@ mod common;
 
 use common::steps::{compare, reference, worst, Batches, Seen};
 use common::tiny::mesh as layout;
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::gpu::{self, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::GptConfig;
@@ -41,7 +41,7 @@ fn data(m: usize) -> Batches {
 fn train(
     gpus: &[Gpu],
     mesh: Mesh,
-    opts: EngineOptions,
+    opts: RuntimeOptions,
     data: &[Vec<(Vec<u32>, Vec<u32>)>],
     first: usize,
     state: Option<&triaxis::step::ModelState>,
@@ -81,7 +81,7 @@ fn every_layout_family_gives_one_devices_loss_and_gradient_norms_per_tensor() {
             ..layout(1, 2, 2, m)
         },
     ] {
-        let (got, _) = train(&gpus, mesh, EngineOptions::default(), &data, 0, None);
+        let (got, _) = train(&gpus, mesh, RuntimeOptions::default(), &data, 0, None);
         let (l, n, t) = worst(&want, 0, &got);
         println!(
             "{}: loss {l:.1e}, norm {n:.1e}, worst tensor {t:.1e}",
@@ -104,7 +104,7 @@ fn a_state_moved_between_layouts_continues_one_devices_steps() {
     let (first, a) = train(
         &gpus,
         layout(2, 1, 1, 1),
-        EngineOptions::default(),
+        RuntimeOptions::default(),
         &data[..1],
         0,
         None,
@@ -113,7 +113,7 @@ fn a_state_moved_between_layouts_continues_one_devices_steps() {
     let st = a.state().unwrap();
     drop(a);
     let mesh = layout(1, 2, 2, m);
-    let (rest, _) = train(&gpus, mesh, EngineOptions::default(), &data, 1, Some(&st));
+    let (rest, _) = train(&gpus, mesh, RuntimeOptions::default(), &data, 1, Some(&st));
     let (l, n, t) = worst(&want, 1, &rest);
     println!("dp 2 → tp 2 × pp 2: loss {l:.1e}, norm {n:.1e}, worst tensor {t:.1e}");
     compare(&want, 1, &rest).unwrap_or_else(|e| panic!("resumed under tp 2 × pp 2: {e}"));
@@ -123,9 +123,9 @@ fn a_state_moved_between_layouts_continues_one_devices_steps() {
 /// stay within `1e-5` of one device's, which is why the norms are compared).
 fn caught(gpus: &[Gpu], mesh: Mesh, hook: GradScale, data: &Batches, want: &[Seen]) {
     let tensor = hook.tensor.clone();
-    let opts = EngineOptions {
+    let opts = RuntimeOptions {
         grad_scale: Some(hook),
-        ..EngineOptions::default()
+        ..RuntimeOptions::default()
     };
     let (got, e) = train(gpus, mesh, opts, data, 0, None);
     let err = compare(want, 0, &got).expect_err("a scaled gradient must be caught");

@@ -3,7 +3,7 @@
 mod common;
 
 use common::tiny::{cfg, mesh, model, one_at_a_time};
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::gpu;
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
@@ -332,7 +332,7 @@ fn sizes_no_device_holds_are_refused_before_allocation() {
     ] {
         refused(
             what,
-            Engine::new(&gpus, big.clone(), layout, EngineOptions::default()).err(),
+            Engine::new(&gpus, big.clone(), layout, RuntimeOptions::default()).err(),
         );
     }
     // an example says the same after opening its adapter, without a panic
@@ -371,10 +371,10 @@ fn engine_refuses_before_any_device_work() {
     let Some(gpus) = gpu::test_gpus(2) else {
         return;
     };
-    let e = Engine::new(&gpus, cfg(4), mesh(2, 1, 1, 2), EngineOptions::default()).err();
+    let e = Engine::new(&gpus, cfg(4), mesh(2, 1, 1, 2), RuntimeOptions::default()).err();
     let msg = e.map(|e| e.to_string()).unwrap_or_default();
     assert!(msg.contains("accumulates 4 microbatches"), "{msg}");
-    let e = Engine::new(&gpus, cfg(2), mesh(1, 1, 1, 2), EngineOptions::default()).err();
+    let e = Engine::new(&gpus, cfg(2), mesh(1, 1, 1, 2), RuntimeOptions::default()).err();
     assert!(e
         .map(|e| e.to_string())
         .unwrap_or_default()

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::gpu;
 use triaxis::mesh::Mesh;
 
@@ -39,7 +39,7 @@ fn every_layout_trains_like_one_device_and_states_move_between_layouts() {
         &gpus[..1],
         cfg(m),
         mesh(1, 1, 1, m),
-        EngineOptions::default(),
+        RuntimeOptions::default(),
     )
     .unwrap();
     for (s, b) in data.iter().enumerate() {
@@ -67,7 +67,7 @@ fn every_layout_trains_like_one_device_and_states_move_between_layouts() {
             zero,
             ..mesh(dp, tp, pp, m / dp)
         };
-        let mut e = Engine::new(&gpus[..n], cfg(m / dp), layout, EngineOptions::default())
+        let mut e = Engine::new(&gpus[..n], cfg(m / dp), layout, RuntimeOptions::default())
             .unwrap_or_else(|e| panic!("dp={dp} tp={tp} pp={pp}: {e}"));
         assert_eq!(e.placement().len(), n);
         let costs: Vec<_> = data
@@ -96,14 +96,14 @@ fn every_layout_trains_like_one_device_and_states_move_between_layouts() {
         &gpus[..2],
         cfg(2),
         mesh(2, 1, 1, 2),
-        EngineOptions::default(),
+        RuntimeOptions::default(),
     )
     .unwrap();
     for (s, b) in data.iter().enumerate().take(2) {
         a.step(b, s).unwrap();
     }
     let st = a.state().unwrap();
-    let mut b = Engine::new(&gpus, cfg(m), mesh(1, 2, 2, m), EngineOptions::default()).unwrap();
+    let mut b = Engine::new(&gpus, cfg(m), mesh(1, 2, 2, m), RuntimeOptions::default()).unwrap();
     b.set_state(&st).unwrap();
     let resumed: Vec<Seen> = data
         .iter()
@@ -128,17 +128,17 @@ fn stopping_and_resuming_the_same_layout_gives_the_same_bits() {
     let m = 2;
     let data = batches(2 * m, 4);
     let layout = mesh(2, 1, 2, m);
-    let mut straight = Engine::new(&gpus, cfg(m), layout, EngineOptions::default()).unwrap();
+    let mut straight = Engine::new(&gpus, cfg(m), layout, RuntimeOptions::default()).unwrap();
     for (s, b) in data.iter().enumerate() {
         straight.step(b, s).unwrap();
     }
-    let mut first = Engine::new(&gpus, cfg(m), layout, EngineOptions::default()).unwrap();
+    let mut first = Engine::new(&gpus, cfg(m), layout, RuntimeOptions::default()).unwrap();
     for (s, b) in data.iter().enumerate().take(2) {
         first.step(b, s).unwrap();
     }
     let st = first.state().unwrap();
     drop(first);
-    let mut second = Engine::new(&gpus, cfg(m), layout, EngineOptions::default()).unwrap();
+    let mut second = Engine::new(&gpus, cfg(m), layout, RuntimeOptions::default()).unwrap();
     second.set_state(&st).unwrap();
     for (s, b) in data.iter().enumerate().skip(2) {
         second.step(b, s).unwrap();
@@ -168,7 +168,7 @@ fn every_injected_fault_ends_the_step_with_a_named_error() {
         (FaultKind::Nan, 1, 1, 1, "gradient check", "not finite"),
         (FaultKind::Nan, 1, 0, 1, "loss", "the loss is NaN"),
     ] {
-        let opts = EngineOptions {
+        let opts = RuntimeOptions {
             fault: Some(Fault {
                 device,
                 action,
@@ -176,7 +176,7 @@ fn every_injected_fault_ends_the_step_with_a_named_error() {
                 kind,
             }),
             recv_timeout: Duration::from_secs(10),
-            ..EngineOptions::default()
+            ..RuntimeOptions::default()
         };
         let mut e = Engine::new(&gpus, cfg(m), mesh(2, 1, 2, m), opts).unwrap();
         let before_params = {
@@ -222,14 +222,14 @@ fn zero1_inside_pipeline_stages_shards_moments_and_keeps_the_bits() {
     let m = 2;
     let data = batches(2 * m, 3);
     let layout = mesh(2, 1, 2, m);
-    let fresh = Engine::new(&gpus, cfg(m), layout, EngineOptions::default()).unwrap();
+    let fresh = Engine::new(&gpus, cfg(m), layout, RuntimeOptions::default()).unwrap();
     let full_state: Vec<u64> = gpus
         .iter()
         .map(|g| g.memory().current.optimizer_state)
         .collect();
     drop(fresh);
     let sharded_layout = Mesh { zero: 1, ..layout };
-    let mut z = Engine::new(&gpus, cfg(m), sharded_layout, EngineOptions::default()).unwrap();
+    let mut z = Engine::new(&gpus, cfg(m), sharded_layout, RuntimeOptions::default()).unwrap();
     let sharded_state: Vec<u64> = gpus
         .iter()
         .map(|g| g.memory().current.optimizer_state)
@@ -237,7 +237,7 @@ fn zero1_inside_pipeline_stages_shards_moments_and_keeps_the_bits() {
     for (s, b) in data.iter().enumerate() {
         z.step(b, s).unwrap();
     }
-    let mut again = Engine::new(&gpus, cfg(m), layout, EngineOptions::default()).unwrap();
+    let mut again = Engine::new(&gpus, cfg(m), layout, RuntimeOptions::default()).unwrap();
     for (s, b) in data.iter().enumerate() {
         again.step(b, s).unwrap();
     }

@@ -3,7 +3,7 @@
 mod common;
 
 use triaxis::cpu::AdamW;
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::gpu;
 use triaxis::memory::Category;
 use triaxis::mesh::Mesh;
@@ -101,7 +101,7 @@ fn data_parallel_steps_report_peaks_per_device() {
         dp: 2,
         ..Mesh::default()
     };
-    let mut dp = Engine::new(&gpus, cfg, mesh, EngineOptions::default()).unwrap();
+    let mut dp = Engine::new(&gpus, cfg, mesh, RuntimeOptions::default()).unwrap();
     let batch: Vec<(Vec<u32>, Vec<u32>)> = (0..2)
         .map(|i| {
             (

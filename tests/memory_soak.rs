@@ -11,7 +11,7 @@ mod common;
 use std::time::Instant;
 
 use triaxis::cpu::AdamW;
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::gpu;
 use triaxis::memory::{Category, Usage};
 use triaxis::mesh::Mesh;
@@ -85,7 +85,7 @@ fn soak(layout: &str, mesh: Mesh) {
         return;
     };
     let c = cfg(mesh.microbatches);
-    let mut e = Engine::new(&gpus, c.clone(), mesh, EngineOptions::default()).unwrap();
+    let mut e = Engine::new(&gpus, c.clone(), mesh, RuntimeOptions::default()).unwrap();
     let data = common::addition_batches(4, 6, e.batches_per_step(), DISTINCT, c.micro);
     let t0 = Instant::now();
     let mut base: Vec<Usage> = Vec::new();

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use triaxis::cpu::AdamW;
 use triaxis::data::{AdditionSpec, Batcher, Corpus};
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::gpu::{self, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
@@ -64,7 +64,7 @@ fn engine(
     gpus: &[Gpu],
     cfg: TrainConfig,
     mesh: Mesh,
-    opts: EngineOptions,
+    opts: RuntimeOptions,
 ) -> triaxis::Result<Engine> {
     Engine::new(&gpus[..mesh.devices().min(gpus.len())], cfg, mesh, opts)
 }
@@ -115,7 +115,7 @@ fn every_schedule_is_bit_identical_to_one_device() {
             &gpus,
             cfg.clone(),
             pipeline(kind, p, m, v),
-            EngineOptions::default(),
+            RuntimeOptions::default(),
         )
         .unwrap();
         for (s, b) in data.iter().enumerate() {
@@ -167,7 +167,7 @@ fn activation_slots_follow_the_schedule() {
             &gpus,
             cfg.clone(),
             pipeline(kind, 4, 8, 1),
-            EngineOptions::default(),
+            RuntimeOptions::default(),
         )
         .unwrap();
         assert_eq!(slots(&pipe), want, "{kind:?}");
@@ -203,7 +203,7 @@ fn a_fault_in_one_stage_ends_the_run_with_a_named_error() {
         step: 1,
         kind: FaultKind::Error,
     };
-    let opts = EngineOptions {
+    let opts = RuntimeOptions {
         fault: Some(fault),
         recv_timeout: Duration::from_secs(20),
         ..Default::default()
@@ -250,7 +250,7 @@ fn bad_layouts_are_clear_errors() {
         &gpus,
         small,
         pipeline(ScheduleKind::Interleaved, 2, 4, 2),
-        EngineOptions::default(),
+        RuntimeOptions::default(),
     )
     .err()
     .unwrap();
@@ -263,7 +263,7 @@ fn bad_layouts_are_clear_errors() {
         &gpus,
         cfg(4),
         pipeline(ScheduleKind::OneFOneB, 2, 2, 1),
-        EngineOptions::default(),
+        RuntimeOptions::default(),
     )
     .err()
     .unwrap();

@@ -11,12 +11,13 @@
 
 use triaxis::cost::comm::ring_allreduce_bytes;
 use triaxis::cost::validate::{
-    calibrate, cluster, compare, expect, measure, predicted_tp_bytes, ring_formula_dp_bytes,
-    runnable, select, shape_of, step_flops, Conventions, Expected, Measured, Row,
+    calibrate, cluster, compare, expect, predicted_tp_bytes, ring_formula_dp_bytes, runnable,
+    select, shape_of, step_flops, Conventions, Expected, Measured, Row,
 };
 use triaxis::cost::{plan, MeshCost, Overlap, PlanRequest, Precision};
 use triaxis::data::Corpus;
 use triaxis::gpu;
+use triaxis::measure::measure;
 use triaxis::mesh::Mesh;
 use triaxis::model::GptConfig;
 use triaxis::model::Precision::{Bf16, F32};

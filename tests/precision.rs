@@ -9,7 +9,7 @@ mod common;
 
 use common::tiny;
 use triaxis::data::{AdditionSpec, Corpus};
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::Engine;
 use triaxis::gpu::{self, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro, Precision, Recompute};
@@ -367,9 +367,9 @@ fn corpus() -> Corpus {
 }
 
 fn engine(gpus: &[Gpu], cfg: &TrainConfig, precision: Precision) -> Engine {
-    let o = EngineOptions {
+    let o = RuntimeOptions {
         precision,
-        ..EngineOptions::default()
+        ..RuntimeOptions::default()
     };
     Engine::new(&gpus[..1], cfg.clone(), tiny::mesh(1, 1, 1, 2), o).unwrap()
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use triaxis::checkpoint::Checkpoint;
 use triaxis::cpu::AdamW;
 use triaxis::data::{AdditionSpec, Corpus};
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::gpu::{self, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
@@ -75,7 +75,7 @@ fn engine(gpus: &[Gpu], mesh: Mesh) -> Engine {
         &gpus[..mesh.devices()],
         cfg(mesh.microbatches),
         mesh,
-        EngineOptions::default(),
+        RuntimeOptions::default(),
     )
     .unwrap()
 }
@@ -189,7 +189,7 @@ fn damaged_or_foreign_checkpoints_are_refused_and_left_alone() {
             ..cfg(1)
         },
         mesh(1, 1, 0, 1),
-        EngineOptions::default(),
+        RuntimeOptions::default(),
     )
     .unwrap();
     for (name, path, eng) in [
@@ -221,14 +221,14 @@ fn a_failing_run_leaves_its_last_checkpoint_intact() {
     let d = dir("fail");
     let path = d.join("run.safetensors");
     let layout = mesh(1, 2, 0, 2);
-    let opts = EngineOptions {
+    let opts = RuntimeOptions {
         fault: Some(Fault {
             device: 1,
             action: 1,
             step: 3,
             kind: FaultKind::Panic,
         }),
-        ..EngineOptions::default()
+        ..RuntimeOptions::default()
     };
     let e = Engine::new(&gpus, cfg(2), layout, opts).unwrap();
     let mut s = Session::new(e, &c, 1).with_checkpoints(CheckpointPolicy {

@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::tiny::{cfg, no_thread_left, threads};
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::error::Error;
 use triaxis::gpu;
 use triaxis::mesh::Mesh;
@@ -188,11 +188,11 @@ fn every_fault_under_every_axis_is_named_and_leaves_nothing_behind() {
                 "a pass"
             }
         );
-        let opts = EngineOptions {
+        let opts = RuntimeOptions {
             fault: (!c.in_reduction).then_some(c.fault),
             reduce_fault: c.in_reduction.then_some(c.fault),
             recv_timeout: Duration::from_secs(10),
-            ..EngineOptions::default()
+            ..RuntimeOptions::default()
         };
         let mut e = Engine::new(&gpus[..l.devices()], cfg(2), l, opts).unwrap();
         let n = e.batches_per_step();

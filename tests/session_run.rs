@@ -5,7 +5,7 @@
 
 use triaxis::cpu::AdamW;
 use triaxis::data::{AdditionSpec, Corpus};
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::gpu::{self, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
@@ -48,7 +48,7 @@ fn corpus() -> Corpus {
 
 fn engine(g: &Gpu) -> Engine {
     let gpus = [g.clone()];
-    Engine::new(&gpus, cfg(), Mesh::default(), EngineOptions::default()).unwrap()
+    Engine::new(&gpus, cfg(), Mesh::default(), RuntimeOptions::default()).unwrap()
 }
 
 #[test]

@@ -10,7 +10,7 @@ mod common;
 
 use triaxis::collective::{ring_all_reduce_rank_bytes, Ledger};
 use triaxis::cpu::AdamW;
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::gpu::{self, Gpu};
 use triaxis::link::Link;
 use triaxis::mesh::Mesh;
@@ -103,10 +103,10 @@ fn tensor_parallel(
         schedule: ScheduleKind::GPipe,
         ..Mesh::default()
     };
-    let opts = EngineOptions {
+    let opts = RuntimeOptions {
         tp_link: link,
         serial,
-        ..EngineOptions::default()
+        ..RuntimeOptions::default()
     };
     Engine::new(gpus, cfg, mesh, opts)
 }
@@ -321,7 +321,7 @@ fn tensor_parallel_composes_with_pipeline_schedules() {
             schedule: kind,
             ..Mesh::default()
         };
-        let mut pipe = Engine::new(&gpus, cfg(m), mesh, EngineOptions::default()).unwrap();
+        let mut pipe = Engine::new(&gpus, cfg(m), mesh, RuntimeOptions::default()).unwrap();
         for (s, b) in data.iter().enumerate() {
             pipe.step(b, s).unwrap();
         }
@@ -346,7 +346,7 @@ fn dp_tp_pp_2x2x2_trains_and_matches_one_device() {
         microbatches: m,
         ..Mesh::default()
     };
-    let mut hy = Engine::new(&gpus, cfg(m), mesh, EngineOptions::default()).unwrap();
+    let mut hy = Engine::new(&gpus, cfg(m), mesh, RuntimeOptions::default()).unwrap();
     for (s, b) in data.iter().enumerate() {
         let st = hy.step(b, s).unwrap().stats;
         assert!(
@@ -363,7 +363,7 @@ fn dp_tp_pp_2x2x2_trains_and_matches_one_device() {
     );
     let err = rel_err("dp × tp × pp = 2 × 2 × 2", &p, &reference);
     assert!(err < 1e-5);
-    match Engine::new(&gpus[..6], cfg(m), mesh, EngineOptions::default()) {
+    match Engine::new(&gpus[..6], cfg(m), mesh, RuntimeOptions::default()) {
         Err(Error::Config(msg)) => assert!(msg.contains("8 devices, but 6 are given"), "{msg}"),
         other => panic!("expected a config error, got {:?}", other.map(|_| ())),
     }

@@ -5,7 +5,7 @@ mod common;
 
 use triaxis::cost::zero::{formula_bytes, predicted_comm_bytes, stage as zero_stage};
 use triaxis::cpu::AdamW;
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::gpu::{self, Gpu};
 use triaxis::memory::Usage;
 use triaxis::mesh::Mesh;
@@ -51,7 +51,7 @@ fn mesh(d: usize, stage: usize, accum: usize) -> Mesh {
 }
 
 /// The engine of `mesh` on the first `mesh.devices()` of `gpus`.
-fn engine(gpus: &[Gpu], cfg: TrainConfig, mesh: Mesh, opts: EngineOptions) -> Engine {
+fn engine(gpus: &[Gpu], cfg: TrainConfig, mesh: Mesh, opts: RuntimeOptions) -> Engine {
     Engine::new(&gpus[..mesh.devices()], cfg, mesh, opts).unwrap()
 }
 
@@ -123,7 +123,7 @@ fn stages_give_stage_0_bits_even_and_uneven() {
         (4, 25 << 20),
         (4, 3 << 10),
     ] {
-        let opts = EngineOptions {
+        let opts = RuntimeOptions {
             bucket_bytes,
             ..Default::default()
         };
@@ -207,7 +207,7 @@ fn model_state_bytes_match_the_formula() {
                 &gpus,
                 cfg(model, 1),
                 mesh(d, stage, 1),
-                EngineOptions::default(),
+                RuntimeOptions::default(),
             );
             let grid = chunk(&z).grid;
             let n = grid.total;
@@ -253,7 +253,7 @@ fn stage_3_frees_gathered_parameters() {
         &gpus,
         cfg(model, 1),
         mesh(d, 3, 1),
-        EngineOptions::default(),
+        RuntimeOptions::default(),
     );
     let infos: Vec<ChunkInfo> = (0..d).map(|r| z.runtime().chunks(r).remove(0)).collect();
     let longest = infos[0].block_spans.iter().map(|s| s.len()).max().unwrap() as u64;
@@ -291,13 +291,23 @@ fn stage_3_frees_gathered_parameters() {
 #[test]
 fn bad_configurations_are_clear_errors() {
     // no devices: a data-parallel group of d = 0, and a group of 2 with nothing to run on
-    let e = Engine::new(&[], cfg(tiny(), 1), mesh(0, 1, 1), EngineOptions::default())
-        .err()
-        .unwrap();
+    let e = Engine::new(
+        &[],
+        cfg(tiny(), 1),
+        mesh(0, 1, 1),
+        RuntimeOptions::default(),
+    )
+    .err()
+    .unwrap();
     assert!(e.to_string().contains("--dp must be at least 1"), "{e}");
-    let e = Engine::new(&[], cfg(tiny(), 1), mesh(2, 1, 1), EngineOptions::default())
-        .err()
-        .unwrap();
+    let e = Engine::new(
+        &[],
+        cfg(tiny(), 1),
+        mesh(2, 1, 1),
+        RuntimeOptions::default(),
+    )
+    .err()
+    .unwrap();
     assert!(e.to_string().contains("no device is available"), "{e}");
     let Some(gpus) = gpu::test_gpus(2) else {
         return;
@@ -306,12 +316,12 @@ fn bad_configurations_are_clear_errors() {
         &gpus,
         cfg(tiny(), 1),
         mesh(2, 4, 1),
-        EngineOptions::default(),
+        RuntimeOptions::default(),
     )
     .err()
     .unwrap();
     assert!(e.to_string().contains("ZeRO stage 4 does not exist"), "{e}");
-    let naive = EngineOptions {
+    let naive = RuntimeOptions {
         dp_algo: triaxis::collective::Algo::Naive,
         ..Default::default()
     };
@@ -323,7 +333,7 @@ fn bad_configurations_are_clear_errors() {
         &gpus,
         cfg(tiny(), 1),
         mesh(2, 3, 1),
-        EngineOptions::default(),
+        RuntimeOptions::default(),
     );
     let data = global_batches(3, 1, cfg(tiny(), 1).micro);
     let e = z.step(&data[0], 0).expect_err("3 microbatches for d = 2");

@@ -2,11 +2,12 @@
 //! layouts on the layout engine and print predicted next to measured.
 
 use triaxis::cost::validate::{
-    calibrate, cluster, compare, expect, measure, select, shape_of, step_flops, Conventions, Row,
+    calibrate, cluster, compare, expect, select, shape_of, step_flops, Conventions, Row,
 };
 use triaxis::cost::{plan, Convention, MeshCost, Overlap, PlanRequest, Precision, GB};
 use triaxis::data::Corpus;
 use triaxis::gpu::{AdapterChoice, Gpu};
+use triaxis::measure::measure;
 use triaxis::mesh::Mesh;
 use triaxis::model::GptConfig;
 use triaxis::pipeline::Link as PipeLink;

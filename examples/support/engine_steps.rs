@@ -12,7 +12,7 @@
 
 use triaxis::cpu::AdamW;
 use triaxis::data::{Batcher, Corpus};
-use triaxis::engine::{Engine, EngineOptions, StepCosts};
+use triaxis::engine::{Engine, RuntimeOptions, StepCosts};
 use triaxis::gpu::Gpu;
 use triaxis::memory::Usage;
 use triaxis::mesh::Mesh;
@@ -58,7 +58,7 @@ pub fn run(
     gpus: &[Gpu],
     cfg: TrainConfig,
     mesh: Mesh,
-    opts: EngineOptions,
+    opts: RuntimeOptions,
     corpus: &Corpus,
     seed: u64,
 ) -> anyhow::Result<Measured> {

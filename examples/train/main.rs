@@ -32,6 +32,7 @@ mod args;
 mod curve;
 #[path = "../support/flags.rs"]
 mod flags;
+mod interrupt;
 #[cfg(feature = "mpi")]
 mod mpi_run;
 mod output_lock;
@@ -46,13 +47,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
+use interrupt::{Interrupt, Signal};
 use serde_json::json;
 use triaxis::cpu::AdamW;
 use triaxis::data::{AdditionSpec, Corpus};
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
+use triaxis::eval::{self, Mirror};
 use triaxis::gpu::{self, AdapterChoice, Gpu};
-use triaxis::interrupt::{Interrupt, Signal};
 use triaxis::mesh::Mesh;
+use triaxis::model::gpu_model::GpuModel;
 use triaxis::model::{GptConfig, Micro};
 use triaxis::pipeline::{Link, ScheduleKind};
 use triaxis::record::{
@@ -60,7 +63,6 @@ use triaxis::record::{
 };
 use triaxis::session::{CheckpointPolicy, RunEnd, Session, StepDone};
 use triaxis::step::TrainConfig;
-use triaxis::train::Trainer;
 
 use args::Args;
 use progress::say;
@@ -102,7 +104,7 @@ struct Setup {
     corpus: Corpus,
     cfg: TrainConfig,
     mesh: Mesh,
-    opts: EngineOptions,
+    opts: RuntimeOptions,
     choice: AdapterChoice,
 }
 
@@ -148,14 +150,14 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
         microbatches: a.microbatches,
         chunks: a.chunks,
     };
-    let opts = EngineOptions {
+    let opts = RuntimeOptions {
         link: Link::by_name(&a.link)?,
         tp_link: Link::by_name(&a.tp_link)?,
         serial: a.serial,
         fault: a.fault.as_deref().map(report::parse_fault).transpose()?,
         recompute: a.recompute.parse()?,
         precision: a.precision.parse()?,
-        ..EngineOptions::default()
+        ..RuntimeOptions::default()
     };
     let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, a.software)?;
     let available = match a.devices.as_str() {
@@ -507,10 +509,12 @@ fn train(
             every: a.checkpoint_every,
         });
     }
-    // evaluation runs on its own device with the gathered parameters, whatever the layout, in
-    // the run's precision (bf16: the packed forward on the master weights rounded, as trained)
-    let mut evaluator = Trainer::with_precision(&eval_gpu, cfg.clone(), s.opts.precision)
-        .context("building the evaluator")?;
+    // evaluation runs on the run's own whole model where the layout keeps one, else on a
+    // forward-only mirror on its own device (built at the first evaluation)
+    let mut evaluator = Evaluator {
+        gpu: eval_gpu,
+        mirror: None,
+    };
     let bar = progress::bar(a.steps.saturating_sub(session.step) as u64);
     let tokens = (cfg.tokens_per_step() * a.dp) as f64;
     let t0 = Instant::now();
@@ -597,7 +601,7 @@ fn train(
         return Ok(signal);
     }
     let last = evaluate(&mut evaluator, &session, corpus, a, session.step, &bar)?;
-    let sample = report::sample(&mut evaluator, corpus)?;
+    let sample = report::sample(evaluator.model(&session, false)?, corpus)?;
     println!("sample:\n{sample}");
     let mut p = lock(progress);
     p.rec.evals.push(last.clone());
@@ -650,19 +654,48 @@ fn print_header(a: &Args, s: &Setup, g: &Gpu, unigram: f32) {
     );
 }
 
+/// Where evaluation runs: the run's own whole model between steps (no state moved), or for
+/// a layout that splits the model a forward-only [`Mirror`] on its own device, loaded with the
+/// gathered parameters.
+struct Evaluator {
+    gpu: triaxis::gpu::Gpu,
+    mirror: Option<Mirror>,
+}
+
+impl Evaluator {
+    /// The model holding the session's current parameters; `fresh`: reload a mirror from the
+    /// run first (false right after an evaluation loaded it).
+    fn model<'a>(&'a mut self, session: &'a Session, fresh: bool) -> anyhow::Result<&'a GpuModel> {
+        if let Some(m) = session.engine.whole_model() {
+            return Ok(m);
+        }
+        let e = &session.engine;
+        let mirror = match self.mirror.take() {
+            Some(m) => m,
+            None => Mirror::new(&self.gpu, e.cfg.model, e.cfg.micro, e.opts().precision)
+                .context("building the evaluator")?,
+        };
+        let mirror = self.mirror.insert(mirror);
+        if fresh {
+            mirror.load(&e.runtime().params()?)?;
+        }
+        Ok(&mirror.model)
+    }
+}
+
 /// Validation loss (and exact match on addition) of the current parameters.
 fn evaluate(
-    evaluator: &mut Trainer,
+    evaluator: &mut Evaluator,
     session: &Session,
     corpus: &Corpus,
     a: &Args,
     step: usize,
     bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<EvalRecord> {
-    evaluator.set_state(&session.engine.state()?)?;
-    let val_loss = evaluator.eval(corpus, a.eval_batches)?;
+    let model = evaluator.model(session, true)?;
+    let val_loss = eval::val_loss(model, corpus, a.eval_batches)?;
     let accuracy = if a.data.is_none() {
-        Some(evaluator.addition_accuracy(corpus, 256)?)
+        Some(eval::addition_accuracy(model, corpus, 256)?)
     } else {
         None
     };

@@ -5,11 +5,11 @@
 //! hash of the command line (ranks that disagree stop); `--devices N` must be the world size
 //! (checked with the layout before this starts).
 
+use crate::interrupt::Signal;
 use triaxis::comm::mpi::{self, MpiComm, Reduction, SimpleCommunicator, Universe};
 use triaxis::comm::{Communicator, GroupOptions};
-use triaxis::engine::{Engine, EngineOptions};
+use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::gpu::{AdapterChoice, Gpu};
-use triaxis::interrupt::Signal;
 use triaxis::mesh::Mesh;
 use triaxis::runtime::{group_members, Comms};
 use triaxis::step::TrainConfig;
@@ -177,7 +177,7 @@ impl MpiRun {
         gpu: Gpu,
         cfg: TrainConfig,
         mesh: Mesh,
-        opts: EngineOptions,
+        opts: RuntimeOptions,
     ) -> anyhow::Result<Engine> {
         let group = |families: &[Vec<usize>], link| -> anyhow::Result<Box<dyn Communicator>> {
             let o = GroupOptions {

@@ -4,10 +4,11 @@
 use serde_json::json;
 use triaxis::data::Corpus;
 use triaxis::engine::StepCosts;
+use triaxis::eval;
 use triaxis::gpu::{AdapterChoice, Gpu};
+use triaxis::model::gpu_model::GpuModel;
 use triaxis::record::{RunRecord, StopReason, StopRecord};
 use triaxis::runtime::{Fault, FaultKind};
-use triaxis::train::Trainer;
 
 /// `kind:device:action:step`, e.g. `panic:1:3:10`.
 pub fn parse_fault(s: &str) -> anyhow::Result<Fault> {
@@ -102,7 +103,7 @@ pub fn summarize_costs(costs: &[StepCosts]) -> serde_json::Value {
 
 /// A greedy sample: addition completions of a few held-out problems, or text continued from the
 /// start of the validation split (any microbatch size: prompts go B at a time).
-pub fn sample(trainer: &mut Trainer, corpus: &Corpus) -> anyhow::Result<String> {
+pub fn sample(model: &GpuModel, corpus: &Corpus) -> anyhow::Result<String> {
     if !corpus.val_problems.is_empty() {
         let newline = corpus.vocab.encode("\n")?[0];
         let shown = &corpus.val_problems[..8.min(corpus.val_problems.len())];
@@ -110,7 +111,7 @@ pub fn sample(trainer: &mut Trainer, corpus: &Corpus) -> anyhow::Result<String> 
             .iter()
             .map(|(p, _)| corpus.vocab.encode(p))
             .collect::<triaxis::Result<Vec<_>>>()?;
-        let outs = trainer.generate(&prompts, 12, Some(newline))?;
+        let outs = eval::generate(model, &prompts, 12, Some(newline))?;
         let lines: Vec<String> = shown
             .iter()
             .zip(outs)
@@ -121,9 +122,9 @@ pub fn sample(trainer: &mut Trainer, corpus: &Corpus) -> anyhow::Result<String> 
             .collect();
         return Ok(lines.join("\n"));
     }
-    let t = trainer.cfg.micro.t;
+    let t = model.micro.t;
     let prompt = corpus.val[..(t.min(corpus.val.len()) / 2).max(1)].to_vec();
-    let out = trainer.generate(std::slice::from_ref(&prompt), 200, None)?;
+    let out = eval::generate(model, std::slice::from_ref(&prompt), 200, None)?;
     Ok(format!(
         "{}{}",
         corpus.vocab.decode(&prompt),
@@ -212,7 +213,7 @@ pub struct MemoryNeed {
 pub fn memory_need(
     cfg: &triaxis::step::TrainConfig,
     mesh: &triaxis::mesh::Mesh,
-    opts: &triaxis::engine::EngineOptions,
+    opts: &triaxis::engine::RuntimeOptions,
 ) -> anyhow::Result<MemoryNeed> {
     use triaxis::cost::{activation, validate};
     use triaxis::pipeline::partition::Balance;

@@ -18,7 +18,8 @@
 //!               tp bytes      4 · m · layers · 2(t−1)/t · b·T·C·e  (2 + 2 all-reduces per layer,
 //!                             e = 4 bytes per element, bf16 2)
 //! measure     the layout trained on the engine, one device at a time: device-clock medians
-//!             ([`measure`](measure::measure), its own file)
+//!             ([`crate::measure`], outside the cost model:
+//!             the cost model itself does no device work)
 //! compare     prediction beside measurement (ratio measured / predicted); exact ledgers or not
 //! ```
 //!
@@ -44,8 +45,6 @@ use crate::pipeline::partition::{stage_blocks, Balance};
 use crate::pipeline::{Link as PipeLink, Schedule};
 
 mod bytes;
-pub mod measure;
-pub use measure::{measure, median, train_config, Measured};
 
 /// Bytes of model state per parameter in f32 Adam: params, grads, m, v (P=4, G=4, K=8).
 pub const STATE_BYTES_PER_PARAM: u64 = 16;
@@ -342,6 +341,33 @@ pub fn select(plan: &Plan, k: usize) -> (Vec<Candidate>, Vec<Candidate>) {
         }
     }
     (run, skipped)
+}
+
+/// What the engine measured for one layout: medians over the measured steps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    /// Device clock: one replica's schedule (kernels, tp all-reduces, sends) plus the
+    /// data-parallel all-reduce on the link model (the engine runs it after the backward).
+    pub step: f64,
+    /// One replica's schedule on the device clock, the replica running alone (see [`crate::measure::measure`]).
+    pub device_step: f64,
+    /// Replica 0's schedule while all dp replicas ran at once (= `device_step` when dp = 1).
+    pub device_step_concurrent: f64,
+    pub dp_comm: f64,
+    /// Idle share of the busiest pipeline device (replica alone); `None` when pp = 1.
+    pub bubble: Option<f64>,
+    /// `StepCosts::dp_bytes` and `tp_bytes` (the same every step).
+    pub dp_bytes: u64,
+    pub tp_bytes: u64,
+    /// The engine's placement, blocks per device in mesh order.
+    pub blocks: Vec<String>,
+    /// The memory ledger's model state (params, grads, Adam moments held between steps) of
+    /// the busiest device after the run.
+    pub state_bytes: u64,
+    /// The busiest device's activation peak (the memory ledger's, from the engine's build on).
+    pub activation_bytes: u64,
+    /// Wall seconds of all runs, warm-up steps included.
+    pub wall: f64,
 }
 
 /// One side-by-side figure: predicted, measured, and their ratio.

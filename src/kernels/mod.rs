@@ -7,9 +7,6 @@
 //! u32/f32 dims, `@binding(1..)` are storage buffers in the order of the dispatch function's
 //! arguments (outputs first, then inputs, as in the CPU twins of [`crate::cpu`]).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
 use wgpu::util::DeviceExt;
 
 use crate::error::{Error, Result};
@@ -107,8 +104,8 @@ pub struct Op {
     _memory: Vec<std::sync::Arc<crate::memory::Allocation>>,
 }
 
-impl Op {
-    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+impl crate::gpu::Dispatch for Op {
+    fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
         pass.set_pipeline(&self.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);
         pass.dispatch_workgroups(self.groups[0], self.groups[1], self.groups[2]);
@@ -129,14 +126,6 @@ impl Arg<'_> {
     }
 }
 
-type Key = (&'static str, &'static str);
-
-/// Pipelines of one device, built on first use and kept.
-#[derive(Default)]
-pub struct Cache {
-    pipelines: Mutex<HashMap<Key, (wgpu::ComputePipeline, wgpu::BindGroupLayout)>>,
-}
-
 fn source(shader: &str) -> Result<&'static str> {
     SHADERS
         .iter()
@@ -152,7 +141,6 @@ fn pipeline(
     args: &[Arg],
 ) -> Result<(wgpu::ComputePipeline, wgpu::BindGroupLayout)> {
     let mut cache = gpu
-        .kernels
         .pipelines
         .lock()
         .map_err(|_| Error::Device("pipeline cache poisoned".into()))?;

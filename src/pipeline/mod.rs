@@ -11,6 +11,7 @@
 //! ```
 
 pub mod event;
+mod grid;
 pub mod partition;
 pub mod render;
 pub mod schedule;

@@ -96,43 +96,6 @@ pub fn stage_blocks(cfg: &GptConfig, stages: usize, balance: &Balance) -> Result
         .collect())
 }
 
-/// Measures forward + backward time of every block of `cfg` for microbatches of shape `micro`
-/// on `gpu` (median of `reps` timed runs per block, after one warm-up step): the weights for
-/// [`Balance::Time`].
-pub fn measure_block_times(
-    gpu: &crate::gpu::Gpu,
-    cfg: &GptConfig,
-    micro: crate::model::Micro,
-    reps: usize,
-) -> Result<Vec<f64>> {
-    use crate::model::gpu_model::GpuModel;
-    let m = GpuModel::new(gpu, *cfg, &cfg.blocks(), micro, 1.0 / micro.tokens() as f32)?;
-    m.set_params(&cfg.init(&m.buffers.layout, 0))?;
-    let all: Vec<_> = m.forward.iter().chain(&m.backward).cloned().collect();
-    gpu.run(&all)?;
-    gpu.sync()?;
-    let mut out = Vec::with_capacity(cfg.blocks().len());
-    for block in cfg.blocks() {
-        let range_of = |list: &[(Block, Range<usize>)]| {
-            list.iter()
-                .find(|(b, _)| *b == block)
-                .map(|(_, r)| r.clone())
-        };
-        let (Some(f), Some(b)) = (range_of(&m.forward_blocks), range_of(&m.backward_blocks)) else {
-            return Err(Error::Config(format!("block {block:?} has no ops")));
-        };
-        let mut t: Vec<f64> = (0..reps.max(1))
-            .map(|_| {
-                Ok(gpu.run_timed(&m.forward[f.clone()])?.as_secs_f64()
-                    + gpu.run_timed(&m.backward[b.clone()])?.as_secs_f64())
-            })
-            .collect::<Result<_>>()?;
-        t.sort_by(f64::total_cmp);
-        out.push(t[t.len() / 2]);
-    }
-    Ok(out)
-}
-
 /// The stage blocks a pipeline of `stages` stages would use (for reports).
 pub fn describe_stages(cfg: &GptConfig, stages: &[Vec<Block>]) -> Vec<String> {
     stages

@@ -22,7 +22,7 @@
 //! Every constructor passes with `channel_bound = 1`; with 0 (rendezvous) only GPipe does, since
 //! 1F1B-style schedules send a gradient while the neighbour is sending an activation.
 
-use super::render::list_grid;
+use super::grid::list_grid;
 use super::schedule::{Action, Flow, Kind, Msg, Schedule};
 use crate::error::{Error, Result};
 use std::collections::HashMap;

@@ -16,12 +16,9 @@ use super::exchange::{exchange_runs, exchange_shapes, ShapesByStage};
 use super::groups::groups;
 use super::ir::{ChunkShape, Plan};
 use super::lower::lower_with;
-use super::options::tree_fits;
 pub use super::options::{CommKind, RuntimeOptions};
-use super::replay::{replay, Clock};
-use super::report::op_costs;
+use super::replay::{op_costs, replay, Clock};
 use super::worker::{Comms, StepIn, Worker, WorkerRun};
-use crate::collective::Algo;
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -66,9 +63,8 @@ impl Runtime {
         mesh: Mesh,
         opts: RuntimeOptions,
     ) -> Result<Runtime> {
-        cfg.validate()?;
-        mesh.validate(&cfg.model, cfg.micro.b, cfg.micro.t, gpus.len())?;
-        let local: Vec<(usize, Gpu)> = gpus.iter().cloned().enumerate().collect();
+        super::options::validate(&cfg, &mesh, &opts, gpus.len())?;
+        let local: Vec<(usize, Gpu)> = gpus[..mesh.devices()].iter().cloned().enumerate().collect();
         let comms = groups(&mesh, &opts);
         Runtime::build(&local, cfg, mesh, opts, comms, None)
     }
@@ -86,8 +82,7 @@ impl Runtime {
         comms: Vec<Comms>,
         control: Box<dyn Communicator>,
     ) -> Result<Runtime> {
-        cfg.validate()?;
-        mesh.validate(&cfg.model, cfg.micro.b, cfg.micro.t, mesh.devices())?;
+        super::options::validate(&cfg, &mesh, &opts, mesh.devices())?;
         if control.size() != mesh.devices() {
             return Err(Error::Config(format!(
                 "{} needs {} ranks, the world has {}",
@@ -107,30 +102,12 @@ impl Runtime {
         comms: Vec<Comms>,
         mut control: Option<Box<dyn Communicator>>,
     ) -> Result<Runtime> {
-        cfg.validate()?;
         if local.len() != comms.len() || local.iter().any(|(d, _)| *d >= mesh.devices()) {
             return Err(Error::Config(format!(
                 "{} local devices {:?} with {} sets of communicators",
                 local.len(),
                 local.iter().map(|x| x.0).collect::<Vec<_>>(),
                 comms.len()
-            )));
-        }
-        if mesh.zero > 0 && mesh.dp > 1 && opts.dp_algo != Algo::Ring {
-            return Err(Error::Config(format!(
-                "ZeRO-{} reduce-scatters with the ring; the {} all-reduce applies to unsharded \
-                 gradients (--zero 0)",
-                mesh.zero,
-                opts.dp_algo.name()
-            )));
-        }
-        if opts.accumulation == Accumulation::PairwiseTree {
-            tree_fits(&mesh, opts.dp_algo)?;
-        }
-        if cfg.grad_accum != mesh.microbatches {
-            return Err(Error::Config(format!(
-                "the configuration accumulates {} microbatches but the layout runs {} per replica",
-                cfg.grad_accum, mesh.microbatches
             )));
         }
         let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
@@ -254,7 +231,7 @@ impl Runtime {
     /// seconds (each pass at the median of its kind on its device) and link-model
     /// communication seconds.
     pub fn clock(&self, run: &RuntimeStep) -> Result<Clock> {
-        replay(&self.plan, &self.mesh, &op_costs(self, run))
+        replay(&self.plan, &self.mesh, &op_costs(&self.plan, &run.runs))
     }
 
     /// Global device `device`'s chunks (one per pipeline chunk it runs).

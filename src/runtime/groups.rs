@@ -6,7 +6,7 @@
 //! dp 2 × tp 1 × pp 2:  pipeline [0 1] [2 3]   tensor [0] [1] [2] [3]   data [0 2] [1 3]   world [0 1 2 3]
 //! ```
 
-use super::exec::{CommKind, RuntimeOptions};
+use super::options::{CommKind, RuntimeOptions};
 use super::worker::Comms;
 use crate::comm::{self, Communicator, GroupOptions};
 use crate::link::Link;

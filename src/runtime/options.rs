@@ -1,5 +1,5 @@
-//! The knobs of a runtime that do not change its result, and the check that pairwise-tree
-//! accumulation fits a layout.
+//! The knobs of a runtime that do not change its result, and the one check of a run's
+//! configuration, layout and options before any device work.
 
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use crate::model::{Precision, Recompute};
 use crate::parallel::accumulate::Accumulation;
 use crate::parallel::bucket::BUCKET_BYTES;
 use crate::pipeline::partition::Balance;
+use crate::step::TrainConfig;
 
 use super::fault::{Fault, GradScale};
 
@@ -86,9 +87,43 @@ impl Default for RuntimeOptions {
     }
 }
 
+/// Every check of a run's configuration, layout and options that needs no device, made once
+/// where a run starts ([`super::Runtime::new`], [`super::Runtime::distributed`]; the engine and
+/// the session build on them): the training configuration, the layout on `devices` devices
+/// (with the suggestion of a valid one), the microbatch count both name, and the options the
+/// layout admits.
+pub(super) fn validate(
+    cfg: &TrainConfig,
+    mesh: &Mesh,
+    opts: &RuntimeOptions,
+    devices: usize,
+) -> Result<()> {
+    cfg.validate()?;
+    mesh.validate(&cfg.model, cfg.micro.b, cfg.micro.t, devices)?;
+    if cfg.grad_accum != mesh.microbatches {
+        return Err(Error::Config(format!(
+            "the configuration accumulates {} microbatches but the layout runs {} per replica; \
+             set both to the same value",
+            cfg.grad_accum, mesh.microbatches
+        )));
+    }
+    if mesh.zero > 0 && mesh.dp > 1 && opts.dp_algo != Algo::Ring {
+        return Err(Error::Config(format!(
+            "ZeRO-{} reduce-scatters with the ring; the {} all-reduce applies to unsharded \
+             gradients (--zero 0)",
+            mesh.zero,
+            opts.dp_algo.name()
+        )));
+    }
+    if opts.accumulation == Accumulation::PairwiseTree {
+        tree_fits(mesh, opts.dp_algo)?;
+    }
+    Ok(())
+}
+
 /// Whether pairwise-tree accumulation can give layout-invariant bits on `mesh`: unsharded
 /// gradients, power-of-two replicas and microbatches, the tree all-reduce between replicas.
-pub(super) fn tree_fits(mesh: &Mesh, algo: Algo) -> Result<()> {
+fn tree_fits(mesh: &Mesh, algo: Algo) -> Result<()> {
     if mesh.zero > 0 && mesh.dp > 1 {
         return Err(Error::Config(format!(
             "pairwise-tree accumulation applies to unsharded gradients, not ZeRO-{}",

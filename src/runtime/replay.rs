@@ -18,9 +18,10 @@ use std::collections::{HashMap, VecDeque};
 
 use super::check::group;
 use super::ir::{Op, Plan};
+use super::worker::WorkerRun;
 use crate::error::{Error, Result};
 use crate::mesh::Mesh;
-use crate::pipeline::schedule::Flow;
+use crate::pipeline::schedule::{Flow, Kind};
 
 /// The replayed step.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -184,4 +185,41 @@ fn run(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free_dp: bool) -> Result<Clo
     }
     clock.makespan = (0..n).map(|d| compute[d].max(comm[d])).fold(0.0, f64::max);
     Ok(clock)
+}
+
+/// Per op of every device, its device-clock seconds: a compute op costs the median of the ops
+/// of its kind on its device in this step (every F, B, W of one chunk does identical work, so
+/// only scheduler noise differs), communication its link-model seconds.
+pub(super) fn op_costs(plan: &Plan, runs: &[WorkerRun]) -> Vec<Vec<f64>> {
+    let key = |op: &Op| match op {
+        Op::Compute { action, segs } => Some((action.chunk, action.kind, segs.clone())),
+        _ => None,
+    };
+    plan.programs
+        .iter()
+        .zip(runs)
+        .map(|(p, r)| {
+            let mut by: HashMap<(usize, Kind, std::ops::Range<usize>), Vec<f64>> = HashMap::new();
+            for (op, rec) in p.ops.iter().zip(&r.records) {
+                if let Some(k) = key(op) {
+                    by.entry(k).or_default().push(rec.device);
+                }
+            }
+            let median: HashMap<_, f64> = by
+                .into_iter()
+                .map(|(k, mut v)| {
+                    v.sort_by(f64::total_cmp);
+                    (k, v[v.len() / 2])
+                })
+                .collect();
+            p.ops
+                .iter()
+                .zip(&r.records)
+                .map(|(op, rec)| match key(op) {
+                    Some(k) => median[&k],
+                    None => rec.device + rec.link,
+                })
+                .collect()
+        })
+        .collect()
 }

@@ -15,45 +15,7 @@ use super::ir::Op;
 use crate::error::Result;
 use crate::mesh::Coords;
 use crate::pipeline::event::{Event, StepReport};
-use crate::pipeline::schedule::{Action, Kind};
-
-/// Per op of every device, its device-clock seconds: a compute op costs the median of the ops
-/// of its kind on its device in this step (every F, B, W of one chunk does identical work, so
-/// only scheduler noise differs), communication its link-model seconds.
-pub(super) fn op_costs(rt: &Runtime, run: &RuntimeStep) -> Vec<Vec<f64>> {
-    let key = |op: &Op| match op {
-        Op::Compute { action, segs } => Some((action.chunk, action.kind, segs.clone())),
-        _ => None,
-    };
-    rt.plan
-        .programs
-        .iter()
-        .zip(&run.runs)
-        .map(|(p, r)| {
-            let mut by: HashMap<(usize, Kind, std::ops::Range<usize>), Vec<f64>> = HashMap::new();
-            for (op, rec) in p.ops.iter().zip(&r.records) {
-                if let Some(k) = key(op) {
-                    by.entry(k).or_default().push(rec.device);
-                }
-            }
-            let median: HashMap<_, f64> = by
-                .into_iter()
-                .map(|(k, mut v)| {
-                    v.sort_by(f64::total_cmp);
-                    (k, v[v.len() / 2])
-                })
-                .collect();
-            p.ops
-                .iter()
-                .zip(&r.records)
-                .map(|(op, rec)| match key(op) {
-                    Some(k) => median[&k],
-                    None => rec.device + rec.link,
-                })
-                .collect()
-        })
-        .collect()
-}
+use crate::pipeline::schedule::Action;
 
 impl Runtime {
     /// Replica `replica`'s step as a pipeline report: one event per pass on each pipeline

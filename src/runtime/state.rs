@@ -13,6 +13,7 @@ use super::chunk::Chunk;
 use super::exec::Runtime;
 use crate::error::{Error, Result};
 use crate::gpu::View;
+use crate::model::gpu_model::GpuModel;
 use crate::parallel::tensor as tp;
 use crate::step::{checksum, ModelState};
 
@@ -35,6 +36,21 @@ struct Piece {
 }
 
 impl Runtime {
+    /// The whole model as a local device trains it, between steps: its one chunk's first slot
+    /// model, reading the parameters the step just updated (bf16: the packed words rounded
+    /// from the master weights, as the step's forward reads them). `None` when the layout
+    /// splits the model (pipeline stages, tensor ranks, ZeRO-2/3 run block by block). The
+    /// forward-only evaluator ([`crate::eval`]) runs on it with no state moved.
+    pub fn whole_model(&self) -> Option<&GpuModel> {
+        match self.workers.first()?.chunks.as_slice() {
+            [c] if c.blocks.is_none() => c
+                .slots
+                .first()
+                .filter(|m| m.blocks == self.cfg.model.blocks() && m.tp.t == 1),
+            _ => None,
+        }
+    }
+
     /// This process's pieces of `which`: replica 0's unsharded buffers, every replica's shard
     /// chunks (each flat element in exactly one piece over all processes).
     fn local_pieces(&self, which: Which) -> Result<Vec<Piece>> {

@@ -40,7 +40,6 @@ fn auto_pipeline(
     entry: &'static str,
 ) -> Result<(wgpu::ComputePipeline, wgpu::BindGroupLayout)> {
     let mut cache = g
-        .kernels
         .pipelines
         .lock()
         .map_err(|_| Error::Device("pipeline cache poisoned".into()))?;

@@ -1,5 +1,7 @@
-//! One planned layout trained on the layout engine, timed on the device clock: one warm-up
-//! step, then medians of the measured steps, each replica one device at a time.
+//! Device timings the pure models are checked against or fed with: one planned layout
+//! ([`crate::cost::validate`]) trained on the layout engine, timed on the device clock (one
+//! warm-up step, then medians of the measured steps, each replica one device at a time), and
+//! each block's forward + backward time for a time-balanced pipeline partition ([`block_times`]).
 //!
 //! ```text
 //! measure(mesh)   engine(mesh): bytes (dp, tp ledgers), placement, dp comm on the link model
@@ -8,42 +10,18 @@
 //!                   + data-parallel all-reduce (the engine runs it after the backward pass)
 //! ```
 
+use crate::cost::validate::Measured;
 use crate::cpu::AdamW;
 use crate::data::{Batcher, Corpus};
-use crate::engine::{Engine, EngineOptions};
+use crate::engine::{Engine, RuntimeOptions};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::mesh::Mesh;
-use crate::model::{GptConfig, Micro, Precision};
+use crate::model::gpu_model::GpuModel;
+use crate::model::{Block, GptConfig, Micro, Precision};
 use crate::pipeline::Link as PipeLink;
 use crate::step::TrainConfig;
-
-/// What the engine measured for one layout: medians over the measured steps.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Measured {
-    /// Device clock: one replica's schedule (kernels, tp all-reduces, sends) plus the
-    /// data-parallel all-reduce on the link model (the engine runs it after the backward).
-    pub step: f64,
-    /// One replica's schedule on the device clock, the replica running alone (see [`measure`]).
-    pub device_step: f64,
-    /// Replica 0's schedule while all dp replicas ran at once (= `device_step` when dp = 1).
-    pub device_step_concurrent: f64,
-    pub dp_comm: f64,
-    /// Idle share of the busiest pipeline device (replica alone); `None` when pp = 1.
-    pub bubble: Option<f64>,
-    /// `StepCosts::dp_bytes` and `tp_bytes` (the same every step).
-    pub dp_bytes: u64,
-    pub tp_bytes: u64,
-    /// The engine's placement, blocks per device in mesh order.
-    pub blocks: Vec<String>,
-    /// The memory ledger's model state (params, grads, Adam moments held between steps) of
-    /// the busiest device after the run.
-    pub state_bytes: u64,
-    /// The busiest device's activation peak (the memory ledger's, from the engine's build on).
-    pub activation_bytes: u64,
-    /// Wall seconds of all runs, warm-up steps included.
-    pub wall: f64,
-}
+use std::ops::Range;
 
 /// The training configuration the validation runs: `model`, microbatches of `micro_b`
 /// sequences of the full context, `m` accumulated.
@@ -147,12 +125,12 @@ fn run(
     }
     let cfg = train_config(model, micro_b, mesh.microbatches, steps);
     let micro = cfg.micro;
-    let opts = EngineOptions {
+    let opts = RuntimeOptions {
         link: *link,
         tp_link: *link,
         serial: true,
         precision,
-        ..EngineOptions::default()
+        ..RuntimeOptions::default()
     };
     // this run's activation peak only (the devices outlive the layouts run before it)
     for g in &gpus[..mesh.devices()] {
@@ -215,4 +193,35 @@ pub fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Measures forward + backward time of every block of `cfg` for microbatches of shape `micro`
+/// on `gpu` (median of `reps` timed runs per block, after one warm-up step): the weights for
+/// [`crate::pipeline::partition::Balance::Time`].
+pub fn block_times(gpu: &Gpu, cfg: &GptConfig, micro: Micro, reps: usize) -> Result<Vec<f64>> {
+    let m = GpuModel::new(gpu, *cfg, &cfg.blocks(), micro, 1.0 / micro.tokens() as f32)?;
+    m.set_params(&cfg.init(&m.buffers.layout, 0))?;
+    let all: Vec<_> = m.forward.iter().chain(&m.backward).cloned().collect();
+    gpu.run(&all)?;
+    gpu.sync()?;
+    let mut out = Vec::with_capacity(cfg.blocks().len());
+    for block in cfg.blocks() {
+        let range_of = |list: &[(Block, Range<usize>)]| {
+            list.iter()
+                .find(|(b, _)| *b == block)
+                .map(|(_, r)| r.clone())
+        };
+        let (Some(f), Some(b)) = (range_of(&m.forward_blocks), range_of(&m.backward_blocks)) else {
+            return Err(Error::Config(format!("block {block:?} has no ops")));
+        };
+        let mut t: Vec<f64> = (0..reps.max(1))
+            .map(|_| {
+                Ok(gpu.run_timed(&m.forward[f.clone()])?.as_secs_f64()
+                    + gpu.run_timed(&m.backward[b.clone()])?.as_secs_f64())
+            })
+            .collect::<Result<_>>()?;
+        t.sort_by(f64::total_cmp);
+        out.push(t[t.len() / 2]);
+    }
+    Ok(out)
 }

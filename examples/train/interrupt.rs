@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use triaxis::error::{Error, Result};
 
 /// The signal that asked the run to stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
