@@ -1,6 +1,7 @@
 //! ZeRO measured through the engine: stages 0–3 × d virtual devices (`Mesh { dp: d, zero, .. }`,
 //! every figure from `Engine::step`'s `StepCosts` and the memory ledger). Model-state bytes per
-//! device from the memory ledger next to the formula (f32 Adam: P = 4, G = 4, K = 8 bytes per
+//! device from the memory ledger next to the runtime's formula (`cost::zero::runtime_state_bytes`;
+//! f32 Adam: P = 4, G = 4, K = 8 bytes per
 //! parameter), activation and staging peaks beside them, bytes the busiest rank moves per step vs
 //! predicted, bit identity with stage 0, and the N = 7e9, p = 8 mixed-precision reference table
 //! from the same cost functions.
@@ -17,7 +18,7 @@ use clap::Parser;
 use serde_json::json;
 use triaxis::cost::activation;
 use triaxis::cost::memory::{zero_state_bytes, ZeroStage};
-use triaxis::cost::zero::{self, predicted_comm_bytes};
+use triaxis::cost::zero::{self, predicted_comm_bytes, runtime_state_bytes};
 use triaxis::engine::RuntimeOptions;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::memory::Usage;
@@ -232,7 +233,14 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             let run = engine_steps::run(&gpus, cfg.clone(), mesh, opts.clone(), &corpus, 1)?;
             let last = run.last();
             let state = max_of(&run.built, |u| u.current.model_state());
-            let formula = zero_state_bytes(n_flat as f64, d, st, precision.pgk());
+            // stage 3's two gather slots hold the largest block
+            let slot = run.engine.runtime().chunks(0)[0]
+                .block_spans
+                .iter()
+                .map(|s| s.len())
+                .max()
+                .unwrap_or(0);
+            let formula = runtime_state_bytes(st, n_flat, d, slot, precision.pgk());
             // the whole group's bytes over the ranks: every rank of a ring sends the same share
             // (the ring formula counts 4-byte elements; bf16 moves half)
             let per_elem = precision.element_bytes() as f64 / 4.0;
@@ -301,11 +309,12 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
     }
     bar.finish_and_clear();
     println!(
-        "\nstate = parameters + gradients + optimizer state held between steps (ledger, busiest device);"
+        "\nstate = parameters + gradients + optimizer state held (ledger, busiest device); formula = the \
+         runtime's: P+G+K, P+G+K/d (stages 1, 2), P/d+G+K/d + two slots of the largest block (stage 3);"
     );
     println!(
-        "peak P / G = peaks during a step (stage 2/3 hold a full-size gradient buffer during backward, \
-         stage 3 two block-sized parameter slots);"
+        "peak P / G = peaks during a step (every stage keeps one full gradient buffer for the run, \
+         stage 3 a parameter shard and two block-sized slots);"
     );
     println!(
         "MB/rank = bytes the busiest rank sent per step; predicted: (d-1)/d·{}N per reduce-scatter \

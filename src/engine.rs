@@ -6,8 +6,8 @@
 //! ```text
 //! Engine::new(gpus, cfg, mesh, opts) ─ every check once, before any device work
 //!   └─ the one runtime: the layout lowered to one program per device, one worker per device
-//!      (crate::runtime); one device is the dp = tp = pp = 1 lowering, ZeRO-2/3 run block by
-//!      block over step-scoped buffers
+//!      (crate::runtime); one device is the dp = tp = pp = 1 lowering; every chunk's models
+//!      and op lists are built once (ZeRO-3 binds its blocks in two gather slots)
 //! step(batches = dp × m microbatches) ─▶ replica r takes the r-th share ─▶ StepCosts from
 //!   the device-clock replay of every program and the communicators' ledgers
 //! ```

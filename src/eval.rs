@@ -10,7 +10,7 @@
 //! training run's own (the runtime's slot model on its device,
 //! [`crate::runtime::Runtime::whole_model`]) between two steps: evaluation then moves no model
 //! state at all. Its activations are overwritten; between steps no pass holds any. A layout
-//! that splits the model (pipeline stages, tensor ranks, ZeRO-2/3) is evaluated on a
+//! that splits the model (pipeline stages, tensor ranks, ZeRO-3) is evaluated on a
 //! [`Mirror`]: the whole model on a device of its own, loaded with the gathered parameters
 //! only (no optimizer state, nothing written back).
 

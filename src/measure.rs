@@ -50,7 +50,7 @@ pub fn train_config(model: &GptConfig, micro_b: usize, m: usize, steps: usize) -
 /// on a CPU adapter. Every replica runs the same schedule on the same shapes, so for dp > 1 the
 /// step is timed on one replica alone (the same mesh with dp = 1, its own engine), and the
 /// engine's dp run gives the bytes, the data-parallel comm and its concurrent figure. Under
-/// ZeRO the replica alone runs unsharded (the block-by-block compute and gathers of ZeRO-2/3
+/// ZeRO the replica alone runs unsharded (the block-by-block gathers of ZeRO-3
 /// show in the concurrent figure only). `precision`: f32, or bf16 mixed precision.
 #[allow(clippy::too_many_arguments)]
 pub fn measure(

@@ -185,8 +185,8 @@ impl Mesh {
         Ok(())
     }
 
-    /// Whether the ZeRO stage exists and is offered with this layout's other axes (ZeRO-2/3
-    /// only on a flat data-parallel group).
+    /// Whether the ZeRO stage exists and is offered with this layout's other axes (ZeRO-3 not
+    /// with a zero-bubble split backward).
     pub fn zero_offered(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::Config(msg));
         if self.zero > 3 {
@@ -203,16 +203,12 @@ impl Mesh {
                 self.zero, self.dp
             ));
         }
-        if self.zero > 1 && (self.tp > 1 || self.pp > 1) {
+        if self.zero == 3 && self.schedule.split_backward() {
             return bad(format!(
-                "ZeRO stage {} with tensor-parallel or pipeline stages (tp = {}, pp = {}) is not \
-                 offered (as in DeepSpeed: a pipeline accumulates every microbatch's gradients \
-                 before reducing, so sharding them saves nothing); use --zero 1 with tp/pp, or \
-                 --tp 1 --pp 1 --dp {} for stages 2 and 3",
-                self.zero,
-                self.tp,
-                self.pp,
-                self.devices()
+                "ZeRO stage 3 with the {} schedule is not offered: ZeRO-3 cuts each pass at \
+                 its blocks to gather them, and the zero-bubble split's deferred weight-gradient \
+                 pass is not cut so; use --schedule 1f1b (or gpipe, interleaved), or --zero 2",
+                self.schedule.name()
             ));
         }
         Ok(())

@@ -171,6 +171,43 @@ pub struct Buffers {
     pub master: Option<View>,
     /// `params` and `grads` are packed bf16.
     pub packed: bool,
+    /// ZeRO-3: where the model binds its parameters instead of `params` (which then holds
+    /// this rank's shard): block i's tensors in gather slot i % 2.
+    pub slots: Option<Slots>,
+}
+
+/// Two gather slots and the flat storage range of every block they take turns holding: a
+/// model binds block i's parameter views in `views[i % 2]` at their offset within the block, so
+/// its bind groups are built once and each step's gathers only refill the slots.
+#[derive(Clone)]
+pub struct Slots {
+    /// Per block, in order: its range of the storage layout (elements).
+    pub spans: Vec<std::ops::Range<usize>>,
+    /// Each at least as long as the longest block (u32 words: elements, or bf16 pairs).
+    pub views: [View; 2],
+}
+
+impl Slots {
+    /// The slot view of `len` storage elements at storage offset `offset` (bf16 when
+    /// `packed`), or an error if no block holds the range.
+    fn view(&self, offset: usize, len: usize, packed: bool) -> Result<View> {
+        let (i, s) = self
+            .spans
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.contains(&offset))
+            .ok_or_else(|| Error::Config(format!("no block holds flat offset {offset}")))?;
+        if offset + len > s.end {
+            return Err(Error::Config(format!(
+                "tensor at {offset} of {len} elements crosses the end of its block ({s:?})"
+            )));
+        }
+        let at = offset - s.start;
+        Ok(match packed {
+            true => self.views[i % 2].slice(at / 2, len.div_ceil(2)),
+            false => self.views[i % 2].slice(at, len),
+        })
+    }
 }
 
 impl Buffers {
@@ -184,6 +221,7 @@ impl Buffers {
             v: gpu.buffer_in(Category::OptimizerState, "adam.v", layout.total),
             master: None,
             packed: false,
+            slots: None,
         }
     }
 
@@ -202,6 +240,7 @@ impl Buffers {
             v: gpu.buffer_in(Category::OptimizerState, "adam.v", layout.total),
             master: Some(gpu.buffer_in(Category::OptimizerState, "master", layout.total)),
             packed: true,
+            slots: None,
         }
     }
 
@@ -219,6 +258,7 @@ impl Buffers {
             grads,
             master: None,
             packed: true,
+            slots: None,
         }
     }
 
@@ -235,6 +275,7 @@ impl Buffers {
             grads,
             master: None,
             packed: false,
+            slots: None,
         }
     }
 
@@ -252,9 +293,16 @@ impl Buffers {
         })
     }
 
-    /// The parameter view of `name` (packed bf16 words under mixed precision).
+    /// The parameter view of `name` (packed bf16 words under mixed precision): in its block's
+    /// gather slot when the parameters are gathered per block (ZeRO-3).
     pub fn p(&self, name: &str) -> Result<View> {
-        self.tensor(&self.params, name)
+        match &self.slots {
+            Some(s) => {
+                let t = self.layout.get(name)?;
+                s.view(t.offset, t.len, self.packed)
+            }
+            None => self.tensor(&self.params, name),
+        }
     }
 
     /// The gradient view of `name` (packed bf16 words under mixed precision).

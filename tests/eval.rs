@@ -3,6 +3,7 @@
 //! gives the same (f32 and bf16); evaluating between steps leaves the run's bits unchanged;
 //! only layouts that keep the model whole on a device offer their own model.
 mod common;
+use triaxis::mesh::Mesh;
 
 use common::tiny;
 use triaxis::eval::{self, Mirror};
@@ -72,5 +73,14 @@ fn only_layouts_that_keep_the_model_whole_offer_it() {
     for (dp, tp, pp, whole) in [(2, 1, 1, true), (1, 2, 1, false), (1, 1, 2, false)] {
         let rt = runtime(&gpus, dp, tp, pp, Precision::F32);
         assert_eq!(rt.whole_model().is_some(), whole, "dp {dp} tp {tp} pp {pp}");
+    }
+    // ZeRO 1 and 2 keep the whole parameters on every rank; ZeRO-3 only a shard and two slots
+    for (zero, whole) in [(1, true), (2, true), (3, false)] {
+        let mesh = Mesh {
+            zero,
+            ..tiny::mesh(2, 1, 1, 1)
+        };
+        let rt = Runtime::new(&gpus, tiny::cfg(1), mesh, RuntimeOptions::default()).unwrap();
+        assert_eq!(rt.whole_model().is_some(), whole, "ZeRO-{zero}");
     }
 }

@@ -182,8 +182,9 @@ fn bf16_data_parallel_reduces_on_a_bf16_ring_of_2_bytes_per_element() {
         let got = run(&gpus, zero(3, 1), opts(Precision::Bf16, mode));
         assert_eq!(Some(&got), dp.as_ref(), "ZeRO-3 recompute {mode}");
     }
-    // model state between steps: 2N + 2N + 12·shard (ZeRO-1), 2N + 14·shard (ZeRO-2),
-    // 16·shard (ZeRO-3); bytes per step at d = 2, one microbatch: ZeRO-1/2 send 2N (the
+    // model state: 2N + 2N + 12·shard (ZeRO-1 and 2: the full gradient buffer every
+    // microbatch accumulates into), 2·shard + 2N + 12·shard + two bf16 slots of the largest
+    // block (ZeRO-3); bytes per step at d = 2, one microbatch: ZeRO-1/2 send 2N (the
     // reduce-scatter's other chunk, the gather's own), ZeRO-3 2(N − shard) + 2 · 2·shard (its
     // own piece of every block, gathered for the forward and again for the backward)
     let data = tiny::batches(2, 1);
@@ -194,13 +195,14 @@ fn bf16_data_parallel_reduces_on_a_bf16_ring_of_2_bytes_per_element() {
             .collect();
         let mut rt = Runtime::new(&gpus[..2], tiny::cfg(1), zero(z, 1), bf16.clone()).unwrap();
         for (d, g) in gpus[..2].iter().enumerate() {
-            let shard = rt.chunks(d)[0].grid.shard_len(d) as u64;
+            let info = &rt.chunks(d)[0];
+            let shard = info.grid.shard_len(d) as u64;
+            let slot = info.block_spans.iter().map(|s| s.len()).max().unwrap_or(0) as u64;
             let state = g.memory().current.model_state() - base[d];
             println!("ZeRO-{z} bf16 device {d}: {state} B of model state, N = {n}, shard {shard}");
             let want = match z {
-                1 => 4 * n + 12 * shard,
-                2 => 2 * n + 14 * shard,
-                _ => 16 * shard,
+                1 | 2 => 4 * n + 12 * shard,
+                _ => 14 * shard + 2 * n + 2 * 2 * slot,
             };
             assert_eq!(state, want, "ZeRO-{z} device {d}");
         }

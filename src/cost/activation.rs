@@ -36,7 +36,6 @@
 //! min(m, p − s) on stage s; ZB-H1: min(m, p) (a slot is freed by W, which the schedule defers);
 //! interleaved: read off the schedule's action list (no closed form per chunk; the sum over a
 //! device's chunks is at least Megatron's p + (p − 1)/v microbatches of L/p layers).
-//! ZeRO-2/3 run the model block by block on one microbatch: one slot per block.
 
 use crate::error::Result;
 use crate::mesh::Mesh;
@@ -187,32 +186,20 @@ pub fn predict(
     let stages = stage_blocks(cfg, schedule.stages(), balance)?;
     let split = schedule.kind.split_backward();
     let t = mesh.tp;
-    let by_blocks = mesh.zero >= 2 && mesh.dp > 1;
     (0..mesh.devices())
         .map(|d| {
             let s = mesh.coords(d).stage;
-            let (chunks, workspace): (Vec<(usize, u64)>, u64) = if by_blocks {
-                // the whole model as a chain of one-block models, one microbatch each
-                let all = cfg.blocks();
-                let chunks = all
-                    .iter()
-                    .map(|b| (1, slot_bytes(cfg, &[*b], micro, 1, mode, false, prec)))
-                    .collect();
-                (chunks, workspace_bytes(cfg, &all, micro, 1, mode, prec))
-            } else {
-                let mut ws = 0;
-                let chunks = (0..mesh.chunks)
-                    .map(|k| {
-                        let blocks = &stages[schedule.stage(s, k)];
-                        ws += workspace_bytes(cfg, blocks, micro, t, mode, prec);
-                        (
-                            held(&schedule, s, k),
-                            slot_bytes(cfg, blocks, micro, t, mode, split, prec),
-                        )
-                    })
-                    .collect();
-                (chunks, ws)
-            };
+            let mut workspace = 0;
+            let chunks: Vec<(usize, u64)> = (0..mesh.chunks)
+                .map(|k| {
+                    let blocks = &stages[schedule.stage(s, k)];
+                    workspace += workspace_bytes(cfg, blocks, micro, t, mode, prec);
+                    (
+                        held(&schedule, s, k),
+                        slot_bytes(cfg, blocks, micro, t, mode, split, prec),
+                    )
+                })
+                .collect();
             let total = chunks.iter().map(|(h, b)| *h as u64 * b).sum::<u64>() + workspace;
             Ok(DeviceActivations {
                 chunks,

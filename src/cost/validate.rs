@@ -5,7 +5,7 @@
 //! ```text
 //! calibrate   rate = 6·N·tokens / measured seconds of one device's step   (N: the cost model's
 //!             count, so that C = 6·N·tokens/(devices·rate) reproduces the measured step)
-//! runnable    a planned Mesh the engine offers (ZeRO-2/3 on a flat data-parallel group only)
+//! runnable    a planned Mesh the engine offers (every one but ZeRO-3 with the zero-bubble split)
 //! expect      the engine's stages (its own partition of embedding, L layers, head) ─▶ per device:
 //!               state bytes   16 · padded local parameters        (params + grads + Adam m, v),
 //!                             ZeRO: 4·(P or P shard) + 4·(G or G shard) + 8·K shard, the
@@ -100,7 +100,7 @@ pub fn cluster(devices: usize, link: &PipeLink, mem_gb: f64, flops: f64) -> Resu
 }
 
 /// `Ok` when the layout engine runs the planned `mesh` for `--validate`: every layout the
-/// engine offers (ZeRO-2/3 only on a flat data-parallel group).
+/// engine offers (all but ZeRO-3 under a zero-bubble split).
 pub fn runnable(mesh: &Mesh) -> Result<()> {
     mesh.zero_offered()
         .map_err(|e| Error::Config(format!("{}: {e}", mesh.label())))
@@ -214,11 +214,21 @@ pub fn expect(
                 .map(|k| stages[sched.stage(stage, k)].clone())
                 .collect();
             let layouts: Vec<_> = chunks.iter().map(|c| stored(c)).collect();
+            // ZeRO-3's two gather slots per chunk hold its largest block
+            let slots = chunks
+                .iter()
+                .zip(&layouts)
+                .map(|(c, l)| {
+                    let spans = model.block_spans(c, t, l)?;
+                    Ok(spans.iter().map(|s| s.len()).max().unwrap_or(0))
+                })
+                .collect::<Result<Vec<usize>>>()?;
             let state = (0..d)
                 .map(|r| {
                     layouts
                         .iter()
-                        .map(|l| bytes::zero_state(l.total, d, r, mesh.zero, prec))
+                        .zip(&slots)
+                        .map(|(l, &slot)| bytes::zero_state(l.total, d, r, mesh.zero, slot, prec))
                         .sum()
                 })
                 .collect();

@@ -18,9 +18,38 @@ pub fn stage(stage: usize) -> Result<ZeroStage> {
     })
 }
 
-/// Model-state bytes per device the ZeRO formula predicts for `n` parameters over `d` ranks in
-/// f32 Adam (the same function the planner uses).
-pub fn formula_bytes(st: ZeroStage, n: usize, d: usize) -> f64 {
+/// Model-state bytes per device this crate's runtime holds for `n` parameters over `d` ranks,
+/// with P, G, K bytes per parameter: stage 0 `P+G+K`, stages 1 and 2 `P+G+K/d`, stage 3
+/// `P/d+G+K/d` plus its two gather slots of `slot` parameters each (the largest block). The
+/// gradients stay whole at every stage: each microbatch's backward
+/// accumulates into one full buffer built once for the run, the sum plain data parallelism
+/// reduces, so every stage gives its bits; stage 2 reduce-scatters each bucket into this
+/// buffer's own range as stage 1 does. The planner's reference formula
+/// ([`zero_state_bytes`]: DeepSpeed's, which frees each reduced bucket) is lower at stages 2
+/// and 3 by `G·(1 − 1/d)`.
+pub fn runtime_state_bytes(
+    st: ZeroStage,
+    n: usize,
+    d: usize,
+    slot: usize,
+    pgk: (f64, f64, f64),
+) -> f64 {
+    let (p, g, k) = pgk;
+    let (d, n) = (d.max(1) as f64, n as f64);
+    match st {
+        ZeroStage::Stage0 => (p + g + k) * n,
+        ZeroStage::Stage1 | ZeroStage::Stage2 => (p + g + k / d) * n,
+        ZeroStage::Stage3 => (p / d + g + k / d) * n + 2.0 * p * slot as f64,
+    }
+}
+
+/// [`runtime_state_bytes`] in f32 Adam.
+pub fn formula_bytes(st: ZeroStage, n: usize, d: usize, slot: usize) -> f64 {
+    runtime_state_bytes(st, n, d, slot, F32_ADAM)
+}
+
+/// The reference formula's bytes (the planner's, [`zero_state_bytes`]) in f32 Adam.
+pub fn reference_bytes(st: ZeroStage, n: usize, d: usize) -> f64 {
     zero_state_bytes(n as f64, d, st, F32_ADAM)
 }
 

@@ -120,6 +120,32 @@ impl GptConfig {
         Layout::new(&self.specs(blocks))
     }
 
+    /// Each of `blocks`' range of `stored` (the flat storage layout of `blocks` on one of `t`
+    /// tensor-parallel ranks): from its first tensor to the next block's first (the last to
+    /// the end), so the ranges tile the buffer. A ZeRO-3 gather slot holds one such range.
+    pub fn block_spans(
+        &self,
+        blocks: &[Block],
+        t: usize,
+        stored: &Layout,
+    ) -> Result<Vec<std::ops::Range<usize>>> {
+        let mut starts = Vec::with_capacity(blocks.len());
+        for b in blocks {
+            let own = self.specs_tp(&[*b], t);
+            let first = own
+                .first()
+                .ok_or_else(|| Error::Config(format!("block {b:?} has no parameters")))?;
+            starts.push(stored.get(&first.name)?.offset);
+        }
+        if starts.first() != Some(&0) || starts.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(Error::Config(
+                "blocks do not tile the flat buffer in order".into(),
+            ));
+        }
+        let ends = starts.iter().skip(1).copied().chain([stored.total]);
+        Ok(starts.iter().zip(ends).map(|(&a, e)| a..e).collect())
+    }
+
     /// The flat layout of one of `t` tensor-parallel ranks holding `blocks`.
     pub fn layout_tp(&self, blocks: &[Block], t: usize) -> Layout {
         Layout::new(&self.specs_tp(blocks, t))

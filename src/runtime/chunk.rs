@@ -8,17 +8,14 @@
 //! segments       0              1         2              3
 //! ```
 
-mod by_blocks;
 mod cut;
 mod storage;
 
-use by_blocks::by_blocks;
 use cut::{cut, units_of};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
 
-use super::blocks::{self, Blocks};
 use super::ir::{ChunkShape, Mark};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
@@ -68,7 +65,8 @@ pub struct ChunkInfo {
     pub buckets: Vec<Range<usize>>,
     /// The shard geometry over the data-parallel group (one unit per bucket).
     pub grid: Grid,
-    /// The flat range of each block of a chunk run block by block (ZeRO-2/3); empty otherwise.
+    /// The storage range of each block of a chunk gathered block by block (ZeRO-3); empty
+    /// otherwise.
     pub block_spans: Vec<Range<usize>>,
     /// Activation slots allocated (one per microbatch the schedule may hold at once).
     pub slots: usize,
@@ -85,12 +83,10 @@ pub(super) struct Chunk {
     pub local: crate::params::Layout,
     /// ZeRO-1–3: this rank's shard of the AdamW moments (the buffers hold placeholders).
     pub moments: Option<(View, View)>,
-    /// ZeRO-1 in bf16: this rank's shard of the f32 master weights (the grid's storage).
+    /// ZeRO 1–3 in bf16: this rank's shard of the f32 master weights (the grid's storage).
     pub master_shard: Option<View>,
     /// ZeRO-3: `buffers.params` is this rank's shard (stored as the grid's storage says).
     pub params_sharded: bool,
-    /// ZeRO-2/3: `buffers.grads` is this rank's gradient shard, the model runs block by block.
-    pub blocks: Option<Blocks>,
     pub split: bool,
     /// Activation slots; all share `buffers`.
     pub slots: Vec<GpuModel>,
@@ -118,39 +114,39 @@ fn pass_index(kind: Kind) -> usize {
 }
 
 impl Chunk {
-    /// Builds the chunk on `gpu`, initialised exactly like one device with `cfg.seed`.
+    /// Builds the chunk on `gpu`, initialised exactly like one device with `cfg.seed`: its
+    /// model slots, bind groups and op lists once for the run. How its parameters are bound is
+    /// decided here: its own flat buffer, or (ZeRO-3) two gather slots the blocks take turns in.
     pub fn new(gpu: &Gpu, cfg: &TrainConfig, spec: &ChunkSpec) -> Result<Chunk> {
-        if spec.zero >= 2 && spec.dp.1 > 1 {
-            return by_blocks(gpu, cfg, spec);
-        }
         let (t, r) = (spec.tp.t, spec.tp.r);
+        let (rank, d) = spec.dp;
+        let prec = spec.precision;
         let full = cfg.model.init(&cfg.model.layout(spec.blocks), cfg.seed);
         let shards = tp::shard(&cfg.model, spec.blocks, &full, t)?;
         let local = cfg.model.layout_tp(spec.blocks, t);
-        let sharded = spec.zero >= 1 && spec.dp.1 > 1;
-        let buffers = match (sharded, spec.precision) {
-            (true, Precision::F32) => Buffers::without_moments(gpu, &local),
-            (true, Precision::Bf16) => Buffers::bf16_without_state(gpu, &local),
-            (false, Precision::F32) => Buffers::new(gpu, &local),
-            (false, Precision::Bf16) => Buffers::new_bf16(gpu, &local),
+        let sharded = spec.zero >= 1 && d > 1;
+        let gather = spec.zero >= 3 && d > 1;
+        let mut buffers = match gather {
+            true => storage::gathered(gpu, cfg, spec, &local)?,
+            false => match (sharded, prec) {
+                (true, Precision::F32) => Buffers::without_moments(gpu, &local),
+                (true, Precision::Bf16) => Buffers::bf16_without_state(gpu, &local),
+                (false, Precision::F32) => Buffers::new(gpu, &local),
+                (false, Precision::Bf16) => Buffers::new_bf16(gpu, &local),
+            },
         };
         let init = local.relayout(&shards[r], &buffers.layout)?;
-        buffers.upload_params(gpu, &init)?;
+        if !gather {
+            buffers.upload_params(gpu, &init)?;
+        }
         // one recompute workspace for every slot of the chunk (none without layers)
         let has_layers = spec.blocks.iter().any(|b| matches!(b, Block::Layer(_)));
         let opts = BuildOptions {
             split: spec.split,
             tp: spec.tp,
-            precision: spec.precision,
+            precision: prec,
             workspace: match has_layers {
-                true => Workspace::new(
-                    gpu,
-                    &cfg.model,
-                    cfg.micro,
-                    t,
-                    spec.recompute,
-                    spec.precision,
-                )?,
+                true => Workspace::new(gpu, &cfg.model, cfg.micro, t, spec.recompute, prec)?,
                 false => None,
             },
         };
@@ -169,19 +165,33 @@ impl Chunk {
             .collect::<Result<Vec<_>>>()?;
         let m0 = &slots[0];
         // buckets and shards are ranges of the storage layout (= `local` under f32)
-        let stored = &buffers.layout;
-        let buckets = buckets(stored, &m0.grad_ready, spec.bucket_bytes);
+        let stored = buffers.layout.clone();
+        let buckets = buckets(&stored, &m0.grad_ready, spec.bucket_bytes);
         let units: Vec<Range<usize>> = buckets.iter().map(|b| b.range.clone()).collect();
-        let (rank, d) = spec.dp;
         // packed: chunks of words on 256-byte boundaries
-        let grid = Grid::aligned(&units, stored.total, d, spec.precision.align())?;
+        let grid = Grid::aligned(&units, stored.total, d, prec.align())?;
         let unit_of = units_of(&grid, &buckets)?;
+        if gather {
+            // ZeRO-3: the parameters this rank keeps are its shard (the model binds the slots)
+            let len = grid.shard_len(rank).max(1);
+            let name = match prec {
+                Precision::F32 => "params shard",
+                Precision::Bf16 => "params.bf16 shard",
+            };
+            buffers.params = gpu.buffer_in(Category::Parameters, name, prec.words(len));
+            let mine = grid.shard_of(rank, &init);
+            match prec {
+                Precision::F32 => gpu.upload(&buffers.params, &mine)?,
+                Precision::Bf16 => gpu.upload(&buffers.params, &crate::cpu::pack_bf16(&mine))?,
+            }
+        }
         let (optim, moments, master_shard) = if sharded {
             let len = grid.shard_len(rank).max(1);
             let m = gpu.buffer_in(Category::OptimizerState, "adam.m shard", len);
             let v = gpu.buffer_in(Category::OptimizerState, "adam.v shard", len);
-            let pieces = grid.pieces(rank, false, false);
-            // ZeRO-1 in bf16: this rank's shard of the f32 master weights
+            // the reduced gradient chunk lands in its own range of the full gradients
+            let pieces = grid.pieces(rank, gather, false);
+            // bf16: this rank's shard of the f32 master weights
             let master = match buffers.packed() {
                 false => None,
                 true => {
@@ -192,7 +202,7 @@ impl Chunk {
             };
             let o = Optimizer::sharded(
                 gpu,
-                stored,
+                &stored,
                 &buffers.params,
                 &buffers.grads,
                 master.as_ref(),
@@ -223,16 +233,19 @@ impl Chunk {
             }
             None => None,
         };
-        // a tree's buckets are final only after its last microbatch: no mark inside a pass
-        let (segments, shape) = cut(m0, &buckets, spec.split, tree.is_none());
+        let (segments, shape) = match &buffers.slots {
+            // ZeRO-3: a segment per block, so each block's gather can run before it
+            Some(s) => cut::by_block(m0, &s.spans, &buckets)?,
+            // a tree's buckets are final only after its last microbatch: no mark inside a pass
+            None => cut(m0, &buckets, spec.split, tree.is_none()),
+        };
         Ok(Chunk {
             stage: spec.stage,
             buffers,
             local,
             moments,
             master_shard,
-            params_sharded: false,
-            blocks: None,
+            params_sharded: gather,
             split: spec.split,
             slots,
             held: HashMap::new(),
@@ -259,9 +272,10 @@ impl Chunk {
                 .collect(),
             grid: self.grid.clone(),
             block_spans: self
-                .blocks
+                .buffers
+                .slots
                 .as_ref()
-                .map(|b| b.spans.iter().map(|s| s.range.clone()).collect())
+                .map(|s| s.spans.clone())
                 .unwrap_or_default(),
             slots: self.slot_count(),
             peak_held: self.peak,
@@ -270,9 +284,6 @@ impl Chunk {
 
     /// The kernels of segments `segs` of pass `kind` of slot `slot`.
     pub fn ops(&self, slot: usize, kind: Kind, segs: &Range<usize>) -> Result<Cow<'_, [Op]>> {
-        if let Some(b) = &self.blocks {
-            return Ok(Cow::Owned(b.ops(kind != Kind::F, segs)?));
-        }
         let m = &self.slots[slot];
         let all = match kind {
             Kind::F => &m.forward,
@@ -284,69 +295,19 @@ impl Chunk {
         Ok(Cow::Borrowed(&all[a..b]))
     }
 
-    /// Activation slots (one for a chunk run block by block).
+    /// Activation slots.
     pub fn slot_count(&self) -> usize {
-        if self.blocks.is_some() {
-            1
-        } else {
-            self.slots.len()
-        }
+        self.slots.len()
     }
 
-    /// Where slot `slot` takes its token ids and targets.
-    pub fn io(&self, slot: usize) -> Result<(&View, &View)> {
-        match &self.blocks {
-            Some(b) => {
-                let c = &b.work()?.chain;
-                Ok((c.tokens(), c.targets()))
-            }
-            None => Ok((&self.slots[slot].tokens, &self.slots[slot].targets)),
-        }
-    }
-
-    /// Per-token losses of slot `slot`'s last forward.
-    pub fn losses(&self, slot: usize) -> Result<Vec<f32>> {
-        match &self.blocks {
-            Some(b) => b.work()?.chain.losses(),
-            None => self.slots[slot].losses(),
-        }
-    }
-
-    /// The buffer the backward accumulates gradients into (the step's full buffer of a chunk
-    /// run block by block).
-    pub fn grads_full(&self) -> Result<&View> {
-        match &self.blocks {
-            Some(b) => Ok(&b.work()?.grads),
-            None => Ok(&self.buffers.grads),
-        }
-    }
-
-    /// Where this rank's reduced chunk of bucket `bucket` lands: the gradient shard (ZeRO-2/3)
-    /// or its own range of the full gradients (ZeRO-1); packed words under bf16.
+    /// Where this rank's reduced chunk of bucket `bucket` lands: its own range of the full
+    /// gradients (ZeRO 1–3); packed words under bf16.
     pub fn own_grads(&self, bucket: usize, rank: usize) -> View {
         let own = self.own_part(bucket, rank);
         let div = if self.buffers.packed() { 2 } else { 1 };
-        let at = match self.blocks {
-            Some(_) => self.grid.units[self.unit_of[bucket]].storage[rank],
-            None => own.start,
-        };
-        self.buffers.grads.slice(at / div, own.len().div_ceil(div))
-    }
-
-    /// The step starts: a chunk run block by block allocates its step buffers.
-    pub fn begin_step(&mut self, gpu: &Gpu) -> Result<()> {
-        let total = self.grid.total;
-        if let Some(b) = &mut self.blocks {
-            b.begin(gpu, total, &self.buffers.params)?;
-        }
-        Ok(())
-    }
-
-    /// The step ended: its buffers are freed.
-    pub fn end_step(&mut self) {
-        if let Some(b) = &mut self.blocks {
-            b.work = None;
-        }
+        self.buffers
+            .grads
+            .slice(own.start / div, own.len().div_ceil(div))
     }
 
     /// The view all-reduced at tensor-parallel cut `cut` of pass `kind` in slot `slot`.

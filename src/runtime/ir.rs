@@ -128,8 +128,8 @@ pub enum Mark {
     /// Gradient buckets (indices into the chunk's buckets) are final here, inside the pass; a
     /// bucket no mark names is final at the end of the pass.
     Ready(Vec<usize>),
-    /// A block boundary of a chunk run block by block (ZeRO-2/3): nothing happens here unless
-    /// the chunk gathers its blocks' parameters.
+    /// A block boundary of a chunk gathered block by block (ZeRO-3): the next block's
+    /// parameters must be in place.
     Block,
 }
 
@@ -146,17 +146,25 @@ pub struct ChunkShape {
     /// Backward split into B (input gradients) and W (weight gradients): buckets are final
     /// after the chunk's last W, not at marks of a pass.
     pub split: bool,
-    /// ZeRO-3: the chunk runs block by block (segment i of the forward is block i, of the
-    /// backward block n − 1 − i) and gathers each block's parameters before it.
+    /// ZeRO-3: the chunk gathers each block's parameters before it runs; every mark that is no
+    /// tensor-parallel cut is a block boundary (the forward runs blocks 0 .. n, the backward
+    /// n − 1 down to 0), and a bucket is ready only at a block boundary.
     pub gather: bool,
 }
 
 impl ChunkShape {
-    /// The block segment `seg` of pass `kind` computes (chunks run block by block).
+    /// The block segment `seg` of pass `kind` computes (chunks gathered block by block: every
+    /// mark but a tensor-parallel cut is a block boundary).
     pub fn block_of(&self, kind: Kind, seg: usize) -> usize {
+        let marks = self.marks(kind);
+        let boundary = |m: &&Mark| !matches!(m, Mark::Cut);
+        let before = marks[..seg.min(marks.len())]
+            .iter()
+            .filter(boundary)
+            .count();
         match kind {
-            Kind::F => seg,
-            _ => self.backward.len() - seg,
+            Kind::F => before,
+            _ => marks.iter().filter(boundary).count() - before,
         }
     }
 

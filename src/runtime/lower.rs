@@ -24,7 +24,6 @@ use crate::pipeline::schedule::{Action, Kind, Schedule};
 
 /// The programs of every device of `mesh` (index = global device), running `schedule` (p =
 /// pp devices, m microbatches, v chunks); `shapes[s][c]` is local chunk c of pipeline device s.
-/// ZeRO-2/3 are lowered for a flat data-parallel group (tp = pp = 1).
 pub fn lower(mesh: &Mesh, schedule: &Schedule, shapes: &[Vec<ChunkShape>]) -> Result<Plan> {
     lower_with(mesh, schedule, shapes, true)
 }
@@ -44,12 +43,6 @@ pub fn lower_with(
             schedule.m,
             schedule.v,
             mesh.describe()
-        )));
-    }
-    if mesh.zero > 1 && (mesh.pp > 1 || mesh.tp > 1) {
-        return Err(Error::Config(format!(
-            "ZeRO stage {} is lowered for a flat data-parallel group only (tp = pp = 1)",
-            mesh.zero
         )));
     }
     if shapes.len() != mesh.pp || shapes.iter().any(|s| s.len() != mesh.chunks) {
@@ -141,9 +134,10 @@ fn device_ops(
     ops
 }
 
-/// A chunk run block by block with its blocks gathered (ZeRO-3): before the pass the first
-/// block's parameters, and each block's gather one block ahead of its compute (the prefetch);
-/// when `reduce_here`, each bucket's reduction after the block that makes it final.
+/// A chunk with its blocks gathered (ZeRO-3): before the pass the first block's parameters,
+/// and each block's gather one block ahead of its compute (the prefetch); a tensor-parallel
+/// all-reduce at each cut inside a block; when `reduce_here`, each bucket's reduction after the
+/// block that makes it final.
 fn gathered_pass(
     ops: &mut Vec<Op>,
     a: &Action,
@@ -153,11 +147,19 @@ fn gathered_pass(
     prefetch: bool,
 ) -> Vec<usize> {
     let marks = shape.marks(a.kind);
-    let n = marks.len() + 1;
+    let segs = marks.len() + 1;
     let unshard = |seg: usize| Op::Unshard {
         chunk: a.chunk,
         block: shape.block_of(a.kind, seg),
     };
+    // the first segment of each block, and its next block's
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(
+            (0..marks.len())
+                .filter(|&i| !matches!(marks[i], Mark::Cut))
+                .map(|i| i + 1),
+        )
+        .collect();
     let mut pending: Vec<usize> = if reduce_here {
         (0..shape.buckets).collect()
     } else {
@@ -166,25 +168,35 @@ fn gathered_pass(
     if prefetch {
         ops.push(unshard(0));
     }
-    for seg in 0..n {
-        if !prefetch {
-            ops.push(unshard(seg));
-        } else if seg + 1 < n {
-            ops.push(unshard(seg + 1));
+    let mut cut = 0;
+    for seg in 0..segs {
+        if let Some(k) = starts.iter().position(|&s| s == seg) {
+            match (prefetch, starts.get(k + 1)) {
+                (false, _) => ops.push(unshard(seg)),
+                (true, Some(&next)) => ops.push(unshard(next)),
+                (true, None) => {}
+            }
         }
         ops.push(Op::Compute {
             action: *a,
             segs: seg..seg + 1,
         });
-        if let Some(Mark::Ready(buckets)) = marks.get(seg).filter(|_| reduce_here) {
-            for &bucket in buckets {
-                ops.push(Op::ReduceGrad {
-                    chunk: a.chunk,
-                    bucket,
-                    scatter,
-                });
-                pending.retain(|&b| b != bucket);
+        match marks.get(seg) {
+            Some(Mark::Cut) => {
+                ops.push(Op::TpAllReduce { action: *a, cut });
+                cut += 1;
             }
+            Some(Mark::Ready(buckets)) if reduce_here => {
+                for &bucket in buckets {
+                    ops.push(Op::ReduceGrad {
+                        chunk: a.chunk,
+                        bucket,
+                        scatter,
+                    });
+                    pending.retain(|&b| b != bucket);
+                }
+            }
+            _ => {}
         }
     }
     pending

@@ -7,7 +7,6 @@
 //! Mesh + Schedule + chunk shapes ─lower─▶ Plan { Program per device } ─check─▶ workers
 //! ```
 
-mod blocks;
 pub mod check;
 mod chunk;
 mod exchange;

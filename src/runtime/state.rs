@@ -39,11 +39,11 @@ impl Runtime {
     /// The whole model as a local device trains it, between steps: its one chunk's first slot
     /// model, reading the parameters the step just updated (bf16: the packed words rounded
     /// from the master weights, as the step's forward reads them). `None` when the layout
-    /// splits the model (pipeline stages, tensor ranks, ZeRO-2/3 run block by block). The
+    /// splits the model (pipeline stages, tensor ranks) or gathers it per block (ZeRO-3). The
     /// forward-only evaluator ([`crate::eval`]) runs on it with no state moved.
     pub fn whole_model(&self) -> Option<&GpuModel> {
         match self.workers.first()?.chunks.as_slice() {
-            [c] if c.blocks.is_none() => c
+            [c] if !c.params_sharded => c
                 .slots
                 .first()
                 .filter(|m| m.blocks == self.cfg.model.blocks() && m.tp.t == 1),

@@ -181,11 +181,8 @@ impl Worker {
         let mut records = Vec::with_capacity(self.ops.len());
         for c in &mut self.chunks {
             c.held.clear();
-            let begun = c.begin_step(&self.gpu);
-            if let Err(e) = begun.and_then(|_| self.gpu.run(std::slice::from_ref(&c.zero_grads))) {
-                let msg = e.to_string();
-                self.end_step();
-                return Err(self.fail(&Op::Optimizer, s, true, msg));
+            if let Err(e) = self.gpu.run(std::slice::from_ref(&c.zero_grads)) {
+                return Err(self.fail(&Op::Optimizer, s, true, e.to_string()));
             }
         }
         let ops = std::mem::take(&mut self.ops);
@@ -218,7 +215,6 @@ impl Worker {
             break;
         }
         self.ops = ops;
-        self.end_step();
         result?;
         let sent = |l: &Ledger| {
             let l = l.for_step(s);
@@ -246,13 +242,6 @@ impl Worker {
             peaks: self.chunks.iter().map(|c| (c.stage, c.peak)).collect(),
             memory: self.gpu.memory(),
         })
-    }
-
-    /// Frees every chunk's step-scoped buffers.
-    fn end_step(&mut self) {
-        for c in &mut self.chunks {
-            c.end_step();
-        }
     }
 
     /// The failure of `op` (and the abort that releases every peer).
@@ -332,7 +321,7 @@ impl Worker {
                     // (a packed word: the f32 NaN's high half is a bf16 NaN)
                     let at = range.start / if c.buffers.packed() { 2 } else { 1 };
                     self.gpu
-                        .upload(&c.grads_full()?.slice(at, 1), &[f32::NAN])?;
+                        .upload(&c.buffers.grads.slice(at, 1), &[f32::NAN])?;
                 }
                 rec.link = self.reduce(*chunk, *bucket, *scatter, sc)?;
             }

@@ -33,18 +33,27 @@ pub(super) fn one_bucket_grid(n: usize, d: usize, prec: Precision) -> Option<Gri
 }
 
 /// Model-state bytes of rank `r` holding a chunk of `n` parameters under ZeRO `zero` over `d`
-/// ranks: P, G and K whole or as the rank's shard.
-pub(super) fn zero_state(n: usize, d: usize, r: usize, zero: usize, prec: Precision) -> u64 {
+/// ranks: P and K whole or as the rank's shard, G whole (every stage accumulates into it), and
+/// under ZeRO-3 two gather slots of `slot` elements (the largest block).
+pub(super) fn zero_state(
+    n: usize,
+    d: usize,
+    r: usize,
+    zero: usize,
+    slot: usize,
+    prec: Precision,
+) -> u64 {
     let shard = match one_bucket_grid(n, d, prec) {
         Some(g) if zero > 0 => g.shard_len(r),
         _ if zero > 0 => crate::collective::chunk(n, d, r).len(),
         _ => n,
     };
+    // the gradients stay whole: the backward accumulates every microbatch into them
     let p = if zero >= 3 { shard } else { n };
-    let g = if zero >= 2 { shard } else { n };
     let k = if zero >= 1 { shard } else { n };
     let (pg, kb, _) = of(prec);
-    pg * (p + g) as u64 + kb * k as u64
+    let slots = if zero >= 3 && d > 1 { 2 * slot } else { 0 };
+    pg * (p + n + slots) as u64 + kb * k as u64
 }
 
 /// Bytes rank `r` sends in one step of ZeRO-3 over a flat group: the gradients' reduce-scatter
@@ -66,8 +75,9 @@ pub(super) fn zero3_rank(
     };
     let rs = pg * (n - g.shard_len(r)) as u64;
     let mut gather = 0u64;
-    for span in crate::parallel::chain::spans(model, prec)? {
-        for part in g.parts(span.range.clone()) {
+    let stored = prec.storage(model.layout(&model.blocks()));
+    for span in model.block_spans(&model.blocks(), 1, &stored)? {
+        for part in g.parts(span) {
             let next = (r + 1) % d;
             let len = part.bounds[next + 1] - part.bounds[next];
             gather += pg * (part.sub.len() - len) as u64;

@@ -37,3 +37,44 @@ impl Chunk {
         }
     }
 }
+
+/// ZeRO-3 buffers before the shard grid exists: the full gradients the backward accumulates
+/// into, and two gather slots (each as long as the chunk's longest block) in which the model
+/// binds every block's parameters. `params` is an empty placeholder until the chunk allocates
+/// this rank's shard; the moments (and bf16 master weights) are shards of the chunk's own.
+pub(super) fn gathered(
+    gpu: &Gpu,
+    cfg: &TrainConfig,
+    spec: &ChunkSpec,
+    local: &crate::params::Layout,
+) -> Result<Buffers> {
+    let prec = spec.precision;
+    let layout = prec.storage(local.clone());
+    let spans = cfg.model.block_spans(spec.blocks, spec.tp.t, &layout)?;
+    let longest = spans.iter().map(|s| s.len()).max().unwrap_or(1);
+    let (grads_name, slot_name) = match prec {
+        Precision::F32 => ("grads", "params.slot"),
+        Precision::Bf16 => ("grads.bf16", "params.bf16.slot"),
+    };
+    let grads = gpu.buffer_in(Category::Gradients, grads_name, prec.words(layout.total));
+    let slot = |i: usize| {
+        gpu.buffer_in(
+            Category::Parameters,
+            &format!("{slot_name}{i}"),
+            prec.words(longest),
+        )
+    };
+    Ok(Buffers {
+        layout,
+        params: grads.slice(0, 0),
+        m: grads.slice(0, 0),
+        v: grads.slice(0, 0),
+        grads,
+        master: None,
+        packed: prec == Precision::Bf16,
+        slots: Some(crate::params::Slots {
+            spans,
+            views: [slot(0), slot(1)],
+        }),
+    })
+}

@@ -58,7 +58,7 @@ impl Worker {
                 if a.kind == Kind::F && last_stage {
                     sc.loss = f64::NAN;
                 } else {
-                    let g = self.chunks[a.chunk].grads_full()?;
+                    let g = &self.chunks[a.chunk].buffers.grads;
                     self.gpu.upload(&g.slice(0, 1), &[f32::NAN])?;
                 }
             }
@@ -97,7 +97,7 @@ impl Worker {
             _ => *c.held.get(&a.micro).ok_or_else(|| missing(a))?,
         };
         let got = sc.inbox.remove(a);
-        let (tokens, targets) = c.io(slot)?;
+        let (tokens, targets) = (&c.slots[slot].tokens, &c.slots[slot].targets);
         match (a.kind, got) {
             (Kind::F, Some(act)) => self.gpu.upload(&c.slots[slot].resid[0], &act)?,
             (Kind::F, None) => {
@@ -119,9 +119,12 @@ impl Worker {
     fn stage_out(&mut self, a: &Action, slot: usize, last: bool, sc: &mut Scratch) -> Result<()> {
         let c = &mut self.chunks[a.chunk];
         if a.kind == Kind::F && last {
-            sc.loss += c.losses(slot)?.iter().map(|&l| l as f64).sum::<f64>();
+            sc.loss += c.slots[slot]
+                .losses()?
+                .iter()
+                .map(|&l| l as f64)
+                .sum::<f64>();
         }
-        // (a chunk run block by block is the whole model: it sends nothing)
         let out = match a.kind {
             Kind::F if !last => c.slots.get(slot).map(|m| m.output()),
             Kind::B if c.stage > 0 => c.slots.get(slot).map(|m| &m.dresid),

@@ -25,7 +25,7 @@ impl Worker {
             return self.reduce_bf16(chunk, bucket, scatter, sc);
         }
         let (range, rel) = c.bucket_geometry(bucket);
-        let view = c.grads_full()?.slice(range.start, range.len());
+        let view = c.buffers.grads.slice(range.start, range.len());
         let mut host: Vec<f32> = self.gpu.download(&view)?;
         if sc.local_bad.is_none() {
             if let Some(i) = host.iter().position(|x| !x.is_finite()) {
@@ -73,7 +73,8 @@ impl Worker {
             )));
         }
         let view = c
-            .grads_full()?
+            .buffers
+            .grads
             .slice(range.start / 2, range.len().div_ceil(2));
         let mut words: Vec<u32> = self.gpu.download(&view)?;
         if sc.local_bad.is_none() {
@@ -116,16 +117,20 @@ impl Worker {
     pub(super) fn unshard(&mut self, chunk: usize, block: usize) -> Result<f64> {
         let r = self.place.replica;
         let c = &self.chunks[chunk];
-        let blocks = c
-            .blocks
+        let slots = c
+            .buffers
+            .slots
             .as_ref()
             .ok_or_else(|| Error::Config(format!("chunk {chunk} gathers no blocks")))?;
-        let span = &blocks.spans[block];
-        let slot = &blocks.work()?.slots[block % 2];
+        let span = slots
+            .spans
+            .get(block)
+            .ok_or_else(|| Error::Config(format!("chunk {chunk} has no block {block}")))?;
+        let slot = &slots.views[block % 2];
         let mut link = 0.0;
         // in u32 words: f32 elements, or pairs of bf16 (every bound is on 128 elements then)
         let div = if c.buffers.packed() { 2 } else { 1 };
-        for part in c.grid.parts(span.range.clone()) {
+        for part in c.grid.parts(span.clone()) {
             let bounds: Vec<usize> = part.bounds.iter().map(|b| b / div).collect();
             let (a, b) = (bounds[r], bounds[r + 1]);
             let mut words = vec![0u32; part.sub.len().div_ceil(div)];
@@ -144,7 +149,7 @@ impl Worker {
                 words = bytemuck::cast_vec(host);
                 Ok(())
             })?;
-            let at = (part.sub.start - span.range.start) / div;
+            let at = (part.sub.start - span.start) / div;
             self.gpu.upload(&slot.slice(at, words.len()), &words)?;
         }
         Ok(link)
@@ -171,8 +176,8 @@ impl Worker {
     }
 
     /// The [`GradScale`] hook: this device's gradient of `g.tensor` times `g.factor`, on the
-    /// host (a test hook, not a kernel). Refused where the device holds no whole gradient of
-    /// the tensor between the reductions and the norm (ZeRO-2/3 keep only shards).
+    /// host (a test hook, not a kernel), on the full gradient buffer between the reductions and
+    /// the norm (under ZeRO the norm reads the own shard's range of it).
     pub(super) fn scale_grad(&self, g: &GradScale) -> Result<()> {
         let hook = |msg: String| Error::Config(format!("gradient-scale hook: {msg}"));
         let (c, t) = self
@@ -185,12 +190,6 @@ impl Worker {
                     self.device, g.tensor
                 ))
             })?;
-        if c.blocks.is_some() {
-            return Err(hook(format!(
-                "ZeRO-{} keeps only gradient shards",
-                self.mesh.zero
-            )));
-        }
         if c.buffers.packed() {
             // the packed layout starts every tensor on a word
             let view = c.buffers.grads.slice(t.offset / 2, t.len.div_ceil(2));
