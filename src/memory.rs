@@ -125,6 +125,9 @@ pub struct Usage {
     pub peak_total: u64,
     /// Buffers allocated since the ledger was made.
     pub allocations: u64,
+    /// Of those, host-transfer staging buffers (one per upload or download).
+    #[serde(default)]
+    pub staging_allocations: u64,
 }
 
 #[derive(Debug, Default)]
@@ -133,6 +136,7 @@ struct State {
     peak: [u64; 6],
     peak_total: u64,
     allocations: u64,
+    staging_allocations: u64,
 }
 
 /// The ledger of one device (shared by every clone of its `Gpu`).
@@ -159,6 +163,9 @@ impl MemoryLedger {
             s.peak[i] = s.peak[i].max(s.current[i]);
             s.peak_total = s.peak_total.max(s.current.iter().sum());
             s.allocations += 1;
+            if cat == Category::Staging {
+                s.staging_allocations += 1;
+            }
         })
     }
 
@@ -178,6 +185,7 @@ impl MemoryLedger {
             peak: Bytes::from_array(s.peak),
             peak_total: s.peak_total,
             allocations: s.allocations,
+            staging_allocations: s.staging_allocations,
         })
     }
 

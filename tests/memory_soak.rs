@@ -3,7 +3,9 @@
 //! built once, e.g. the timestamp resolve buffer), no device's memory ledger may grow: per
 //! category neither the bytes held between steps nor the peak, and no step may allocate more
 //! buffers than the second one did (the ledger's allocation count is cumulative and every
-//! transfer stages through a fresh buffer, so the count per step is what must stay flat). A
+//! transfer stages through a fresh buffer, so the count per step is what must stay flat), and
+//! after it no step allocates any buffer but a transfer's staging (ZeRO-3 included: its models,
+//! slots and gradients are built once). A
 //! staging buffer, view or activation kept alive across steps fails it, named by layout,
 //! device, category and step. Not a timed test: the wall times are printed, never asserted.
 mod common;
@@ -107,6 +109,14 @@ fn soak(layout: &str, mesh: Mesh) {
         } else {
             for (d, u) in mem.iter().enumerate() {
                 no_growth(layout, d, s, &base[d], u);
+                // every buffer but a host transfer's staging is built once, before step 0 ends
+                let built = |x: &Usage| x.allocations - x.staging_allocations;
+                assert_eq!(
+                    built(u),
+                    built(&prev[d]),
+                    "{layout}: device {d} ({}): step {s} allocated a buffer that is no staging",
+                    u.device
+                );
                 let n = u.allocations - prev[d].allocations;
                 if s == 1 {
                     per_step.push(n);
