@@ -1,8 +1,22 @@
-// Elementwise ops over n elements: GELU (tanh approximation) forward/backward, residual add,
-// fill, scale, accumulate. One thread per element; index folded over y past 65535 groups.
+// Elementwise ops, one source for f32 and packed bf16 (a storage prelude, store_f32.wgsl or
+// store_bf16.wgsl, comes first): one invocation per u32 word of LANES elements, arithmetic in
+// f32; index folded over y past 65535 groups.
+//
+//   gelu_forward     (out | inp)           out = gelu(inp)  (tanh approximation)
+//   gelu_backward    (dinp | inp, dout)    dinp = gelu'(inp)·dout (assigned)
+//   residual_forward (out | a, b)          out = a + b
+//   fill             (out)                 out = value
+//   scale            (out)                 out *= value
+//   add              (out | a)             out += a
+//   copy             (out | a)             out = a, word for word
 
-struct Dims { n: u32, value: f32, _a: u32, _b: u32 }
+// n: elements, words: u32 words (⌈n / LANES⌉), value: an f32 operand
+struct Dims { n: u32, words: u32, value: f32, _b: u32 }
 @group(0) @binding(0) var<uniform> d: Dims;
+
+@group(0) @binding(1) var<storage, read_write> g_out: array<u32>;
+@group(0) @binding(2) var<storage, read> g_inp: array<u32>;
+@group(0) @binding(3) var<storage, read> g_dout: array<u32>;
 
 const GELU_SCALE: f32 = 0.7978846;
 
@@ -10,68 +24,77 @@ fn gelu_f(x: f32) -> f32 {
     return 0.5 * x * (1.0 + tanh(GELU_SCALE * (x + 0.044715 * x * x * x)));
 }
 
-// ---- gelu_forward(out, inp) ----
-@group(0) @binding(1) var<storage, read_write> g_out: array<f32>;
-@group(0) @binding(2) var<storage, read> g_inp: array<f32>;
-
-@compute @workgroup_size(256)
-fn gelu_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 256u;
-    if (i >= d.n) { return; }
-    g_out[i] = gelu_f(g_inp[i]);
-}
-
-// ---- gelu_backward(dinp, inp, dout) ----
-@group(0) @binding(3) var<storage, read> g_dout: array<f32>;
-
-@compute @workgroup_size(256)
-fn gelu_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 256u;
-    if (i >= d.n) { return; }
-    let x = g_inp[i];
+fn gelu_grad(x: f32, dy: f32) -> f32 {
     let u = GELU_SCALE * (x + 0.044715 * x * x * x);
     let th = tanh(u);
     let sech2 = 1.0 - th * th;
     let du = GELU_SCALE * (1.0 + 3.0 * 0.044715 * x * x);
-    g_out[i] = (0.5 * (1.0 + th) + 0.5 * x * sech2 * du) * g_dout[i];
+    return (0.5 * (1.0 + th) + 0.5 * x * sech2 * du) * dy;
+}
+
+fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return gid.x + gid.y * nwg.x * 256u;
+}
+
+// ---- gelu_forward(out, inp) ----
+@compute @workgroup_size(256)
+fn gelu_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i >= d.words) { return; }
+    let x = lanes(g_inp[i]);
+    var y = vec2<f32>(gelu_f(x.x), 0.0);
+    if (LANES == 2u) { y.y = gelu_f(x.y); }
+    g_out[i] = word(i, y);
+}
+
+// ---- gelu_backward(dinp, inp, dout) ----
+@compute @workgroup_size(256)
+fn gelu_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i >= d.words) { return; }
+    let x = lanes(g_inp[i]);
+    let dy = lanes(g_dout[i]);
+    var y = vec2<f32>(gelu_grad(x.x, dy.x), 0.0);
+    if (LANES == 2u) { y.y = gelu_grad(x.y, dy.y); }
+    g_out[i] = word(i, y);
 }
 
 // ---- residual_forward(out, a, b): out = a + b ----
 @compute @workgroup_size(256)
 fn residual_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 256u;
-    if (i >= d.n) { return; }
-    g_out[i] = g_inp[i] + g_dout[i];
+    let i = index(gid, nwg);
+    if (i >= d.words) { return; }
+    g_out[i] = word(i, lanes(g_inp[i]) + lanes(g_dout[i]));
 }
 
 // ---- fill(out): out = value ----
 @compute @workgroup_size(256)
 fn fill(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 256u;
-    if (i >= d.n) { return; }
-    g_out[i] = d.value;
+    let i = index(gid, nwg);
+    if (i >= d.words) { return; }
+    g_out[i] = splat(d.value);
 }
 
 // ---- scale(out): out *= value ----
 @compute @workgroup_size(256)
 fn scale(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 256u;
-    if (i >= d.n) { return; }
-    g_out[i] = g_out[i] * d.value;
+    let i = index(gid, nwg);
+    if (i >= d.words) { return; }
+    g_out[i] = word(i, lanes(g_out[i]) * d.value);
 }
 
 // ---- add(out, a): out += a ----
 @compute @workgroup_size(256)
 fn add(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 256u;
-    if (i >= d.n) { return; }
-    g_out[i] = g_out[i] + g_inp[i];
+    let i = index(gid, nwg);
+    if (i >= d.words) { return; }
+    g_out[i] = word(i, lanes(g_out[i]) + lanes(g_inp[i]));
 }
 
-// ---- copy(out, a): out = a ----
+// ---- copy(out, a): out = a, word for word ----
 @compute @workgroup_size(256)
 fn copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 256u;
-    if (i >= d.n) { return; }
+    let i = index(gid, nwg);
+    if (i >= d.words) { return; }
     g_out[i] = g_inp[i];
 }

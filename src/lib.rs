@@ -77,6 +77,7 @@ pub mod optim;
 pub mod parallel;
 pub mod params;
 pub mod pipeline;
+pub mod precision;
 pub mod record;
 pub mod rng;
 pub mod runtime;

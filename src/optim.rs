@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::{elementwise as ke, optim as ko, packed::optim as kp, Op};
 use crate::params::{Buffers, Layout, ALIGN};
+use crate::precision::Precision;
 
 /// A contiguous flat range an optimizer updates, and where it lives in each storage buffer:
 /// flat element `flat.start + i` is `params[params + i]`, `grads[grads + i]`, `m/v[moments + i]`.
@@ -252,7 +253,7 @@ impl Optimizer {
             parts,
             sq,
             norm_ops,
-            zero_grads: ke::fill(gpu, st.grads, 0.0)?,
+            zero_grads: ke::fill(gpu, Precision::F32, st.grads, 0.0)?, // every word 0
             adam_ops,
             hp,
             norm_sq,

@@ -7,7 +7,8 @@ mod common;
 use common::packed::*;
 use common::*;
 use triaxis::cpu::packed::elementwise as t;
-use triaxis::kernels::packed::elementwise as k;
+use triaxis::kernels::elementwise as k;
+use triaxis::precision::Precision::Bf16 as BF16;
 use triaxis::rng::Rng;
 
 const SIZES: [usize; 8] = [1, 2, 7, 33, 64, 257, 4096, 70_001];
@@ -37,7 +38,7 @@ fn gelu_forward_backward_match_twin() {
         let mut first = None;
         for _ in 0..2 {
             let out = poisoned_words(&g, w);
-            g.run(&[k::gelu_forward_bf16(&g, &out, &xb, n).unwrap()])
+            g.run(&[k::gelu_forward(&g, BF16, &out, &xb, n).unwrap()])
                 .unwrap();
             let got = g.download::<u32>(&out).unwrap();
             let first = first.get_or_insert_with(|| got.clone());
@@ -49,7 +50,7 @@ fn gelu_forward_backward_match_twin() {
         let mut first = None;
         for _ in 0..2 {
             let dinp = poisoned_words(&g, w);
-            g.run(&[k::gelu_backward_bf16(&g, &dinp, &xb, &dyb, n).unwrap()])
+            g.run(&[k::gelu_backward(&g, BF16, &dinp, &xb, &dyb, n).unwrap()])
                 .unwrap();
             let got = g.download::<u32>(&dinp).unwrap();
             let first = first.get_or_insert_with(|| got.clone());
@@ -69,7 +70,7 @@ fn residual_add_copy_fill_match_twin_exactly() {
         let w = n.div_ceil(2);
         let (a, b) = (input(&mut rng, n, 1.0), input(&mut rng, n, 3.0));
         let (ab, bb, out) = (buf_u32(&g, &a), buf_u32(&g, &b), poisoned_words(&g, w));
-        g.run(&[k::residual_forward_bf16(&g, &out, &ab, &bb, n).unwrap()])
+        g.run(&[k::residual_forward(&g, BF16, &out, &ab, &bb, n).unwrap()])
             .unwrap();
         let mut want = vec![0; w];
         t::residual_forward_bf16(&mut want, &a, &b, n);
@@ -80,7 +81,7 @@ fn residual_add_copy_fill_match_twin_exactly() {
         );
 
         // out += a twice over all halves (junk high half included: the same on both sides)
-        let ops = [k::add_bf16(&g, &out, &ab).unwrap()];
+        let ops = [k::add(&g, BF16, &out, &ab).unwrap()];
         g.run(&ops).unwrap();
         g.run(&ops).unwrap();
         t::add_bf16(&mut want, &a);
@@ -94,7 +95,7 @@ fn residual_add_copy_fill_match_twin_exactly() {
         // copy: raw words, signalling-NaN payloads and all
         let bits: Vec<u32> = (0..w).map(|_| rng.next_u64() as u32).collect();
         let (src, dst) = (buf_u32(&g, &bits), poisoned_words(&g, w));
-        g.run(&[k::copy_bf16(&g, &dst, &src).unwrap()]).unwrap();
+        g.run(&[k::copy(&g, BF16, &dst, &src).unwrap()]).unwrap();
         let mut want = vec![0; w];
         t::copy_bf16(&mut want, &bits);
         assert_eq!(want, bits);
@@ -119,7 +120,7 @@ fn residual_add_copy_fill_match_twin_exactly() {
         let w = n.div_ceil(2);
         for value in values {
             let out = poisoned_words(&g, w);
-            g.run(&[k::fill_bf16(&g, &out, value).unwrap()]).unwrap();
+            g.run(&[k::fill(&g, BF16, &out, value).unwrap()]).unwrap();
             let mut want = vec![0; w];
             t::fill_bf16(&mut want, value);
             tally.exact(
@@ -164,41 +165,41 @@ fn short_views_are_config_errors() {
     // n = 5 needs 3 words per operand
     assert_config(
         "gelu out",
-        k::gelu_forward_bf16(&g, &w2, &w3, 5),
+        k::gelu_forward(&g, BF16, &w2, &w3, 5),
         &["gelu bf16 out", "3"],
     );
     assert_config(
         "gelu inp",
-        k::gelu_forward_bf16(&g, &w3, &w2, 5),
+        k::gelu_forward(&g, BF16, &w3, &w2, 5),
         &["gelu bf16 inp"],
     );
     assert_config(
         "gelu dinp",
-        k::gelu_backward_bf16(&g, &w2, &w3, &w3, 5),
+        k::gelu_backward(&g, BF16, &w2, &w3, &w3, 5),
         &["gelu bf16 dinp"],
     );
     assert_config(
         "gelu bwd inp",
-        k::gelu_backward_bf16(&g, &w3, &w2, &w3, 5),
+        k::gelu_backward(&g, BF16, &w3, &w2, &w3, 5),
         &["gelu bf16 inp"],
     );
     assert_config(
         "gelu dout",
-        k::gelu_backward_bf16(&g, &w3, &w3, &w2, 5),
+        k::gelu_backward(&g, BF16, &w3, &w3, &w2, 5),
         &["gelu bf16 dout"],
     );
     assert_config(
         "residual b",
-        k::residual_forward_bf16(&g, &w3, &w3, &w2, 5),
+        k::residual_forward(&g, BF16, &w3, &w3, &w2, 5),
         &["residual bf16 b"],
     );
-    assert_config("add a", k::add_bf16(&g, &w3, &w2), &["add bf16 a"]);
-    assert_config("copy a", k::copy_bf16(&g, &w3, &w2), &["copy bf16 a"]);
-    assert!(k::gelu_forward_bf16(&g, &w3, &w3, 5).is_ok());
-    assert!(k::gelu_forward_bf16(&g, &w3, &w3, 6).is_ok());
-    assert!(k::gelu_backward_bf16(&g, &w3, &w3, &w3, 6).is_ok());
-    assert!(k::residual_forward_bf16(&g, &w3, &w3, &w3, 5).is_ok());
-    assert!(k::add_bf16(&g, &w2, &w3).is_ok());
-    assert!(k::copy_bf16(&g, &w2, &w3).is_ok());
-    assert!(k::fill_bf16(&g, &w2, 1.0).is_ok());
+    assert_config("add a", k::add(&g, BF16, &w3, &w2), &["add bf16 a"]);
+    assert_config("copy a", k::copy(&g, BF16, &w3, &w2), &["copy bf16 a"]);
+    assert!(k::gelu_forward(&g, BF16, &w3, &w3, 5).is_ok());
+    assert!(k::gelu_forward(&g, BF16, &w3, &w3, 6).is_ok());
+    assert!(k::gelu_backward(&g, BF16, &w3, &w3, &w3, 6).is_ok());
+    assert!(k::residual_forward(&g, BF16, &w3, &w3, &w3, 5).is_ok());
+    assert!(k::add(&g, BF16, &w2, &w3).is_ok());
+    assert!(k::copy(&g, BF16, &w2, &w3).is_ok());
+    assert!(k::fill(&g, BF16, &w2, 1.0).is_ok());
 }

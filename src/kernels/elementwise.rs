@@ -1,106 +1,125 @@
-//! Elementwise ops (shaders/elementwise.wgsl): GELU forward/backward, residual add and the small
-//! helpers fill / scale / add. Twins: `cpu::{gelu_forward, gelu_backward, residual_forward, fill,
-//! scale, add}`.
+//! Elementwise ops (shaders/elementwise.wgsl, one source for both precisions behind a storage
+//! prelude): GELU forward/backward, residual add and the helpers fill / scale / add / copy.
+//! Twins: `cpu::{gelu_forward, gelu_backward, residual_forward, fill, scale, add}` in f32,
+//! `cpu::packed::elementwise` in bf16.
+//!
+//! Views are in u32 words: f32 elements, or packed bf16 pairs (element `2i` in the low half of
+//! word `i`). The `n`-element ops take views of at least `⌈n/2⌉` words under bf16 and write the
+//! high half of an odd `n`'s last word 0 (as `bf16::pack` does); fill / scale / add / copy work
+//! on whole views (all `2·len` halves under bf16). Arithmetic is f32 with one rounding per
+//! stored bf16 element.
 
-use super::{groups_1d, need, op, Arg, Op};
-use crate::error::Result;
+use super::{groups_1d, op, Arg, Op};
+use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
+use crate::precision::Precision;
 
-const S: &str = "elementwise";
-
-fn dims(n: usize, value: f32) -> [u32; 4] {
-    [n as u32, value.to_bits(), 0, 0]
+/// The family's shader in precision `p`.
+fn shader(p: Precision) -> &'static str {
+    match p {
+        Precision::F32 => "elementwise",
+        Precision::Bf16 => "elementwise_bf16",
+    }
 }
 
-/// `out[n]` = `gelu(inp[n]`)
-pub fn gelu_forward(g: &Gpu, out: &View, inp: &View, n: usize) -> Result<Op> {
-    need("gelu out", out, n)?;
-    need("gelu inp", inp, n)?;
+/// Uniform: element count, word count, an f32 operand's bits.
+fn dims(p: Precision, n: usize, value: f32) -> Result<[u32; 4]> {
+    let n32 = u32::try_from(n).map_err(|_| {
+        Error::Config(format!(
+            "elementwise {p}: {n} elements exceed the u32 index range"
+        ))
+    })?;
+    Ok([n32, p.words(n) as u32, value.to_bits(), 0])
+}
+
+/// Elements a whole view of `v.len` words holds.
+fn whole(p: Precision, v: &View) -> usize {
+    match p {
+        Precision::F32 => v.len,
+        Precision::Bf16 => 2 * v.len,
+    }
+}
+
+/// Checks that `v` holds `n` elements of precision `p`, naming the operand
+/// (`"<op> <arg>"`, `"<op> bf16 <arg>"` under bf16).
+fn need(p: Precision, op: &str, arg: &str, v: &View, n: usize) -> Result<()> {
+    match p {
+        Precision::F32 => super::need(&format!("{op} {arg}"), v, n),
+        Precision::Bf16 => super::packed::need_words(&format!("{op} bf16 {arg}"), v, p.words(n)),
+    }
+}
+
+/// One op of `n` elements over `args` (outputs first), one invocation per word.
+fn run(g: &Gpu, p: Precision, entry: &'static str, n: usize, v: f32, args: &[Arg]) -> Result<Op> {
     op(
         g,
-        S,
-        "gelu_forward",
-        &dims(n, 0.0),
-        &[Arg::W(out), Arg::R(inp)],
-        groups_1d(n),
+        shader(p),
+        entry,
+        &dims(p, n, v)?,
+        args,
+        groups_1d(p.words(n)),
     )
+}
+
+/// `out[n]` = `gelu(inp[n])`
+pub fn gelu_forward(g: &Gpu, p: Precision, out: &View, inp: &View, n: usize) -> Result<Op> {
+    need(p, "gelu", "out", out, n)?;
+    need(p, "gelu", "inp", inp, n)?;
+    run(g, p, "gelu_forward", n, 0.0, &[Arg::W(out), Arg::R(inp)])
 }
 
 /// `dinp[n]` = gelu'(inp) · dout (assigned)
-pub fn gelu_backward(g: &Gpu, dinp: &View, inp: &View, dout: &View, n: usize) -> Result<Op> {
-    need("gelu dinp", dinp, n)?;
-    need("gelu dout", dout, n)?;
-    op(
-        g,
-        S,
-        "gelu_backward",
-        &dims(n, 0.0),
-        &[Arg::W(dinp), Arg::R(inp), Arg::R(dout)],
-        groups_1d(n),
-    )
+pub fn gelu_backward(
+    g: &Gpu,
+    p: Precision,
+    dinp: &View,
+    inp: &View,
+    dout: &View,
+    n: usize,
+) -> Result<Op> {
+    need(p, "gelu", "dinp", dinp, n)?;
+    need(p, "gelu", "inp", inp, n)?;
+    need(p, "gelu", "dout", dout, n)?;
+    let args = [Arg::W(dinp), Arg::R(inp), Arg::R(dout)];
+    run(g, p, "gelu_backward", n, 0.0, &args)
 }
 
 /// `out[n]` = a + b
-pub fn residual_forward(g: &Gpu, out: &View, a: &View, b: &View, n: usize) -> Result<Op> {
-    need("residual out", out, n)?;
-    need("residual a", a, n)?;
-    need("residual b", b, n)?;
-    op(
-        g,
-        S,
-        "residual_forward",
-        &dims(n, 0.0),
-        &[Arg::W(out), Arg::R(a), Arg::R(b)],
-        groups_1d(n),
-    )
+pub fn residual_forward(
+    g: &Gpu,
+    p: Precision,
+    out: &View,
+    a: &View,
+    b: &View,
+    n: usize,
+) -> Result<Op> {
+    need(p, "residual", "out", out, n)?;
+    need(p, "residual", "a", a, n)?;
+    need(p, "residual", "b", b, n)?;
+    let args = [Arg::W(out), Arg::R(a), Arg::R(b)];
+    run(g, p, "residual_forward", n, 0.0, &args)
 }
 
-/// out[..] = value
-pub fn fill(g: &Gpu, out: &View, value: f32) -> Result<Op> {
-    op(
-        g,
-        S,
-        "fill",
-        &dims(out.len, value),
-        &[Arg::W(out)],
-        groups_1d(out.len),
-    )
+/// out[..] = value (bf16: rounded once, both halves of every word)
+pub fn fill(g: &Gpu, p: Precision, out: &View, value: f32) -> Result<Op> {
+    run(g, p, "fill", whole(p, out), value, &[Arg::W(out)])
 }
 
 /// out[..] *= s
-pub fn scale(g: &Gpu, out: &View, s: f32) -> Result<Op> {
-    op(
-        g,
-        S,
-        "scale",
-        &dims(out.len, s),
-        &[Arg::W(out)],
-        groups_1d(out.len),
-    )
+pub fn scale(g: &Gpu, p: Precision, out: &View, s: f32) -> Result<Op> {
+    run(g, p, "scale", whole(p, out), s, &[Arg::W(out)])
 }
 
 /// out[..] += a
-pub fn add(g: &Gpu, out: &View, a: &View) -> Result<Op> {
-    need("add a", a, out.len)?;
-    op(
-        g,
-        S,
-        "add",
-        &dims(out.len, 0.0),
-        &[Arg::W(out), Arg::R(a)],
-        groups_1d(out.len),
-    )
+pub fn add(g: &Gpu, p: Precision, out: &View, a: &View) -> Result<Op> {
+    let n = whole(p, out);
+    need(p, "add", "a", a, n)?;
+    run(g, p, "add", n, 0.0, &[Arg::W(out), Arg::R(a)])
 }
 
-/// out[..] = a (bit-exact copy inside a compute pass)
-pub fn copy(g: &Gpu, out: &View, a: &View) -> Result<Op> {
-    need("copy a", a, out.len)?;
-    op(
-        g,
-        S,
-        "copy",
-        &dims(out.len, 0.0),
-        &[Arg::W(out), Arg::R(a)],
-        groups_1d(out.len),
-    )
+/// out[..] = a, word for word (bit-exact, NaN payloads included)
+pub fn copy(g: &Gpu, p: Precision, out: &View, a: &View) -> Result<Op> {
+    let n = whole(p, out);
+    need(p, "copy", "a", a, n)?;
+    run(g, p, "copy", n, 0.0, &[Arg::W(out), Arg::R(a)])
 }

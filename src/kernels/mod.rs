@@ -23,7 +23,9 @@ pub mod optim;
 pub mod packed;
 
 /// Every shader source, by family name. The run record hashes these. bf16 packing and every
-/// packed family begin with the shared bit rules of `shaders/bf16_bits.wgsl`.
+/// packed family begin with the shared bit rules of `shaders/bf16_bits.wgsl`. A family written
+/// once for both precisions (`elementwise`) is its body behind a storage prelude:
+/// `store_f32.wgsl`, or `store_bf16.wgsl` after the bit rules (`<family>_bf16`).
 pub const SHADERS: &[(&str, &str)] = &[
     ("attention", include_str!("../../shaders/attention.wgsl")),
     (
@@ -35,7 +37,18 @@ pub const SHADERS: &[(&str, &str)] = &[
     ),
     (
         "elementwise",
-        include_str!("../../shaders/elementwise.wgsl"),
+        concat!(
+            include_str!("../../shaders/store_f32.wgsl"),
+            include_str!("../../shaders/elementwise.wgsl")
+        ),
+    ),
+    (
+        "elementwise_bf16",
+        concat!(
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/store_bf16.wgsl"),
+            include_str!("../../shaders/elementwise.wgsl")
+        ),
     ),
     ("encoder", include_str!("../../shaders/encoder.wgsl")),
     ("loss", include_str!("../../shaders/loss.wgsl")),
@@ -47,13 +60,6 @@ pub const SHADERS: &[(&str, &str)] = &[
         concat!(
             include_str!("../../shaders/bf16_bits.wgsl"),
             include_str!("../../shaders/packed_attention.wgsl")
-        ),
-    ),
-    (
-        "packed_elementwise",
-        concat!(
-            include_str!("../../shaders/bf16_bits.wgsl"),
-            include_str!("../../shaders/packed_elementwise.wgsl")
         ),
     ),
     (

@@ -19,10 +19,10 @@
 pub mod cpu_model;
 pub mod fit;
 pub mod gpu_model;
-pub mod precision;
+pub use crate::precision;
 pub mod recompute;
 
-pub use precision::Precision;
+pub use crate::precision::Precision;
 pub use recompute::Recompute;
 
 use crate::error::{Error, Result};

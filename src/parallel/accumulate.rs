@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::{elementwise as ke, Op};
 use crate::memory::Category;
+use crate::precision::Precision;
 
 /// How parameter gradients accumulate over a step's microbatches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -57,23 +58,24 @@ impl TreeAccumulator {
         let levels: Vec<View> = (0..n_levels)
             .map(|l| gpu.buffer_in(Category::Gradients, &format!("grad.tree{l}"), grads.len))
             .collect();
+        let p = match packed {
+            true => Precision::Bf16,
+            false => Precision::F32,
+        };
         Ok(TreeAccumulator {
             gpu: gpu.clone(),
-            zero: ke::fill(gpu, grads, 0.0)?,
+            zero: ke::fill(gpu, p, grads, 0.0)?,
             save: levels
                 .iter()
-                .map(|l| ke::copy(gpu, l, grads))
+                .map(|l| ke::copy(gpu, p, l, grads))
                 .collect::<Result<_>>()?,
             merge: levels
                 .iter()
-                .map(|l| match packed {
-                    false => ke::add(gpu, grads, l),
-                    true => crate::kernels::packed::elementwise::add_bf16(gpu, grads, l),
-                })
+                .map(|l| ke::add(gpu, p, grads, l))
                 .collect::<Result<_>>()?,
             restore: levels
                 .iter()
-                .map(|l| ke::copy(gpu, grads, l))
+                .map(|l| ke::copy(gpu, p, grads, l))
                 .collect::<Result<_>>()?,
             occupied: vec![false; n_levels],
             levels,

@@ -218,7 +218,7 @@ impl Chunk {
                 None,
             )
         };
-        let zero_grads = crate::kernels::elementwise::fill(gpu, &buffers.grads, 0.0)?;
+        let zero_grads = crate::kernels::elementwise::fill(gpu, prec, &buffers.grads, 0.0)?;
         let tree = match spec.tree {
             Some(count) if !sharded => Some(TreeAccumulator::new(
                 gpu,

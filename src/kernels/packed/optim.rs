@@ -68,7 +68,12 @@ pub fn grad_norm_squared_bf16(
         )?);
     } else {
         // no words: the final pass sums one zero partial
-        ops.push(crate::kernels::elementwise::fill(g, &scratch, 0.0)?);
+        ops.push(crate::kernels::elementwise::fill(
+            g,
+            crate::precision::Precision::F32,
+            &scratch,
+            0.0,
+        )?);
     }
     ops.push(op(
         g,

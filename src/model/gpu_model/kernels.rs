@@ -5,12 +5,11 @@
 
 use crate::error::Result;
 use crate::gpu::{Gpu, View};
-use crate::kernels::packed::{
-    attention as pa, elementwise as pe, encoder as penc, matmul as pm, norm as pn,
-};
+use crate::kernels::packed::{attention as pa, encoder as penc, matmul as pm, norm as pn};
 use crate::kernels::{
     attention as ka, elementwise as ke, encoder as kenc, matmul as km, norm as kn, Op,
 };
+use crate::precision::Precision;
 
 pub(super) struct Kernels<'a> {
     pub g: &'a Gpu,
@@ -207,39 +206,32 @@ impl Kernels<'_> {
         }
     }
 
-    pub fn residual_forward(&self, out: &View, a: &View, b: &View, n: usize) -> Result<Op> {
+    /// The storage precision of this model's tensors.
+    fn p(&self) -> Precision {
         match self.bf16 {
-            true => pe::residual_forward_bf16(self.g, out, a, b, n),
-            false => ke::residual_forward(self.g, out, a, b, n),
+            true => Precision::Bf16,
+            false => Precision::F32,
         }
+    }
+
+    pub fn residual_forward(&self, out: &View, a: &View, b: &View, n: usize) -> Result<Op> {
+        ke::residual_forward(self.g, self.p(), out, a, b, n)
     }
 
     pub fn gelu_forward(&self, out: &View, inp: &View, n: usize) -> Result<Op> {
-        match self.bf16 {
-            true => pe::gelu_forward_bf16(self.g, out, inp, n),
-            false => ke::gelu_forward(self.g, out, inp, n),
-        }
+        ke::gelu_forward(self.g, self.p(), out, inp, n)
     }
 
     pub fn gelu_backward(&self, dinp: &View, inp: &View, dout: &View, n: usize) -> Result<Op> {
-        match self.bf16 {
-            true => pe::gelu_backward_bf16(self.g, dinp, inp, dout, n),
-            false => ke::gelu_backward(self.g, dinp, inp, dout, n),
-        }
+        ke::gelu_backward(self.g, self.p(), dinp, inp, dout, n)
     }
 
     pub fn fill(&self, out: &View, value: f32) -> Result<Op> {
-        match self.bf16 {
-            true => pe::fill_bf16(self.g, out, value),
-            false => ke::fill(self.g, out, value),
-        }
+        ke::fill(self.g, self.p(), out, value)
     }
 
     /// A raw copy (words under bf16: no float operation touches the bits).
     pub fn copy(&self, out: &View, a: &View) -> Result<Op> {
-        match self.bf16 {
-            true => pe::copy_bf16(self.g, out, a),
-            false => ke::copy(self.g, out, a),
-        }
+        ke::copy(self.g, self.p(), out, a)
     }
 }
