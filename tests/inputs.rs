@@ -532,7 +532,7 @@ fn a_layout_past_the_memory_budget_is_refused_naming_both() {
         &[
             "dp=8 tp=1 pp=1",
             "needs at least",
-            "on 9 device(s)",
+            "on 8 device(s)",
             "more than the --max-memory 0.001 GB budget",
         ],
     );
@@ -554,7 +554,7 @@ fn the_memory_a_layout_needs_is_printed_before_the_devices_open() {
     );
     let first = stdout.lines().next().unwrap_or_default();
     assert!(
-        first.starts_with("memory    at least ") && first.contains("on 3 device(s)"),
+        first.starts_with("memory    at least ") && first.contains("on 2 device(s)"),
         "{stdout}"
     );
 }

@@ -212,7 +212,7 @@ fn run(a: &Args) -> anyhow::Result<i32> {
     if let (Some(n), true) = (&need, report::is_lead()) {
         println!(
             "memory    at least {:.1} MiB on {} device(s) (model state and activations as the \
-             cost model predicts them, the evaluation device included)",
+             cost model predicts them, an evaluation mirror included where the layout splits the model)",
             n.bytes as f64 / (1u64 << 20) as f64,
             n.devices
         );
@@ -399,7 +399,8 @@ fn memory_check(a: &Args, s: &Setup) -> anyhow::Result<Option<report::MemoryNeed
         if need.bytes > limit {
             anyhow::bail!(
                 "{} with {:?} needs at least {:.3} GB on {} device(s) (model state and \
-                 activations as the cost model predicts them, the evaluation device included), \
+                 activations as the cost model predicts them, an evaluation mirror included where \
+                 the layout splits the model), \
                  more than {what}: lower --dp, --tp, --pp, --batch, --seq or the model size",
                 s.mesh.describe(),
                 s.cfg.model,

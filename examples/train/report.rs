@@ -203,8 +203,9 @@ pub fn check_fault(f: &Fault, mesh: &triaxis::mesh::Mesh, steps: usize) -> anyho
 
 /// Bytes the run's devices hold at least, as the cost model predicts them before any device
 /// work: every device's model state (parameters, gradients, optimizer moments; ZeRO shards)
-/// and activations (its schedule's slots, recompute's workspace), plus the evaluation device's
-/// copy of the model. Kernel scratch and the driver's own memory come on top.
+/// and activations (its schedule's slots, recompute's workspace), plus, where no device holds
+/// the whole model, the evaluation mirror's parameters and gradient buffer (no optimizer state)
+/// and one microbatch's activations. Kernel scratch and the driver's own memory come on top.
 pub struct MemoryNeed {
     pub bytes: u64,
     pub devices: usize,
@@ -230,14 +231,24 @@ pub fn memory_need(
     )?;
     // every device of every replica
     let act: u64 = acts.iter().map(|a| a.total).sum();
-    let one = triaxis::mesh::Mesh {
-        microbatches: 1,
-        ..triaxis::mesh::Mesh::default()
+    // the evaluation mirror, only where no device holds the whole model: parameters and a
+    // gradient buffer (no optimizer state) in the run's precision, one microbatch's activations
+    let mirror = mesh.pp > 1 || mesh.tp > 1 || mesh.zero >= 3;
+    let eval = match mirror {
+        true => {
+            let one = triaxis::mesh::Mesh {
+                microbatches: 1,
+                ..triaxis::mesh::Mesh::default()
+            };
+            let ex = validate::expect(&cfg.model, &one, b, t, opts.precision)?;
+            let padded: usize = ex.devices.iter().map(|d| d.padded).sum();
+            2 * ex.element_bytes * padded as u64 + ex.activation_bytes
+        }
+        false => 0,
     };
-    let eval = validate::expect(&cfg.model, &one, b, t, triaxis::model::Precision::F32)?;
     Ok(MemoryNeed {
-        bytes: state + act + eval.state_bytes + eval.activation_bytes,
-        devices: mesh.devices() + 1,
+        bytes: state + act + eval,
+        devices: mesh.devices() + mirror as usize,
     })
 }
 
