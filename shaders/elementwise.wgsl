@@ -44,7 +44,7 @@ fn gelu_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     let x = lanes(g_inp[i]);
     var y = vec2<f32>(gelu_f(x.x), 0.0);
     if (LANES == 2u) { y.y = gelu_f(x.y); }
-    g_out[i] = word(i, y);
+    g_out[i] = word(i, y, d.n);
 }
 
 // ---- gelu_backward(dinp, inp, dout) ----
@@ -56,7 +56,7 @@ fn gelu_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wor
     let dy = lanes(g_dout[i]);
     var y = vec2<f32>(gelu_grad(x.x, dy.x), 0.0);
     if (LANES == 2u) { y.y = gelu_grad(x.y, dy.y); }
-    g_out[i] = word(i, y);
+    g_out[i] = word(i, y, d.n);
 }
 
 // ---- residual_forward(out, a, b): out = a + b ----
@@ -64,7 +64,7 @@ fn gelu_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wor
 fn residual_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = index(gid, nwg);
     if (i >= d.words) { return; }
-    g_out[i] = word(i, lanes(g_inp[i]) + lanes(g_dout[i]));
+    g_out[i] = word(i, lanes(g_inp[i]) + lanes(g_dout[i]), d.n);
 }
 
 // ---- fill(out): out = value ----
@@ -80,7 +80,7 @@ fn fill(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 fn scale(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = index(gid, nwg);
     if (i >= d.words) { return; }
-    g_out[i] = word(i, lanes(g_out[i]) * d.value);
+    g_out[i] = word(i, lanes(g_out[i]) * d.value, d.n);
 }
 
 // ---- add(out, a): out += a ----
@@ -88,7 +88,7 @@ fn scale(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
 fn add(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = index(gid, nwg);
     if (i >= d.words) { return; }
-    g_out[i] = word(i, lanes(g_out[i]) + lanes(g_inp[i]));
+    g_out[i] = word(i, lanes(g_out[i]) + lanes(g_inp[i]), d.n);
 }
 
 // ---- copy(out, a): out = a, word for word ----

@@ -1,8 +1,11 @@
-// Token + position embedding. tokens u32 [B·T], wte [V,C], wpe [maxT,C], out/dout [B·T,C].
+// Token + position embedding, one source for f32 and packed bf16 (a storage prelude,
+// store_f32.wgsl or store_bf16.wgsl, comes first). tokens u32 [B·T], wte [V,C], wpe [maxT,C],
+// out/dout [B·T,C], all in u32 words of LANES channels: a row is cw = C / LANES whole words
+// (bf16 needs an even C); one thread per word, arithmetic in f32, one rounding per stored bf16.
 //
-//   encoder_forward[4]  (out | tokens, wte, wpe)                       thread per element (vec4)
-//   encoder_links       (links, first | tokens)                        one workgroup of J threads
-//   encoder_backward[4] (dwte, dwpe | dout, tokens, links, first)      thread per (position, channel)
+//   encoder_forward  (out | tokens, wte, wpe)                       thread per output word
+//   encoder_links    (links, first | tokens)                        one workgroup of J threads
+//   encoder_backward (dwte, dwpe | dout, tokens, links, first)      thread per (position, word)
 //
 // The backward is deterministic without atomics. encoder_links walks the positions from last to
 // first; thread j owns the tokens with tok % J == j and keeps first[tok] = the latest position
@@ -18,49 +21,31 @@
 // dout rows into dwte[tok] in position order, and each position t < T add its B rows into
 // dwpe[t]: both in the CPU twin's order, so the result equals the twin bit for bit.
 
-struct Dims { n: u32, c: u32, t: u32, v: u32 }
-@group(0) @binding(0) var<uniform> d: Dims; // n = B·T rows; c is C/4 for the vec4 entries
+struct Dims { n: u32, cw: u32, t: u32, v: u32 }
+@group(0) @binding(0) var<uniform> d: Dims; // n = B·T rows, cw = words per row
 
 const END: u32 = 0xffffffffu;
 const WG: u32 = 256u;
 const J: u32 = 64u;
 
 // ---- encoder_forward: out[p,i] = wte[tokens[p],i] + wpe[p % T,i] (NaN for a token ≥ V) ----
-@group(0) @binding(1) var<storage, read_write> f_out: array<f32>;
+@group(0) @binding(1) var<storage, read_write> f_out: array<u32>;
 @group(0) @binding(2) var<storage, read> f_tokens: array<u32>;
-@group(0) @binding(3) var<storage, read> f_wte: array<f32>;
-@group(0) @binding(4) var<storage, read> f_wpe: array<f32>;
+@group(0) @binding(3) var<storage, read> f_wte: array<u32>;
+@group(0) @binding(4) var<storage, read> f_wpe: array<u32>;
 
 @compute @workgroup_size(256)
 fn encoder_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let e = gid.x + gid.y * nwg.x * WG;
-    if (e >= d.n * d.c) { return; }
-    let p = e / d.c;
-    let i = e - p * d.c;
+    if (e >= d.n * d.cw) { return; }
+    let p = e / d.cw;
+    let j = e - p * d.cw;
     let tok = f_tokens[p];
     if (tok >= d.v) {
-        f_out[e] = bitcast<f32>(0x7fc00000u);
+        f_out[e] = splat(bitcast<f32>(0x7fc00000u));
         return;
     }
-    f_out[e] = f_wte[tok * d.c + i] + f_wpe[(p % d.t) * d.c + i];
-}
-
-@group(0) @binding(1) var<storage, read_write> f4_out: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> f4_wte: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read> f4_wpe: array<vec4<f32>>;
-
-@compute @workgroup_size(256)
-fn encoder_forward4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let e = gid.x + gid.y * nwg.x * WG;
-    if (e >= d.n * d.c) { return; }
-    let p = e / d.c;
-    let i = e - p * d.c;
-    let tok = f_tokens[p];
-    if (tok >= d.v) {
-        f4_out[e] = vec4<f32>(bitcast<f32>(0x7fc00000u));
-        return;
-    }
-    f4_out[e] = f4_wte[tok * d.c + i] + f4_wpe[(p % d.t) * d.c + i];
+    f_out[e] = pack(lanes(f_wte[tok * d.cw + j]) + lanes(f_wpe[(p % d.t) * d.cw + j]));
 }
 
 // ---- encoder_links ----
@@ -84,9 +69,9 @@ fn encoder_links(@builtin(local_invocation_index) j: u32) {
 }
 
 // ---- encoder_backward: dwte[tok,i] += Σ chain dout[q,i];  dwpe[t,i] += Σ_b dout[b·T+t,i] ----
-@group(0) @binding(1) var<storage, read_write> b_dwte: array<f32>;
-@group(0) @binding(2) var<storage, read_write> b_dwpe: array<f32>;
-@group(0) @binding(3) var<storage, read> b_dout: array<f32>;
+@group(0) @binding(1) var<storage, read_write> b_dwte: array<u32>;
+@group(0) @binding(2) var<storage, read_write> b_dwpe: array<u32>;
+@group(0) @binding(3) var<storage, read> b_dout: array<u32>;
 @group(0) @binding(4) var<storage, read> b_tokens: array<u32>;
 @group(0) @binding(5) var<storage, read> b_links: array<u32>;
 @group(0) @binding(6) var<storage, read> b_first: array<u32>;
@@ -94,51 +79,23 @@ fn encoder_links(@builtin(local_invocation_index) j: u32) {
 @compute @workgroup_size(256)
 fn encoder_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let e = gid.x + gid.y * nwg.x * WG;
-    let c = d.c;
-    if (e >= d.n * c) { return; }
-    let p = e / c;
-    let i = e - p * c;
+    let cw = d.cw;
+    if (e >= d.n * cw) { return; }
+    let p = e / cw;
+    let j = e - p * cw;
     if (p < d.t) {
-        var acc = b_dwpe[e];
-        for (var q = p; q < d.n; q += d.t) { acc += b_dout[q * c + i]; }
-        b_dwpe[e] = acc;
+        var acc = lanes(b_dwpe[e]);
+        for (var q = p; q < d.n; q += d.t) { acc += lanes(b_dout[q * cw + j]); }
+        b_dwpe[e] = pack(acc);
     }
     let tok = b_tokens[p];
     if (tok >= d.v || b_first[tok] != p) { return; }
-    var acc = b_dwte[tok * c + i];
+    var acc = lanes(b_dwte[tok * cw + j]);
     var q = p;
     loop {
-        acc += b_dout[q * c + i];
+        acc += lanes(b_dout[q * cw + j]);
         q = b_links[q];
         if (q == END) { break; }
     }
-    b_dwte[tok * c + i] = acc;
-}
-
-@group(0) @binding(1) var<storage, read_write> b4_dwte: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> b4_dwpe: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> b4_dout: array<vec4<f32>>;
-
-@compute @workgroup_size(256)
-fn encoder_backward4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let e = gid.x + gid.y * nwg.x * WG;
-    let c = d.c;
-    if (e >= d.n * c) { return; }
-    let p = e / c;
-    let i = e - p * c;
-    if (p < d.t) {
-        var acc = b4_dwpe[e];
-        for (var q = p; q < d.n; q += d.t) { acc += b4_dout[q * c + i]; }
-        b4_dwpe[e] = acc;
-    }
-    let tok = b_tokens[p];
-    if (tok >= d.v || b_first[tok] != p) { return; }
-    var acc = b4_dwte[tok * c + i];
-    var q = p;
-    loop {
-        acc += b4_dout[q * c + i];
-        q = b_links[q];
-        if (q == END) { break; }
-    }
-    b4_dwte[tok * c + i] = acc;
+    b_dwte[tok * cw + j] = pack(acc);
 }

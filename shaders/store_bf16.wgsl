@@ -1,7 +1,7 @@
 // Storage prelude, packed bf16: every tensor is array<u32> holding two bf16 per word (element
-// 2i in the low half of word i). `lanes(w)` widens both halves exactly, `word(i, x)` rounds each
-// lane to nearest even once (narrow / widen: bf16_bits.wgsl, prepended before this file); the
-// high half of a word past the body's element count `d.n` is stored 0.
+// 2i in the low half of word i). `lanes(w)` widens both halves exactly, `pack(x)` rounds each
+// lane to nearest even once (narrow / widen: bf16_bits.wgsl, prepended before this file);
+// `word(i, x, n)` stores the high half of a word past n elements 0.
 
 const LANES: u32 = 2u;
 
@@ -9,14 +9,18 @@ fn lanes(w: u32) -> vec2<f32> {
     return vec2<f32>(bitcast<f32>(widen(w)), bitcast<f32>(widen(w >> 16u)));
 }
 
-// Word i of an output from its lanes.
-fn word(i: u32, x: vec2<f32>) -> u32 {
-    let h = select(0u, narrow(bitcast<u32>(x.y)), 2u * i + 1u < d.n);
+// A word from its lanes, each rounded to nearest even once.
+fn pack(x: vec2<f32>) -> u32 {
+    return narrow(bitcast<u32>(x.x)) | (narrow(bitcast<u32>(x.y)) << 16u);
+}
+
+// Word i of an output of n elements from its lanes: the high half past n is 0.
+fn word(i: u32, x: vec2<f32>, n: u32) -> u32 {
+    let h = select(0u, narrow(bitcast<u32>(x.y)), 2u * i + 1u < n);
     return narrow(bitcast<u32>(x.x)) | (h << 16u);
 }
 
 // Both halves of a word = bf16(v).
 fn splat(v: f32) -> u32 {
-    let h = narrow(bitcast<u32>(v));
-    return h | (h << 16u);
+    return pack(vec2<f32>(v));
 }

@@ -3,9 +3,10 @@
 //! so it must match bit for bit.
 mod common;
 use common::*;
+use triaxis::precision::Precision::F32;
 use triaxis::{cpu, gpu, kernels::encoder as k, rng::Rng};
 
-// (B, T, C, V, maxT); C % 4 == 0 takes the vec4 entries
+// (B, T, C, V, maxT): odd, prime, one-element and tile-crossing shapes
 const SHAPES: [(usize, usize, usize, usize, usize); 9] = [
     (1, 1, 1, 1, 1),
     (1, 7, 7, 3, 9),
@@ -42,7 +43,7 @@ fn encoder_forward_backward_match_twin() {
             buf(&g, &wpe),
             poisoned(&g, n * c),
         );
-        g.run(&k::encoder_forward(&g, &out, &tb, &wteb, &wpeb, b, t, c).unwrap())
+        g.run(&k::encoder_forward(&g, F32, &out, &tb, &wteb, &wpeb, b, t, c).unwrap())
             .unwrap();
         let mut want = vec![0.0; n * c];
         cpu::encoder_forward(&mut want, &tokens, &wte, &wpe, b, t, c);
@@ -57,7 +58,7 @@ fn encoder_forward_backward_match_twin() {
         let dout = rand(&mut rng, n * c);
         let (mut dwte, mut dwpe) = (rand(&mut rng, v * c), rand(&mut rng, max_t * c));
         let (dwteb, dwpeb, doutb) = (buf(&g, &dwte), buf(&g, &dwpe), buf(&g, &dout));
-        let ops = k::encoder_backward(&g, &dwteb, &dwpeb, &doutb, &tb, b, t, c, v).unwrap();
+        let ops = k::encoder_backward(&g, F32, &dwteb, &dwpeb, &doutb, &tb, b, t, c, v).unwrap();
         assert_eq!(ops.len(), 2);
         // Twice: the ops replay, and the result repeats.
         g.run(&ops).unwrap();
@@ -92,14 +93,14 @@ fn encoder_bad_sizes_are_errors() {
     let Some(g) = gpu::test_gpu() else { return };
     let x = g.buffer("x", 64);
     let tok = g.buffer("tok", 8);
-    assert!(k::encoder_forward(&g, &x, &tok, &x, &x, 2, 4, 0).is_err());
-    assert!(k::encoder_forward(&g, &x, &tok, &x, &x, 2, 0, 4).is_err());
-    assert!(k::encoder_forward(&g, &x, &tok, &x, &x, 3, 4, 4).is_err()); // tokens 12 > 8
-    assert!(k::encoder_forward(&g, &x, &tok, &x, &x, 2, 4, 16).is_err()); // out 128 > 64
-    assert!(k::encoder_forward(&g, &x, &tok, &x, &x, 1, 4, 80).is_err()); // wte < one row
-    assert!(k::encoder_forward(&g, &x, &tok, &x, &x, usize::MAX, 4, 4).is_err());
-    assert!(k::encoder_backward(&g, &x, &x, &x, &tok, 2, 4, 4, 17).is_err()); // dwte 68 > 64
-    assert!(k::encoder_backward(&g, &x, &x, &x, &tok, 2, 4, 4, 16).is_ok());
+    assert!(k::encoder_forward(&g, F32, &x, &tok, &x, &x, 2, 4, 0).is_err());
+    assert!(k::encoder_forward(&g, F32, &x, &tok, &x, &x, 2, 0, 4).is_err());
+    assert!(k::encoder_forward(&g, F32, &x, &tok, &x, &x, 3, 4, 4).is_err()); // tokens 12 > 8
+    assert!(k::encoder_forward(&g, F32, &x, &tok, &x, &x, 2, 4, 16).is_err()); // out 128 > 64
+    assert!(k::encoder_forward(&g, F32, &x, &tok, &x, &x, 1, 4, 80).is_err()); // wte < one row
+    assert!(k::encoder_forward(&g, F32, &x, &tok, &x, &x, usize::MAX, 4, 4).is_err());
+    assert!(k::encoder_backward(&g, F32, &x, &x, &x, &tok, 2, 4, 4, 17).is_err()); // dwte 68 > 64
+    assert!(k::encoder_backward(&g, F32, &x, &x, &x, &tok, 2, 4, 4, 16).is_ok());
 }
 
 #[test]
@@ -109,7 +110,7 @@ fn encoder_token_out_of_range() {
     let tb = buf_u32(&g, &[1, 3]);
     let (wte, wpe) = (buf(&g, &vec![1.0; v * c]), buf(&g, &vec![2.0; t * c]));
     let out = poisoned(&g, b * t * c);
-    g.run(&k::encoder_forward(&g, &out, &tb, &wte, &wpe, b, t, c).unwrap())
+    g.run(&k::encoder_forward(&g, F32, &out, &tb, &wte, &wpe, b, t, c).unwrap())
         .unwrap();
     let o = g.download::<f32>(&out).unwrap();
     assert!(o[..c].iter().all(|&x| x == 3.0), "valid token row: {o:?}");
@@ -123,7 +124,7 @@ fn encoder_token_out_of_range() {
         buf(&g, &vec![0.0; t * c]),
         buf(&g, &vec![1.0; b * t * c]),
     );
-    g.run(&k::encoder_backward(&g, &dwte, &dwpe, &dout, &tb, b, t, c, v).unwrap())
+    g.run(&k::encoder_backward(&g, F32, &dwte, &dwpe, &dout, &tb, b, t, c, v).unwrap())
         .unwrap();
     let dw = g.download::<f32>(&dwte).unwrap();
     assert_eq!(

@@ -8,7 +8,8 @@ use common::packed::*;
 use common::*;
 use triaxis::cpu::pack_bf16;
 use triaxis::cpu::packed::encoder as t;
-use triaxis::kernels::packed::encoder as k;
+use triaxis::kernels::encoder as k;
+use triaxis::precision::Precision::Bf16 as BF16;
 use triaxis::rng::Rng;
 
 // (B, T, C, V, maxT), C even: one channel pair, odd word counts per row, maxT > T, big V
@@ -51,7 +52,7 @@ fn encoder_forward_backward_match_twin_exactly() {
         let name = format!("encoder bf16 B={b} T={t} C={c} V={v}");
         for _ in 0..2 {
             let out = poisoned_words(&g, n * c / 2);
-            g.run(&k::encoder_forward_bf16(&g, &out, &tb, &wteb, &wpeb, b, t, c).unwrap())
+            g.run(&k::encoder_forward(&g, BF16, &out, &tb, &wteb, &wpeb, b, t, c).unwrap())
                 .unwrap();
             tally.exact(
                 &format!("{name} forward"),
@@ -66,7 +67,7 @@ fn encoder_forward_backward_match_twin_exactly() {
             packed(&mut rng, max_t * c, 1.0),
         );
         let (dwteb, dwpeb, doutb) = (buf_u32(&g, &dwte), buf_u32(&g, &dwpe), buf_u32(&g, &dout));
-        let ops = k::encoder_backward_bf16(&g, &dwteb, &dwpeb, &doutb, &tb, b, t, c, v).unwrap();
+        let ops = k::encoder_backward(&g, BF16, &dwteb, &dwpeb, &doutb, &tb, b, t, c, v).unwrap();
         assert_eq!(ops.len(), 2);
         // Twice: the ops replay, each run rounding once per element, as the twin run twice.
         g.run(&ops).unwrap();
@@ -104,63 +105,63 @@ fn odd_c_and_short_views_are_config_errors() {
     for c in [1, 3, 7] {
         assert_config(
             "forward odd c",
-            k::encoder_forward_bf16(&g, &x, &tok, &x, &x, 2, 4, c),
+            k::encoder_forward(&g, BF16, &x, &tok, &x, &x, 2, 4, c),
             &["even", &format!("c = {c}")],
         );
         assert_config(
             "backward odd c",
-            k::encoder_backward_bf16(&g, &x, &x, &x, &tok, 2, 4, c, 4),
+            k::encoder_backward(&g, BF16, &x, &x, &x, &tok, 2, 4, c, 4),
             &["even"],
         );
     }
     assert_config(
         "c = 0",
-        k::encoder_forward_bf16(&g, &x, &tok, &x, &x, 2, 4, 0),
+        k::encoder_forward(&g, BF16, &x, &tok, &x, &x, 2, 4, 0),
         &["c = 0"],
     );
     assert_config(
         "t = 0",
-        k::encoder_forward_bf16(&g, &x, &tok, &x, &x, 2, 0, 4),
+        k::encoder_forward(&g, BF16, &x, &tok, &x, &x, 2, 0, 4),
         &["t = 0"],
     );
     assert_config(
         "tokens",
-        k::encoder_forward_bf16(&g, &x, &tok, &x, &x, 3, 4, 4),
+        k::encoder_forward(&g, BF16, &x, &tok, &x, &x, 3, 4, 4),
         &["encoder bf16 tokens"],
     ); // 12 > 8
     assert_config(
         "out",
-        k::encoder_forward_bf16(&g, &x, &tok, &x, &x, 2, 4, 32),
+        k::encoder_forward(&g, BF16, &x, &tok, &x, &x, 2, 4, 32),
         &["encoder bf16 out", "u32 words"],
     ); // 128 words > 64
     assert_config(
         "wte row",
-        k::encoder_forward_bf16(&g, &x, &tok, &x, &x, 1, 4, 130),
+        k::encoder_forward(&g, BF16, &x, &tok, &x, &x, 1, 4, 130),
         &["fewer than one row"],
     ); // 65 words per row > 64
     assert_config(
         "wpe",
-        k::encoder_forward_bf16(&g, &x, &tok, &x, &g.buffer("wpe", 7), 2, 4, 4),
+        k::encoder_forward(&g, BF16, &x, &tok, &x, &g.buffer("wpe", 7), 2, 4, 4),
         &["encoder bf16 wpe"],
     ); // 8 words > 7
     assert_config(
         "too big",
-        k::encoder_forward_bf16(&g, &x, &tok, &x, &x, usize::MAX, 4, 4),
+        k::encoder_forward(&g, BF16, &x, &tok, &x, &x, usize::MAX, 4, 4),
         &["exceeds u32"],
     );
     // V·C/2 = 34·4/2 = 68 words > 64
     assert_config(
         "dwte",
-        k::encoder_backward_bf16(&g, &x, &x, &x, &tok, 2, 4, 4, 33),
+        k::encoder_backward(&g, BF16, &x, &x, &x, &tok, 2, 4, 4, 33),
         &["encoder bf16 dwte"],
     );
     assert_config(
         "dwpe",
-        k::encoder_backward_bf16(&g, &x, &g.buffer("wpe", 7), &x, &tok, 2, 4, 4, 32),
+        k::encoder_backward(&g, BF16, &x, &g.buffer("wpe", 7), &x, &tok, 2, 4, 4, 32),
         &["encoder bf16 dwpe"],
     );
-    assert!(k::encoder_forward_bf16(&g, &x, &tok, &x, &x, 2, 4, 16).is_ok());
-    assert!(k::encoder_backward_bf16(&g, &x, &x, &x, &tok, 2, 4, 4, 32).is_ok());
+    assert!(k::encoder_forward(&g, BF16, &x, &tok, &x, &x, 2, 4, 16).is_ok());
+    assert!(k::encoder_backward(&g, BF16, &x, &x, &x, &tok, 2, 4, 4, 32).is_ok());
 }
 
 #[test]
@@ -173,7 +174,7 @@ fn encoder_token_out_of_range() {
         buf_u32(&g, &pack_bf16(&vec![2.0; t * c])),
     );
     let out = poisoned_words(&g, b * t * c / 2);
-    g.run(&k::encoder_forward_bf16(&g, &out, &tb, &wte, &wpe, b, t, c).unwrap())
+    g.run(&k::encoder_forward(&g, BF16, &out, &tb, &wte, &wpe, b, t, c).unwrap())
         .unwrap();
     let o = g.download::<u32>(&out).unwrap();
     assert_eq!(o[..2], pack_bf16(&[3.0; 4])[..], "valid token row");
@@ -184,7 +185,7 @@ fn encoder_token_out_of_range() {
         buf_u32(&g, &vec![0; t * c / 2]),
         buf_u32(&g, &pack_bf16(&vec![1.0; b * t * c])),
     );
-    g.run(&k::encoder_backward_bf16(&g, &dwte, &dwpe, &dout, &tb, b, t, c, v).unwrap())
+    g.run(&k::encoder_backward(&g, BF16, &dwte, &dwpe, &dout, &tb, b, t, c, v).unwrap())
         .unwrap();
     let one = pack_bf16(&[1.0, 1.0])[0];
     assert_eq!(g.download::<u32>(&dwte).unwrap(), [0, 0, one, one, 0, 0]);

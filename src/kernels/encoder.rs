@@ -1,48 +1,82 @@
-//! Token + position embedding (shaders/encoder.wgsl), twins `cpu::{encoder_forward,
-//! encoder_backward}`.
+//! Token + position embedding (shaders/encoder.wgsl, one source for both precisions behind a
+//! storage prelude), twins `cpu::{encoder_forward, encoder_backward}` in f32 and
+//! `cpu::packed::encoder` in bf16.
 //!
-//! Forward: one dispatch, one thread per output element (per 4 channels when `c % 4 == 0`).
-//! Backward: two dispatches and no atomics. `encoder_links` (one workgroup, a walk over the
-//! positions from last to first) chains the positions of each token in order, into scratch
-//! buffers of `B·T` and `V` u32 that the returned ops own; then `encoder_backward` lets each
-//! chain head add its chain's `dout` rows into `dwte` in position order, and each position
-//! `t < T` add its `B` rows into `dwpe`. Both sums run in the CPU twin's order, so the GPU result
-//! equals the twin bit for bit.
+//! out, wte, wpe, dout, dwte, dwpe are views in u32 words (f32 elements, or bf16 pairs: then
+//! `c` must be even, so every row is whole words); tokens are u32. Forward: one dispatch, one
+//! thread per output word. Backward: two dispatches and no atomics. `encoder_links` (one
+//! workgroup, a walk over the positions from last to first) chains the positions of each token
+//! in order, into scratch buffers of `B·T` and `V` u32 that the returned ops own; then
+//! `encoder_backward` lets each chain head add its chain's `dout` rows into `dwte` in position
+//! order, and each position `t < T` add its `B` rows into `dwpe`, per word in f32 (bf16: from
+//! the widened old values, rounding once). Both sums run in the CPU twin's order, so the GPU
+//! result equals the twin bit for bit.
 
-use super::{groups_1d, need, op, Arg, Op};
+use super::{groups_1d, op, Arg, Op};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
+use crate::precision::Precision;
 
-const S: &str = "encoder";
+/// The family's shader in precision `p`.
+fn shader(p: Precision) -> &'static str {
+    match p {
+        Precision::F32 => "encoder",
+        Precision::Bf16 => "encoder_bf16",
+    }
+}
 
-/// Checks the shape and returns (`B·T`, `B·T·C`), which must fit the shader's u32 indices.
-fn shape(b: usize, t: usize, c: usize) -> Result<(usize, usize)> {
+/// "encoder", "encoder bf16": how messages name the family in `p`.
+fn family(p: Precision) -> &'static str {
+    match p {
+        Precision::F32 => "encoder",
+        Precision::Bf16 => "encoder bf16",
+    }
+}
+
+/// Checks the shape (bf16: c even) and returns (`B·T`, `B·T·C` in words); `B·T·C` must fit the
+/// shader's u32 indices.
+fn shape(p: Precision, b: usize, t: usize, c: usize) -> Result<(usize, usize)> {
+    let f = family(p);
     if t == 0 || c == 0 {
         return Err(Error::Config(format!(
-            "encoder: t = {t} and c = {c} must be at least 1"
+            "{f}: t = {t} and c = {c} must be at least 1"
         )));
+    }
+    if p == Precision::Bf16 {
+        super::packed::even_rows("encoder", "c", c)?;
     }
     let n = b.checked_mul(t);
     let nc = n.and_then(|n| n.checked_mul(c));
     match (n, nc) {
-        (Some(n), Some(nc)) if u32::try_from(nc).is_ok() => Ok((n, nc)),
+        (Some(n), Some(nc)) if u32::try_from(nc).is_ok() => Ok((n, p.words(nc))),
         _ => Err(Error::Config(format!(
-            "encoder: B·T·C = {b}·{t}·{c} exceeds u32"
+            "{f}: B·T·C = {b}·{t}·{c} exceeds u32"
         ))),
     }
 }
 
-/// The first `len` elements of `v`, after checking there are that many.
-fn first(name: &str, v: &View, len: usize) -> Result<View> {
-    need(name, v, len)?;
-    Ok(v.slice(0, len))
+/// The first `words` words of operand `arg`, after checking there are that many.
+fn first(p: Precision, arg: &str, v: &View, words: usize) -> Result<View> {
+    let name = format!("{} {arg}", family(p));
+    match p {
+        Precision::F32 => super::need(&name, v, words)?,
+        Precision::Bf16 => super::packed::need_words(&name, v, words)?,
+    }
+    Ok(v.slice(0, words))
 }
 
-/// out [B·T,C] = `wte[tokens]` + `wpe[position]`; wte `[V,C]` (V = wte.len / c), wpe [maxT ≥ t, C].
-/// A token ≥ V yields a NaN row (it would be out of bounds on the CPU).
+/// The first `n` u32 tokens of `v`.
+fn first_tokens(p: Precision, v: &View, n: usize) -> Result<View> {
+    super::need(&format!("{} tokens", family(p)), v, n)?;
+    Ok(v.slice(0, n))
+}
+
+/// out [B·T,C] = `wte[tokens]` + `wpe[position]`; wte `[V,C]` (V = the rows wte holds), wpe
+/// [maxT ≥ t, C]. A token ≥ V yields a NaN row (it would be out of bounds on the CPU).
 #[allow(clippy::too_many_arguments)]
 pub fn encoder_forward(
     g: &Gpu,
+    p: Precision,
     out: &View,
     tokens: &View,
     wte: &View,
@@ -51,26 +85,23 @@ pub fn encoder_forward(
     t: usize,
     c: usize,
 ) -> Result<Vec<Op>> {
-    let (n, nc) = shape(b, t, c)?;
-    let v = wte.len / c;
+    let (n, nw) = shape(p, b, t, c)?;
+    let cw = p.words(c);
+    let v = wte.len / cw;
     if v == 0 {
         return Err(Error::Config(format!(
-            "encoder: wte has {} elements, fewer than one row of c = {c}",
+            "{}: wte has {} u32 words, fewer than one row of c = {c}",
+            family(p),
             wte.len
         )));
     }
-    let out = first("encoder out", out, nc)?;
-    let tokens = first("encoder tokens", tokens, n)?;
-    let wte = first("encoder wte", wte, v * c)?;
-    let wpe = first("encoder wpe", wpe, t * c)?;
+    let out = first(p, "out", out, nw)?;
+    let tokens = first_tokens(p, tokens, n)?;
+    let wte = first(p, "wte", wte, v * cw)?;
+    let wpe = first(p, "wpe", wpe, t * cw)?;
     if n == 0 {
         return Ok(Vec::new());
     }
-    let (entry, cw) = if c.is_multiple_of(4) {
-        ("encoder_forward4", c / 4)
-    } else {
-        ("encoder_forward", c)
-    };
     let dims = [
         n as u32,
         cw as u32,
@@ -79,11 +110,11 @@ pub fn encoder_forward(
     ];
     Ok(vec![op(
         g,
-        S,
-        entry,
+        shader(p),
+        "encoder_forward",
         &dims,
         &[Arg::W(&out), Arg::R(&tokens), Arg::R(&wte), Arg::R(&wpe)],
-        groups_1d(n * cw),
+        groups_1d(nw),
     )?])
 }
 
@@ -91,6 +122,7 @@ pub fn encoder_forward(
 #[allow(clippy::too_many_arguments)]
 pub fn encoder_backward(
     g: &Gpu,
+    p: Precision,
     dwte: &View,
     dwpe: &View,
     dout: &View,
@@ -100,30 +132,26 @@ pub fn encoder_backward(
     c: usize,
     v: usize,
 ) -> Result<Vec<Op>> {
-    let (n, nc) = shape(b, t, c)?;
+    let (n, nw) = shape(p, b, t, c)?;
+    let cw = p.words(c);
     let vc = v
         .checked_mul(c)
         .filter(|&vc| v > 0 && u32::try_from(vc).is_ok())
-        .ok_or_else(|| Error::Config(format!("encoder: V·C = {v}·{c} must be in 1..2³²")))?;
-    let dwte = first("encoder dwte", dwte, vc)?;
-    let dwpe = first("encoder dwpe", dwpe, t * c)?;
-    let dout = first("encoder dout", dout, nc)?;
-    let tokens = first("encoder tokens", tokens, n)?;
+        .ok_or_else(|| Error::Config(format!("{}: V·C = {v}·{c} must be in 1..2³²", family(p))))?;
+    let dwte = first(p, "dwte", dwte, p.words(vc))?;
+    let dwpe = first(p, "dwpe", dwpe, t * cw)?;
+    let dout = first(p, "dout", dout, nw)?;
+    let tokens = first_tokens(p, tokens, n)?;
     if n == 0 {
         return Ok(Vec::new());
     }
     let links = g.scratch("encoder links", n);
     let firsts = g.scratch("encoder first positions", v);
-    let (entry, cw) = if c.is_multiple_of(4) {
-        ("encoder_backward4", c / 4)
-    } else {
-        ("encoder_backward", c)
-    };
     let dims = [n as u32, cw as u32, t as u32, v as u32];
     Ok(vec![
         op(
             g,
-            S,
+            shader(p),
             "encoder_links",
             &dims,
             &[Arg::W(&links), Arg::W(&firsts), Arg::R(&tokens)],
@@ -131,8 +159,8 @@ pub fn encoder_backward(
         )?,
         op(
             g,
-            S,
-            entry,
+            shader(p),
+            "encoder_backward",
             &dims,
             &[
                 Arg::W(&dwte),
@@ -142,7 +170,7 @@ pub fn encoder_backward(
                 Arg::R(&links),
                 Arg::R(&firsts),
             ],
-            groups_1d(n * cw),
+            groups_1d(nw),
         )?,
     ])
 }

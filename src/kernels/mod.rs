@@ -24,7 +24,7 @@ pub mod packed;
 
 /// Every shader source, by family name. The run record hashes these. bf16 packing and every
 /// packed family begin with the shared bit rules of `shaders/bf16_bits.wgsl`. A family written
-/// once for both precisions (`elementwise`) is its body behind a storage prelude:
+/// once for both precisions (`elementwise`, `encoder`) is its body behind a storage prelude:
 /// `store_f32.wgsl`, or `store_bf16.wgsl` after the bit rules (`<family>_bf16`).
 pub const SHADERS: &[(&str, &str)] = &[
     ("attention", include_str!("../../shaders/attention.wgsl")),
@@ -50,7 +50,21 @@ pub const SHADERS: &[(&str, &str)] = &[
             include_str!("../../shaders/elementwise.wgsl")
         ),
     ),
-    ("encoder", include_str!("../../shaders/encoder.wgsl")),
+    (
+        "encoder",
+        concat!(
+            include_str!("../../shaders/store_f32.wgsl"),
+            include_str!("../../shaders/encoder.wgsl")
+        ),
+    ),
+    (
+        "encoder_bf16",
+        concat!(
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/store_bf16.wgsl"),
+            include_str!("../../shaders/encoder.wgsl")
+        ),
+    ),
     ("loss", include_str!("../../shaders/loss.wgsl")),
     ("matmul", include_str!("../../shaders/matmul.wgsl")),
     ("norm", include_str!("../../shaders/norm.wgsl")),
@@ -60,13 +74,6 @@ pub const SHADERS: &[(&str, &str)] = &[
         concat!(
             include_str!("../../shaders/bf16_bits.wgsl"),
             include_str!("../../shaders/packed_attention.wgsl")
-        ),
-    ),
-    (
-        "packed_encoder",
-        concat!(
-            include_str!("../../shaders/bf16_bits.wgsl"),
-            include_str!("../../shaders/packed_encoder.wgsl")
         ),
     ),
     (

@@ -5,7 +5,7 @@
 
 use crate::error::Result;
 use crate::gpu::{Gpu, View};
-use crate::kernels::packed::{attention as pa, encoder as penc, matmul as pm, norm as pn};
+use crate::kernels::packed::{attention as pa, matmul as pm, norm as pn};
 use crate::kernels::{
     attention as ka, elementwise as ke, encoder as kenc, matmul as km, norm as kn, Op,
 };
@@ -28,10 +28,7 @@ impl Kernels<'_> {
         t: usize,
         c: usize,
     ) -> Result<Vec<Op>> {
-        match self.bf16 {
-            true => penc::encoder_forward_bf16(self.g, out, tokens, wte, wpe, b, t, c),
-            false => kenc::encoder_forward(self.g, out, tokens, wte, wpe, b, t, c),
-        }
+        kenc::encoder_forward(self.g, self.p(), out, tokens, wte, wpe, b, t, c)
     }
 
     pub fn encoder_backward(
@@ -45,10 +42,8 @@ impl Kernels<'_> {
         c: usize,
         v: usize,
     ) -> Result<Vec<Op>> {
-        match self.bf16 {
-            true => penc::encoder_backward_bf16(self.g, dwte, dwpe, dout, tokens, b, t, c, v),
-            false => kenc::encoder_backward(self.g, dwte, dwpe, dout, tokens, b, t, c, v),
-        }
+        let p = self.p();
+        kenc::encoder_backward(self.g, p, dwte, dwpe, dout, tokens, b, t, c, v)
     }
 
     pub fn layernorm_forward(
