@@ -134,6 +134,24 @@ fn device_ops(
     ops
 }
 
+/// The reductions of `buckets`, final after the segment just pushed; they leave `pending`.
+fn reduce_ready(
+    ops: &mut Vec<Op>,
+    a: &Action,
+    buckets: &[usize],
+    scatter: bool,
+    pending: &mut Vec<usize>,
+) {
+    for &bucket in buckets {
+        ops.push(Op::ReduceGrad {
+            chunk: a.chunk,
+            bucket,
+            scatter,
+        });
+        pending.retain(|&b| b != bucket);
+    }
+}
+
 /// A chunk with its blocks gathered (ZeRO-3): before the pass the first block's parameters,
 /// and each block's gather one block ahead of its compute (the prefetch); a tensor-parallel
 /// all-reduce at each cut inside a block; when `reduce_here`, each bucket's reduction after the
@@ -187,14 +205,7 @@ fn gathered_pass(
                 cut += 1;
             }
             Some(Mark::Ready(buckets)) if reduce_here => {
-                for &bucket in buckets {
-                    ops.push(Op::ReduceGrad {
-                        chunk: a.chunk,
-                        bucket,
-                        scatter,
-                    });
-                    pending.retain(|&b| b != bucket);
-                }
+                reduce_ready(ops, a, buckets, scatter, &mut pending);
             }
             _ => {}
         }
@@ -239,14 +250,7 @@ fn pass_ops(
                     action: *a,
                     segs: from..i + 1,
                 });
-                for &bucket in buckets {
-                    ops.push(Op::ReduceGrad {
-                        chunk: a.chunk,
-                        bucket,
-                        scatter,
-                    });
-                    pending.retain(|&b| b != bucket);
-                }
+                reduce_ready(ops, a, buckets, scatter, &mut pending);
                 from = i + 1;
             }
             Mark::Ready(_) | Mark::Block => {}
