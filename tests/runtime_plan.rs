@@ -75,6 +75,30 @@ fn first_line(p: &Plan) -> String {
     line.split_once(": ").map_or("", |x| x.1).to_string()
 }
 
+/// ZeRO-3 with tensor parallelism: each block gathered one block ahead as without it, and the
+/// tensor-parallel all-reduce at a cut inside a block between that block's two segments.
+#[test]
+fn zero_3_with_tensor_parallel_cuts_gathers_per_block_and_all_reduces_inside() {
+    // three blocks; the middle one cut once in either pass
+    let blocks = ChunkShape {
+        forward: vec![Mark::Block, Mark::Cut, Mark::Block],
+        backward: vec![Mark::Ready(vec![0]), Mark::Cut, Mark::Block],
+        weight: vec![],
+        buckets: 2,
+        split: false,
+        gather: true,
+    };
+    let m = mesh(2, 2, 1, 1, 3);
+    let sched = Schedule::new(m.schedule, 1, 1, 1).unwrap();
+    let p = lower(&m, &sched, &[vec![blocks]]).unwrap();
+    println!("{p}");
+    assert_eq!(
+        first_line(&p),
+        "us0 us1 F0.0 us2 F0.1 tp F0.2 F0.3 us2 us1 B0.0 rs0 us0 B0.1 tp B0.2 B0.3 rs1 norm adam"
+    );
+    check(&p, &m, &sched, 2).unwrap();
+}
+
 #[test]
 fn zero_2_and_3_programs_run_block_by_block() {
     // three blocks; bucket 0 final once the last block's backward is done, bucket 1 at the end
