@@ -45,7 +45,7 @@ fn whole(p: Precision, v: &View) -> usize {
 fn need(p: Precision, op: &str, arg: &str, v: &View, n: usize) -> Result<()> {
     match p {
         Precision::F32 => super::need(&format!("{op} {arg}"), v, n),
-        Precision::Bf16 => super::packed::need_words(&format!("{op} bf16 {arg}"), v, p.words(n)),
+        Precision::Bf16 => super::need_words(&format!("{op} bf16 {arg}"), v, p.words(n)),
     }
 }
 

@@ -43,7 +43,7 @@ fn shape(p: Precision, b: usize, t: usize, c: usize) -> Result<(usize, usize)> {
         )));
     }
     if p == Precision::Bf16 {
-        super::packed::even_rows("encoder", "c", c)?;
+        super::even_rows("encoder", "c", c)?;
     }
     let n = b.checked_mul(t);
     let nc = n.and_then(|n| n.checked_mul(c));
@@ -60,7 +60,7 @@ fn first(p: Precision, arg: &str, v: &View, words: usize) -> Result<View> {
     let name = format!("{} {arg}", family(p));
     match p {
         Precision::F32 => super::need(&name, v, words)?,
-        Precision::Bf16 => super::packed::need_words(&name, v, words)?,
+        Precision::Bf16 => super::need_words(&name, v, words)?,
     }
     Ok(v.slice(0, words))
 }

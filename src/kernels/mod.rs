@@ -298,3 +298,24 @@ pub fn need(name: &str, v: &View, need: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// Checks that packed `v` holds at least `words` u32 words, naming the operand.
+pub(crate) fn need_words(name: &str, v: &View, words: usize) -> Result<()> {
+    if v.len < words {
+        return Err(Error::Config(format!(
+            "{name}: view has {} u32 words, kernel needs {words} (bf16 pairs)",
+            v.len
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses an odd row length `c`: a row would end inside a word shared with the next row.
+pub(crate) fn even_rows(family: &str, what: &str, c: usize) -> Result<()> {
+    if !c.is_multiple_of(2) {
+        return Err(Error::Config(format!(
+            "{family} bf16: {what} = {c} must be even (each invocation writes whole bf16 pairs)"
+        )));
+    }
+    Ok(())
+}

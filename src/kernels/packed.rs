@@ -13,32 +13,12 @@ pub mod matmul;
 pub mod norm;
 pub mod optim;
 
-use crate::error::{Error, Result};
+pub(crate) use super::{even_rows, need_words};
+use crate::error::Result;
 use crate::gpu::View;
-
-/// Checks that packed `v` holds at least `words` u32 words, naming the operand.
-pub(crate) fn need_words(name: &str, v: &View, words: usize) -> Result<()> {
-    if v.len < words {
-        return Err(Error::Config(format!(
-            "{name}: view has {} u32 words, kernel needs {words} (bf16 pairs)",
-            v.len
-        )));
-    }
-    Ok(())
-}
 
 /// The first `words` words of packed `v`, after checking there are that many.
 pub(crate) fn first_words(name: &str, v: &View, words: usize) -> Result<View> {
     need_words(name, v, words)?;
     Ok(v.slice(0, words))
-}
-
-/// Refuses an odd row length `c`: a row would end inside a word shared with the next row.
-pub(crate) fn even_rows(family: &str, what: &str, c: usize) -> Result<()> {
-    if !c.is_multiple_of(2) {
-        return Err(Error::Config(format!(
-            "{family} bf16: {what} = {c} must be even (each invocation writes whole bf16 pairs)"
-        )));
-    }
-    Ok(())
 }
