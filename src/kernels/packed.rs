@@ -5,7 +5,7 @@
 //! Inside a kernel all arithmetic is f32: widen on load, accumulate in f32, narrow (round to
 //! nearest even) only when storing; a `+=` output is widened, added to in f32 and narrowed.
 //! Every invocation writes whole words, so kernels that write rows need even row lengths and
-//! refuse odd ones with [`Error::Config`]. Views are in u32 words for packed operands and in
+//! refuse odd ones with [`crate::error::Error::Config`]. Views are in u32 words for packed operands and in
 //! elements for f32 ones. Twins: [`crate::cpu::packed`].
 
 pub mod attention;
