@@ -98,7 +98,7 @@ impl Trainer {
                 gpu,
                 &model.buffers.grads,
                 cfg.grad_accum,
-                model.buffers.packed(),
+                model.precision,
             )?),
         };
         Ok(Trainer {

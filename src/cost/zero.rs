@@ -2,7 +2,7 @@
 //! next to the memory ledger and the communicators' ledgers: model-state bytes per device and
 //! bytes the group sends per step, by stage.
 
-use super::memory::{zero_state_bytes, ZeroStage};
+use super::memory::ZeroStage;
 use crate::error::{Error, Result};
 
 /// Bytes per parameter of this crate's f32 Adam: P = 4, G = 4, K = 8 (m and v).
@@ -25,7 +25,7 @@ pub fn stage(stage: usize) -> Result<ZeroStage> {
 /// accumulates into one full buffer built once for the run, the sum plain data parallelism
 /// reduces, so every stage gives its bits; stage 2 reduce-scatters each bucket into this
 /// buffer's own range as stage 1 does. The planner's reference formula
-/// ([`zero_state_bytes`]: DeepSpeed's, which frees each reduced bucket) is lower at stages 2
+/// ([`super::memory::zero_state_bytes`]: DeepSpeed's, which frees each reduced bucket) is lower at stages 2
 /// and 3 by `G·(1 − 1/d)`.
 pub fn runtime_state_bytes(
     st: ZeroStage,
@@ -46,11 +46,6 @@ pub fn runtime_state_bytes(
 /// [`runtime_state_bytes`] in f32 Adam.
 pub fn formula_bytes(st: ZeroStage, n: usize, d: usize, slot: usize) -> f64 {
     runtime_state_bytes(st, n, d, slot, F32_ADAM)
-}
-
-/// The reference formula's bytes (the planner's, [`zero_state_bytes`]) in f32 Adam.
-pub fn reference_bytes(st: ZeroStage, n: usize, d: usize) -> f64 {
-    zero_state_bytes(n as f64, d, st, F32_ADAM)
 }
 
 /// Bytes the whole group sends rank to rank in one step of `stage` over a flat buffer of `n`

@@ -43,10 +43,11 @@ fn whole(p: Precision, v: &View) -> usize {
 /// Checks that `v` holds `n` elements of precision `p`, naming the operand
 /// (`"<op> <arg>"`, `"<op> bf16 <arg>"` under bf16).
 fn need(p: Precision, op: &str, arg: &str, v: &View, n: usize) -> Result<()> {
-    match p {
-        Precision::F32 => super::need(&format!("{op} {arg}"), v, n),
-        Precision::Bf16 => super::need_words(&format!("{op} bf16 {arg}"), v, p.words(n)),
-    }
+    let name = match p {
+        Precision::F32 => format!("{op} {arg}"),
+        Precision::Bf16 => format!("{op} bf16 {arg}"),
+    };
+    super::need_in(p, &name, v, p.words(n))
 }
 
 /// One op of `n` elements over `args` (outputs first), one invocation per word.

@@ -57,11 +57,7 @@ fn shape(p: Precision, b: usize, t: usize, c: usize) -> Result<(usize, usize)> {
 
 /// The first `words` words of operand `arg`, after checking there are that many.
 fn first(p: Precision, arg: &str, v: &View, words: usize) -> Result<View> {
-    let name = format!("{} {arg}", family(p));
-    match p {
-        Precision::F32 => super::need(&name, v, words)?,
-        Precision::Bf16 => super::need_words(&name, v, words)?,
-    }
+    super::need_in(p, &format!("{} {arg}", family(p)), v, words)?;
     Ok(v.slice(0, words))
 }
 

@@ -11,6 +11,7 @@ use wgpu::util::DeviceExt;
 
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
+use crate::precision::Precision;
 
 pub mod attention;
 pub mod bf16;
@@ -308,6 +309,15 @@ pub(crate) fn need_words(name: &str, v: &View, words: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Checks that `v` holds `words` u32 words of precision `p` (f32 elements, or bf16 pairs),
+/// naming the operand.
+pub(crate) fn need_in(p: Precision, name: &str, v: &View, words: usize) -> Result<()> {
+    match p {
+        Precision::F32 => need(name, v, words),
+        Precision::Bf16 => need_words(name, v, words),
+    }
 }
 
 /// Refuses an odd row length `c`: a row would end inside a word shared with the next row.

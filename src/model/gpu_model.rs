@@ -412,7 +412,7 @@ impl GpuModel {
     fn k(&self) -> kernels::Kernels<'_> {
         kernels::Kernels {
             g: &self.gpu,
-            bf16: self.precision == Precision::Bf16,
+            p: self.precision,
         }
     }
 

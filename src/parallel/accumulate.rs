@@ -46,9 +46,9 @@ pub struct TreeAccumulator {
 
 impl TreeAccumulator {
     /// For `count` microbatches per step (a power of two) over the gradient buffer `grads`
-    /// (`packed`: bf16 words; each level's add widens, adds in f32 and rounds to bf16, as the
-    /// bf16 tree all-reduce does between ranks).
-    pub fn new(gpu: &Gpu, grads: &View, count: usize, packed: bool) -> Result<TreeAccumulator> {
+    /// in precision `p` (bf16: packed words; each level's add widens, adds in f32 and rounds to
+    /// bf16, as the bf16 tree all-reduce does between ranks).
+    pub fn new(gpu: &Gpu, grads: &View, count: usize, p: Precision) -> Result<TreeAccumulator> {
         if !count.is_power_of_two() {
             return Err(Error::Config(format!(
                 "pairwise-tree accumulation needs a power-of-two number of microbatches per device, not {count}"
@@ -58,10 +58,6 @@ impl TreeAccumulator {
         let levels: Vec<View> = (0..n_levels)
             .map(|l| gpu.buffer_in(Category::Gradients, &format!("grad.tree{l}"), grads.len))
             .collect();
-        let p = match packed {
-            true => Precision::Bf16,
-            false => Precision::F32,
-        };
         Ok(TreeAccumulator {
             gpu: gpu.clone(),
             zero: ke::fill(gpu, p, grads, 0.0)?,

@@ -179,11 +179,7 @@ impl Chunk {
                 Precision::Bf16 => "params.bf16 shard",
             };
             buffers.params = gpu.buffer_in(Category::Parameters, name, prec.words(len));
-            let mine = grid.shard_of(rank, &init);
-            match prec {
-                Precision::F32 => gpu.upload(&buffers.params, &mine)?,
-                Precision::Bf16 => gpu.upload(&buffers.params, &crate::cpu::pack_bf16(&mine))?,
-            }
+            buffers.upload_params(gpu, &grid.shard_of(rank, &init))?;
         }
         let (optim, moments, master_shard) = if sharded {
             let len = grid.shard_len(rank).max(1);
@@ -220,12 +216,9 @@ impl Chunk {
         };
         let zero_grads = crate::kernels::elementwise::fill(gpu, prec, &buffers.grads, 0.0)?;
         let tree = match spec.tree {
-            Some(count) if !sharded => Some(TreeAccumulator::new(
-                gpu,
-                &buffers.grads,
-                count,
-                buffers.packed(),
-            )?),
+            Some(count) if !sharded => {
+                Some(TreeAccumulator::new(gpu, &buffers.grads, count, prec)?)
+            }
             Some(_) => {
                 return Err(Error::Config(
                     "pairwise-tree accumulation applies to unsharded gradients (--zero 0)".into(),

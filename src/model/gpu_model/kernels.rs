@@ -13,7 +13,7 @@ use crate::precision::Precision;
 
 pub(super) struct Kernels<'a> {
     pub g: &'a Gpu,
-    pub bf16: bool,
+    pub p: Precision,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -28,7 +28,7 @@ impl Kernels<'_> {
         t: usize,
         c: usize,
     ) -> Result<Vec<Op>> {
-        kenc::encoder_forward(self.g, self.p(), out, tokens, wte, wpe, b, t, c)
+        kenc::encoder_forward(self.g, self.p, out, tokens, wte, wpe, b, t, c)
     }
 
     pub fn encoder_backward(
@@ -42,7 +42,7 @@ impl Kernels<'_> {
         c: usize,
         v: usize,
     ) -> Result<Vec<Op>> {
-        let p = self.p();
+        let p = self.p;
         kenc::encoder_backward(self.g, p, dwte, dwpe, dout, tokens, b, t, c, v)
     }
 
@@ -57,7 +57,7 @@ impl Kernels<'_> {
         n: usize,
         c: usize,
     ) -> Result<Vec<Op>> {
-        match self.bf16 {
+        match self.p == Precision::Bf16 {
             true => pn::layernorm_forward_bf16(self.g, out, mean, rstd, inp, w, bias, n, c),
             false => kn::layernorm_forward(self.g, out, mean, rstd, inp, w, bias, n, c),
         }
@@ -76,7 +76,7 @@ impl Kernels<'_> {
         n: usize,
         c: usize,
     ) -> Result<Vec<Op>> {
-        match self.bf16 {
+        match self.p == Precision::Bf16 {
             true => {
                 pn::layernorm_backward_bf16(self.g, dinp, dw, db, dout, inp, w, mean, rstd, n, c)
             }
@@ -96,7 +96,7 @@ impl Kernels<'_> {
         oc: usize,
         f32_out: bool,
     ) -> Result<Vec<Op>> {
-        match (self.bf16, f32_out) {
+        match (self.p == Precision::Bf16, f32_out) {
             (true, false) => pm::matmul_forward_bf16(self.g, out, inp, w, bias, n, c, oc),
             (true, true) => pm::matmul_forward_bf16_f32out(self.g, out, inp, w, bias, n, c, oc),
             (false, _) => km::matmul_forward(self.g, out, inp, w, bias, n, c, oc),
@@ -118,7 +118,7 @@ impl Kernels<'_> {
         f32_dout: bool,
     ) -> Result<Vec<Op>> {
         let g = self.g;
-        match (self.bf16, f32_dout) {
+        match (self.p == Precision::Bf16, f32_dout) {
             (true, false) => pm::matmul_backward_bf16(g, dinp, dw, db, dout, inp, w, n, c, oc),
             (true, true) => {
                 pm::matmul_backward_bf16_f32dout(g, dinp, dw, db, dout, inp, w, n, c, oc)
@@ -139,7 +139,7 @@ impl Kernels<'_> {
         f32_dout: bool,
     ) -> Result<Vec<Op>> {
         let g = self.g;
-        match (self.bf16, f32_dout) {
+        match (self.p == Precision::Bf16, f32_dout) {
             (true, false) => pm::matmul_backward_input_bf16(g, dinp, dout, w, n, c, oc),
             (true, true) => pm::matmul_backward_input_bf16_f32dout(g, dinp, dout, w, n, c, oc),
             (false, _) => km::matmul_backward_input(g, dinp, dout, w, n, c, oc),
@@ -159,7 +159,7 @@ impl Kernels<'_> {
         f32_dout: bool,
     ) -> Result<Vec<Op>> {
         let g = self.g;
-        match (self.bf16, f32_dout) {
+        match (self.p == Precision::Bf16, f32_dout) {
             (true, false) => pm::matmul_backward_weight_bf16(g, dw, db, dout, inp, n, c, oc),
             (true, true) => pm::matmul_backward_weight_bf16_f32dout(g, dw, db, dout, inp, n, c, oc),
             (false, _) => km::matmul_backward_weight(g, dw, db, dout, inp, n, c, oc),
@@ -176,7 +176,7 @@ impl Kernels<'_> {
         c: usize,
         nh: usize,
     ) -> Result<Vec<Op>> {
-        match self.bf16 {
+        match self.p == Precision::Bf16 {
             true => pa::attention_forward_bf16(self.g, out, att, qkv, b, t, c, nh),
             false => ka::attention_forward(self.g, out, att, qkv, b, t, c, nh),
         }
@@ -195,38 +195,30 @@ impl Kernels<'_> {
         nh: usize,
     ) -> Result<Vec<Op>> {
         let g = self.g;
-        match self.bf16 {
+        match self.p == Precision::Bf16 {
             true => pa::attention_backward_bf16(g, dqkv, datt, dout, qkv, att, b, t, c, nh),
             false => ka::attention_backward(g, dqkv, datt, dout, qkv, att, b, t, c, nh),
         }
     }
 
-    /// The storage precision of this model's tensors.
-    fn p(&self) -> Precision {
-        match self.bf16 {
-            true => Precision::Bf16,
-            false => Precision::F32,
-        }
-    }
-
     pub fn residual_forward(&self, out: &View, a: &View, b: &View, n: usize) -> Result<Op> {
-        ke::residual_forward(self.g, self.p(), out, a, b, n)
+        ke::residual_forward(self.g, self.p, out, a, b, n)
     }
 
     pub fn gelu_forward(&self, out: &View, inp: &View, n: usize) -> Result<Op> {
-        ke::gelu_forward(self.g, self.p(), out, inp, n)
+        ke::gelu_forward(self.g, self.p, out, inp, n)
     }
 
     pub fn gelu_backward(&self, dinp: &View, inp: &View, dout: &View, n: usize) -> Result<Op> {
-        ke::gelu_backward(self.g, self.p(), dinp, inp, dout, n)
+        ke::gelu_backward(self.g, self.p, dinp, inp, dout, n)
     }
 
     pub fn fill(&self, out: &View, value: f32) -> Result<Op> {
-        ke::fill(self.g, self.p(), out, value)
+        ke::fill(self.g, self.p, out, value)
     }
 
     /// A raw copy (words under bf16: no float operation touches the bits).
     pub fn copy(&self, out: &View, a: &View) -> Result<Op> {
-        ke::copy(self.g, self.p(), out, a)
+        ke::copy(self.g, self.p, out, a)
     }
 }

@@ -13,16 +13,6 @@ pub(super) fn cut(
     split: bool,
     ready_marks: bool,
 ) -> ([Vec<Range<usize>>; 3], ChunkShape) {
-    let ranges = |points: &[usize], len: usize| {
-        let mut out = Vec::with_capacity(points.len() + 1);
-        let mut from = 0;
-        for &p in points {
-            out.push(from..p);
-            from = p;
-        }
-        out.push(from..len);
-        out
-    };
     let fwd_points: Vec<usize> = m.forward_cuts.iter().map(|c| c.0).collect();
     // backward marks in op order: (op index, 0 = cut / 1 = ready, what)
     let mut marks: Vec<(usize, u8, Vec<usize>)> =
@@ -53,9 +43,9 @@ pub(super) fn cut(
         gather: false,
     };
     let segments = [
-        ranges(&fwd_points, m.forward.len()),
-        ranges(&bwd_points, m.backward.len()),
-        ranges(&[], m.weight.len()),
+        segments(&fwd_points, m.forward.len()),
+        segments(&bwd_points, m.backward.len()),
+        segments(&[], m.weight.len()),
     ];
     (segments, shape)
 }
@@ -126,14 +116,9 @@ pub(super) fn by_block(
         let mut at: Vec<(usize, u8, Mark)> = cuts.iter().map(|c| (c.0, 0, Mark::Cut)).collect();
         at.extend(blocks.iter().zip(bounds).map(|(b, mark)| (b.end, 1, mark)));
         at.sort_by_key(|x| (x.0, x.1));
-        let mut segs = Vec::with_capacity(at.len() + 1);
-        let mut from = 0;
-        for &(p, _, _) in &at {
-            segs.push(from..p);
-            from = p;
-        }
-        segs.push(from..len);
-        (segs, at.into_iter().map(|x| x.2).collect::<Vec<Mark>>())
+        let points: Vec<usize> = at.iter().map(|x| x.0).collect();
+        let marks: Vec<Mark> = at.into_iter().map(|x| x.2).collect();
+        (segments(&points, len), marks)
     };
     let (fsegs, fmarks) = pass(
         &forward[..n - 1],
@@ -156,4 +141,16 @@ pub(super) fn by_block(
         gather: true,
     };
     Ok(([fsegs, bsegs, Vec::new()], shape))
+}
+
+/// The op ranges between consecutive cut `points` of a pass of `len` ops (points ascending).
+fn segments(points: &[usize], len: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::with_capacity(points.len() + 1);
+    let mut from = 0;
+    for &p in points {
+        out.push(from..p);
+        from = p;
+    }
+    out.push(from..len);
+    out
 }
