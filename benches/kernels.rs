@@ -7,7 +7,7 @@
 //! `matmul_forward` with the kernel the library picks (2·n³ flops), `gpu_backward` is
 //! `matmul_backward` without bias (dinp and dweight, 4·n³ flops), and `gpu_forward_buffer` /
 //! `gpu_forward_texture` force each kernel; `gpu_forward_bf16` is the packed-bf16 forward
-//! (`kernels::packed::matmul`, f32 accumulation, 2-byte operands). After each shape a summary line gives median
+//! (`Linear::new(Precision::Bf16)`, f32 accumulation, 2-byte operands). After each shape a summary line gives median
 //! GFLOP/s, the GPU/CPU ratio and the adapter. On a CPU adapter the line adds a figure on a
 //! CPU-time basis (flops per process CPU-second × cores, Linux only), which other processes
 //! competing for the cores do not skew.
@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
 use triaxis::gpu::{AdapterChoice, Gpu, View};
-use triaxis::kernels::matmul::{self, Kernel};
-use triaxis::kernels::packed::matmul as packed;
+use triaxis::kernels::matmul::{self, Kernel, Linear};
 use triaxis::kernels::Op;
+use triaxis::precision::Precision;
 use triaxis::rng::Rng;
 
 type Group<'a> = BenchmarkGroup<'a, criterion::measurement::WallTime>;
@@ -183,7 +183,19 @@ fn main() {
     for n in SIZES {
         let [x, w, dout] = [0; 3].map(|_| upload(&g, &mut rng, n * n));
         let [out, dinp, dw] = ["out", "dinp", "dweight"].map(|l| g.buffer(l, n * n));
-        let forward = |k| matmul::matmul_forward_with(&g, k, &out, &x, &w, None, n, n, n);
+        let forward = |k| {
+            matmul::matmul_forward(
+                &g,
+                Linear::new(Precision::F32).with(k),
+                &out,
+                &x,
+                &w,
+                None,
+                n,
+                n,
+                n,
+            )
+        };
         let fwd = forward(Kernel::Auto).expect("forward ops");
         let fwd_buf = forward(Kernel::Buffer).expect("forward ops");
         let fwd_tex = forward(Kernel::Texture).ok();
@@ -195,10 +207,32 @@ fn main() {
             v
         });
         let outh = g.buffer("out.bf16", n * n / 2);
-        let fwd_bf16 = packed::matmul_forward_bf16(&g, &outh, &xh, &wh, None, n, n, n)
-            .expect("bf16 forward ops");
-        let bwd = matmul::matmul_backward(&g, &dinp, &dw, None, &dout, &x, &w, n, n, n)
-            .expect("backward ops");
+        let fwd_bf16 = matmul::matmul_forward(
+            &g,
+            Linear::new(Precision::Bf16),
+            &outh,
+            &xh,
+            &wh,
+            None,
+            n,
+            n,
+            n,
+        )
+        .expect("bf16 forward ops");
+        let bwd = matmul::matmul_backward(
+            &g,
+            Linear::new(Precision::F32),
+            &dinp,
+            &dw,
+            None,
+            &dout,
+            &x,
+            &w,
+            n,
+            n,
+            n,
+        )
+        .expect("backward ops");
         let flops = 2.0 * (n * n * n) as f64;
         let fb = flops * BATCH as f64;
 

@@ -1,15 +1,17 @@
 // Matmul family: C[M,N] (= or +=) Σ_k A(m,k)·B(k,n) (+ bias[n]), register-tiled, for the three
-// products of a linear layer (all matrices row-major):
+// products of a linear layer (all matrices row-major), one source for both precisions behind
+// the storage prelude (store_f32.wgsl, or bf16_bits.wgsl + store_bf16.wgsl):
 //
 //   matmul_nt   C = A[M,K] · B[N,K]ᵀ    forward   out      = inp · weightᵀ + bias
 //   matmul_nn   C = A[M,K] · B[K,N]     backward  dinp     = dout · weight
 //   matmul_tn   C = A[K,M]ᵀ · B[K,N]    backward  dweight += doutᵀ · inp
 //
 // Each invocation owns an 8×16 tile of C in 32 vec4 registers c{i}_{J} = C[m0+i, n0+4J .. +3];
-// a workgroup of 8×8 invocations covers 64×128 of C. Operands are read as vec4 along their
-// contiguous axis (the host pads a matrix whose row length is not a multiple of 4 into a
-// zero-filled copy with `matmul_pad`). One k-step of 4 loads 4×4 blocks and does 128 chained
-// fma, in the same form for every layout:
+// a workgroup of 8×8 invocations covers 64×128 of C. Operands are read four elements at a time
+// (a `Quad`: four f32 words, or two words of bf16 pairs) along their contiguous axis (the host
+// pads a matrix whose row length is not a multiple of 4 into a zero-filled copy with
+// `matmul_pad`). One k-step of 4 loads 4×4 blocks and does 128 chained fma, in the same form
+// for every layout:
 //
 //              n0 ......... n0+15
 //            ┌─────┬─────┬─────┬─────┐    B{J} = mat4x4: column c = B(k+c, n0+4J .. n0+4J+3)
@@ -21,28 +23,57 @@
 // lanes), so the tile is large, every loop body is unrolled by hand, and edge tiles clamp their
 // row/column indices into range instead of branching in the k loop; the store skips elements
 // outside C (unrolled, the k loop runs ~6× faster on lavapipe than with loops over arrays).
-// Every element sums its products in k order, so results are deterministic. After the three
-// buffer kernels come the texture path that large products take on lavapipe (matmul_pack,
-// matmul_pack4, matmul_tex), then matmul_pad and matmul_bias_backward.
+// Every element sums its products in f32, in k order from the bias, so results are
+// deterministic; operands are widened exactly on load, and a bf16 C is rounded (to nearest
+// even) only when stored; an accumulated bf16 C widens the old value, adds the finished sum and
+// rounds. Under bf16, A may be f32 (A_F32: the LM head's dlogits) and C f32 (C_F32: its
+// logits). A bf16 row of C starts on a word boundary (the host requires N even, or M = 1), so
+// each invocation writes whole words; the last word of an odd single row gets a zero high half.
+//
+// After the three buffer kernels come the texture path that large f32 products take on
+// lavapipe (matmul_pack, matmul_pack4, matmul_tex), then matmul_pad, matmul_pad_f32 and
+// matmul_bias_backward.
 
 struct Dims {
     m: u32,     // rows of C
-    n: u32,     // columns of C (= its row stride)
+    n: u32,     // columns of C (= its row stride, in elements)
     k: u32,     // reduction length
-    sa: u32,    // A row stride in vec4s
-    sb: u32,    // B row stride in vec4s
-    flags: u32, // ACCUMULATE | BIAS
+    sa: u32,    // A row stride in Quads (4 elements)
+    sb: u32,    // B row stride in Quads
+    flags: u32, // ACCUMULATE | BIAS | A_F32 | C_F32
     _p0: u32,
     _p1: u32,
 }
 @group(0) @binding(0) var<uniform> d: Dims;
-@group(0) @binding(1) var<storage, read_write> c_out: array<f32>;
-@group(0) @binding(2) var<storage, read> av: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> bv: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read> bias: array<f32>;
+@group(0) @binding(1) var<storage, read_write> c_out: array<u32>;
+@group(0) @binding(2) var<storage, read> av: array<Quad>;
+@group(0) @binding(3) var<storage, read> bv: array<Quad>;
+@group(0) @binding(4) var<storage, read> bias: array<u32>;
+// The pad, pack and bias kernels read binding 2 word by word.
+@group(0) @binding(2) var<storage, read> aw: array<u32>;
 
 const ACCUMULATE: u32 = 1u; // C += A·B (else C = A·B)
 const BIAS: u32 = 2u;       // start every row of C at bias[n]
+const A_F32: u32 = 4u;      // bf16 only: A holds f32 words
+const C_F32: u32 = 8u;      // bf16 only: C holds f32 words
+
+// A(4q .. 4q+3) along its stored row: Quad index q (an f32 A under bf16: words 4q .. 4q+3).
+fn lda(q: u32) -> vec4<f32> {
+    if (LANES == 2u && (d.flags & A_F32) != 0u) {
+        return quad_f32(av[LANES * q], av[LANES * q + LANES - 1u]);
+    }
+    return quad(av[q]);
+}
+
+// B(4q .. 4q+3) along its stored row.
+fn ldb(q: u32) -> vec4<f32> {
+    return quad(bv[q]);
+}
+
+// Element e of an array of the run's precision, widened.
+fn elem(words: u32, e: u32) -> f32 {
+    return lane(words, e % LANES);
+}
 
 // c + a.x·b[0] + a.y·b[1] + a.z·b[2] + a.w·b[3], one fma chain.
 fn mac(c: vec4<f32>, a: vec4<f32>, b: mat4x4<f32>) -> vec4<f32> {
@@ -54,28 +85,49 @@ fn row(r: u32, rows: u32) -> u32 {
     return min(r, rows - 1u);
 }
 
-// vec4 index of column n in a row of s4 vec4s, clamped into the row.
+// Quad index of column n in a row of s4 Quads, clamped into the row.
 fn col4(n: u32, s4: u32) -> u32 {
     return min(n / 4u, s4 - 1u);
+}
+
+fn bias_at(n: u32) -> f32 {
+    let e = row(n, d.n);
+    return elem(bias[e / LANES], e);
 }
 
 // bias[n .. n+3] (clamped) when BIAS is set, else zero: the start value of a tile row, as the
 // CPU twin starts its sums at the bias.
 fn bias4(n: u32) -> vec4<f32> {
     if ((d.flags & BIAS) == 0u) { return vec4<f32>(0.0); }
-    return vec4<f32>(bias[row(n, d.n)], bias[row(n + 1u, d.n)], bias[row(n + 2u, d.n)], bias[row(n + 3u, d.n)]);
+    return vec4<f32>(bias_at(n), bias_at(n + 1u), bias_at(n + 2u), bias_at(n + 3u));
 }
 
-// Writes C[m, n .. n+3] from v, skipping elements outside C; adds the old value if ACCUMULATE.
+// Writes C[m, n .. n+3] (n a multiple of 4) from v, skipping elements outside C; adds the old
+// value first if ACCUMULATE. bf16: two whole words, (n, n+1) and (n+2, n+3).
 fn store4(m: u32, n: u32, v: vec4<f32>) {
     if (m >= d.m) { return; }
-    for (var j = 0u; j < 4u; j++) {
+    let acc = (d.flags & ACCUMULATE) != 0u;
+    if (LANES == 1u || (d.flags & C_F32) != 0u) {
+        for (var j = 0u; j < 4u; j++) {
+            let col = n + j;
+            if (col >= d.n) { return; }
+            let i = m * d.n + col;
+            var x = v[j];
+            if (acc) { x += bitcast<f32>(c_out[i]); }
+            c_out[i] = bitcast<u32>(x);
+        }
+        return;
+    }
+    for (var j = 0u; j < 4u; j += 2u) {
         let col = n + j;
         if (col >= d.n) { return; }
-        let i = m * d.n + col;
-        var x = v[j];
-        if ((d.flags & ACCUMULATE) != 0u) { x += c_out[i]; }
-        c_out[i] = x;
+        let w = (m * d.n + col) / 2u; // m·N + col is even (N even, or m = 0)
+        var x = vec2<f32>(v[j], v[j + 1u]);
+        if (acc) {
+            let old = c_out[w];
+            x += vec2<f32>(lane(old, 0u), lane(old, 1u));
+        }
+        c_out[w] = word(w, x, d.m * d.n);
     }
 }
 
@@ -105,12 +157,12 @@ fn matmul_nt(@builtin(global_invocation_id) gid: vec3<u32>) {
     let rb12 = row(n0 + 12u, d.n) * d.sb; let rb13 = row(n0 + 13u, d.n) * d.sb; let rb14 = row(n0 + 14u, d.n) * d.sb; let rb15 = row(n0 + 15u, d.n) * d.sb;
     for (var t = 0u; t < d.sa; t++) {
         // α_i = A(m0+i, 4t .. 4t+3) is a loaded row; B{J} transposes four loaded rows of B.
-        let a0 = av[ra0 + t]; let a1 = av[ra1 + t]; let a2 = av[ra2 + t]; let a3 = av[ra3 + t];
-        let a4 = av[ra4 + t]; let a5 = av[ra5 + t]; let a6 = av[ra6 + t]; let a7 = av[ra7 + t];
-        let B0 = transpose(mat4x4<f32>(bv[rb0 + t], bv[rb1 + t], bv[rb2 + t], bv[rb3 + t]));
-        let B1 = transpose(mat4x4<f32>(bv[rb4 + t], bv[rb5 + t], bv[rb6 + t], bv[rb7 + t]));
-        let B2 = transpose(mat4x4<f32>(bv[rb8 + t], bv[rb9 + t], bv[rb10 + t], bv[rb11 + t]));
-        let B3 = transpose(mat4x4<f32>(bv[rb12 + t], bv[rb13 + t], bv[rb14 + t], bv[rb15 + t]));
+        let a0 = lda(ra0 + t); let a1 = lda(ra1 + t); let a2 = lda(ra2 + t); let a3 = lda(ra3 + t);
+        let a4 = lda(ra4 + t); let a5 = lda(ra5 + t); let a6 = lda(ra6 + t); let a7 = lda(ra7 + t);
+        let B0 = transpose(mat4x4<f32>(ldb(rb0 + t), ldb(rb1 + t), ldb(rb2 + t), ldb(rb3 + t)));
+        let B1 = transpose(mat4x4<f32>(ldb(rb4 + t), ldb(rb5 + t), ldb(rb6 + t), ldb(rb7 + t)));
+        let B2 = transpose(mat4x4<f32>(ldb(rb8 + t), ldb(rb9 + t), ldb(rb10 + t), ldb(rb11 + t)));
+        let B3 = transpose(mat4x4<f32>(ldb(rb12 + t), ldb(rb13 + t), ldb(rb14 + t), ldb(rb15 + t)));
         c0_0 = mac(c0_0, a0, B0); c0_1 = mac(c0_1, a0, B1); c0_2 = mac(c0_2, a0, B2); c0_3 = mac(c0_3, a0, B3);
         c1_0 = mac(c1_0, a1, B0); c1_1 = mac(c1_1, a1, B1); c1_2 = mac(c1_2, a1, B2); c1_3 = mac(c1_3, a1, B3);
         c2_0 = mac(c2_0, a2, B0); c2_1 = mac(c2_1, a2, B1); c2_2 = mac(c2_2, a2, B2); c2_3 = mac(c2_3, a2, B3);
@@ -152,17 +204,17 @@ fn matmul_nn(@builtin(global_invocation_id) gid: vec3<u32>) {
     let ra4 = row(m0 + 4u, d.m) * d.sa; let ra5 = row(m0 + 5u, d.m) * d.sa; let ra6 = row(m0 + 6u, d.m) * d.sa; let ra7 = row(m0 + 7u, d.m) * d.sa;
     let q0 = col4(n0 + 0u, d.sb); let q1 = col4(n0 + 4u, d.sb); let q2 = col4(n0 + 8u, d.sb); let q3 = col4(n0 + 12u, d.sb);
     for (var t = 0u; t < d.sa; t++) {
-        let a0 = av[ra0 + t]; let a1 = av[ra1 + t]; let a2 = av[ra2 + t]; let a3 = av[ra3 + t];
-        let a4 = av[ra4 + t]; let a5 = av[ra5 + t]; let a6 = av[ra6 + t]; let a7 = av[ra7 + t];
+        let a0 = lda(ra0 + t); let a1 = lda(ra1 + t); let a2 = lda(ra2 + t); let a3 = lda(ra3 + t);
+        let a4 = lda(ra4 + t); let a5 = lda(ra5 + t); let a6 = lda(ra6 + t); let a7 = lda(ra7 + t);
         // Rows of B past K are clamped; A is zero there (padding), so they add nothing.
         let k0 = row(t * 4u + 0u, d.k) * d.sb;
         let k1 = row(t * 4u + 1u, d.k) * d.sb;
         let k2 = row(t * 4u + 2u, d.k) * d.sb;
         let k3 = row(t * 4u + 3u, d.k) * d.sb;
-        let B0 = mat4x4<f32>(bv[k0 + q0], bv[k1 + q0], bv[k2 + q0], bv[k3 + q0]);
-        let B1 = mat4x4<f32>(bv[k0 + q1], bv[k1 + q1], bv[k2 + q1], bv[k3 + q1]);
-        let B2 = mat4x4<f32>(bv[k0 + q2], bv[k1 + q2], bv[k2 + q2], bv[k3 + q2]);
-        let B3 = mat4x4<f32>(bv[k0 + q3], bv[k1 + q3], bv[k2 + q3], bv[k3 + q3]);
+        let B0 = mat4x4<f32>(ldb(k0 + q0), ldb(k1 + q0), ldb(k2 + q0), ldb(k3 + q0));
+        let B1 = mat4x4<f32>(ldb(k0 + q1), ldb(k1 + q1), ldb(k2 + q1), ldb(k3 + q1));
+        let B2 = mat4x4<f32>(ldb(k0 + q2), ldb(k1 + q2), ldb(k2 + q2), ldb(k3 + q2));
+        let B3 = mat4x4<f32>(ldb(k0 + q3), ldb(k1 + q3), ldb(k2 + q3), ldb(k3 + q3));
         c0_0 = mac(c0_0, a0, B0); c0_1 = mac(c0_1, a0, B1); c0_2 = mac(c0_2, a0, B2); c0_3 = mac(c0_3, a0, B3);
         c1_0 = mac(c1_0, a1, B0); c1_1 = mac(c1_1, a1, B1); c1_2 = mac(c1_2, a1, B2); c1_3 = mac(c1_3, a1, B3);
         c2_0 = mac(c2_0, a2, B0); c2_1 = mac(c2_1, a2, B1); c2_2 = mac(c2_2, a2, B2); c2_3 = mac(c2_3, a2, B3);
@@ -207,12 +259,12 @@ fn matmul_tn(@builtin(global_invocation_id) gid: vec3<u32>) {
         // A{I} transposes rows k .. k+3 of A, so its column r is α_{4I+r} = A(k .. k+3, m0+4I+r).
         let ka = k * d.sa;
         let kb = k * d.sb;
-        let A0 = transpose(mat4x4<f32>(av[ka + p0], av[ka + d.sa + p0], av[ka + 2u * d.sa + p0], av[ka + 3u * d.sa + p0]));
-        let A1 = transpose(mat4x4<f32>(av[ka + p1], av[ka + d.sa + p1], av[ka + 2u * d.sa + p1], av[ka + 3u * d.sa + p1]));
-        let B0 = mat4x4<f32>(bv[kb + q0], bv[kb + d.sb + q0], bv[kb + 2u * d.sb + q0], bv[kb + 3u * d.sb + q0]);
-        let B1 = mat4x4<f32>(bv[kb + q1], bv[kb + d.sb + q1], bv[kb + 2u * d.sb + q1], bv[kb + 3u * d.sb + q1]);
-        let B2 = mat4x4<f32>(bv[kb + q2], bv[kb + d.sb + q2], bv[kb + 2u * d.sb + q2], bv[kb + 3u * d.sb + q2]);
-        let B3 = mat4x4<f32>(bv[kb + q3], bv[kb + d.sb + q3], bv[kb + 2u * d.sb + q3], bv[kb + 3u * d.sb + q3]);
+        let A0 = transpose(mat4x4<f32>(lda(ka + p0), lda(ka + d.sa + p0), lda(ka + 2u * d.sa + p0), lda(ka + 3u * d.sa + p0)));
+        let A1 = transpose(mat4x4<f32>(lda(ka + p1), lda(ka + d.sa + p1), lda(ka + 2u * d.sa + p1), lda(ka + 3u * d.sa + p1)));
+        let B0 = mat4x4<f32>(ldb(kb + q0), ldb(kb + d.sb + q0), ldb(kb + 2u * d.sb + q0), ldb(kb + 3u * d.sb + q0));
+        let B1 = mat4x4<f32>(ldb(kb + q1), ldb(kb + d.sb + q1), ldb(kb + 2u * d.sb + q1), ldb(kb + 3u * d.sb + q1));
+        let B2 = mat4x4<f32>(ldb(kb + q2), ldb(kb + d.sb + q2), ldb(kb + 2u * d.sb + q2), ldb(kb + 3u * d.sb + q2));
+        let B3 = mat4x4<f32>(ldb(kb + q3), ldb(kb + d.sb + q3), ldb(kb + 2u * d.sb + q3), ldb(kb + 3u * d.sb + q3));
         c0_0 = mac(c0_0, A0[0], B0); c0_1 = mac(c0_1, A0[0], B1); c0_2 = mac(c0_2, A0[0], B2); c0_3 = mac(c0_3, A0[0], B3);
         c1_0 = mac(c1_0, A0[1], B0); c1_1 = mac(c1_1, A0[1], B1); c1_2 = mac(c1_2, A0[1], B2); c1_3 = mac(c1_3, A0[1], B3);
         c2_0 = mac(c2_0, A0[2], B0); c2_1 = mac(c2_1, A0[2], B1); c2_2 = mac(c2_2, A0[2], B2); c2_3 = mac(c2_3, A0[2], B3);
@@ -224,8 +276,8 @@ fn matmul_tn(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     // The last K mod 4 rows, one at a time.
     for (var k = full; k < d.k; k++) {
-        let a0 = av[k * d.sa + p0]; let a1 = av[k * d.sa + p1];
-        let b0 = bv[k * d.sb + q0]; let b1 = bv[k * d.sb + q1]; let b2 = bv[k * d.sb + q2]; let b3 = bv[k * d.sb + q3];
+        let a0 = lda(k * d.sa + p0); let a1 = lda(k * d.sa + p1);
+        let b0 = ldb(k * d.sb + q0); let b1 = ldb(k * d.sb + q1); let b2 = ldb(k * d.sb + q2); let b3 = ldb(k * d.sb + q3);
         c0_0 = fma(vec4<f32>(a0[0]), b0, c0_0); c0_1 = fma(vec4<f32>(a0[0]), b1, c0_1); c0_2 = fma(vec4<f32>(a0[0]), b2, c0_2); c0_3 = fma(vec4<f32>(a0[0]), b3, c0_3);
         c1_0 = fma(vec4<f32>(a0[1]), b0, c1_0); c1_1 = fma(vec4<f32>(a0[1]), b1, c1_1); c1_2 = fma(vec4<f32>(a0[1]), b2, c1_2); c1_3 = fma(vec4<f32>(a0[1]), b3, c1_3);
         c2_0 = fma(vec4<f32>(a0[2]), b0, c2_0); c2_1 = fma(vec4<f32>(a0[2]), b1, c2_1); c2_2 = fma(vec4<f32>(a0[2]), b2, c2_2); c2_3 = fma(vec4<f32>(a0[2]), b3, c2_3);
@@ -270,7 +322,8 @@ fn matmul_pack(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (gid.y < kd.rows) {
         for (var j = 0u; j < 4u; j++) {
             let c = gid.x * 4u + j;
-            if (c < kd.cols) { v[j] = src[gid.y * kd.rs + c * kd.cs]; }
+            let e = gid.y * kd.rs + c * kd.cs;
+            if (c < kd.cols) { v[j] = elem(aw[e / LANES], e); }
         }
     }
     textureStore(packed, vec2<u32>(gid.xy), v);
@@ -284,7 +337,7 @@ struct Pack4Dims { rows: u32, cols: u32, ld4: u32, t: u32 }
 
 fn load4(r: u32, q: u32, rows: u32) -> vec4<f32> {
     if (r >= rows || q >= kv.ld4) { return vec4<f32>(0.0); }
-    return av[r * kv.ld4 + q];
+    return quad(av[r * kv.ld4 + q]);
 }
 
 @compute @workgroup_size(8, 8)
@@ -388,31 +441,60 @@ fn matmul_tex(@builtin(global_invocation_id) gid: vec3<u32>) {
     store4(m0 + 15u, n0 + 0u, c15_0); store4(m0 + 15u, n0 + 4u, c15_1); store4(m0 + 15u, n0 + 8u, c15_2); store4(m0 + 15u, n0 + 12u, c15_3);
 }
 
-// ---- matmul_pad(dst, src): dst[r, col] = src[r·ld + col] for col < cols, 0 up to the stride ----
+// ---- matmul_pad(dst, src): dst[r, col] = src[r·ld + col] for col < cols, 0 up to the stride
+// (a multiple of 4), raw bits. One invocation per dst word (src elements may sit in either
+// half of a bf16 word). matmul_pad_f32 does the same for an f32 operand under bf16. ----
 struct PadDims { rows: u32, cols: u32, stride: u32, ld: u32 }
 @group(0) @binding(0) var<uniform> pd: PadDims;
-@group(0) @binding(2) var<storage, read> src: array<f32>;
 
 @compute @workgroup_size(256)
 fn matmul_pad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 256u;
+    if (i >= pd.rows * pd.stride / LANES) { return; }
+    var w = 0u;
+    for (var j = 0u; j < LANES; j++) {
+        let e = LANES * i + j;
+        let col = e % pd.stride;
+        if (col < pd.cols) {
+            let s = e / pd.stride * pd.ld + col;
+            w |= place(raw(aw[s / LANES], s % LANES), j);
+        }
+    }
+    c_out[i] = w;
+}
+
+@compute @workgroup_size(256)
+fn matmul_pad_f32(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
     if (i >= pd.rows * pd.stride) { return; }
-    let r = i / pd.stride;
     let col = i % pd.stride;
-    var x = 0.0;
-    if (col < pd.cols) { x = src[r * pd.ld + col]; }
+    var x = 0u;
+    if (col < pd.cols) { x = aw[i / pd.stride * pd.ld + col]; }
     c_out[i] = x;
 }
 
-// ---- matmul_bias_backward(dbias, dout): dbias[o] += Σ_r dout[r, o], rows summed in order ----
-struct BiasDims { rows: u32, cols: u32, _p0: u32, _p1: u32 }
+// ---- matmul_bias_backward(dbias, dout): dbias[o] += Σ_r dout[r, o], rows summed in order in
+// f32, then added to the old value (widened) and stored. One invocation per dbias word;
+// under bf16 dout is packed or f32 (A_F32). ----
+struct BiasDims { rows: u32, cols: u32, flags: u32, _p0: u32 }
 @group(0) @binding(0) var<uniform> bd: BiasDims;
+
+fn dout_at(e: u32) -> f32 {
+    if (LANES == 2u && (bd.flags & A_F32) != 0u) { return bitcast<f32>(aw[e]); }
+    return elem(aw[e / LANES], e);
+}
 
 @compute @workgroup_size(256)
 fn matmul_bias_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let o = gid.x + gid.y * nwg.x * 256u;
+    let i = gid.x + gid.y * nwg.x * 256u;
+    let o = LANES * i;
     if (o >= bd.cols) { return; }
-    var s = 0.0;
-    for (var r = 0u; r < bd.rows; r++) { s += src[r * bd.cols + o]; }
-    c_out[o] += s;
+    let pair = LANES == 2u && o + 1u < bd.cols;
+    var s = vec2<f32>(0.0);
+    for (var r = 0u; r < bd.rows; r++) {
+        s.x += dout_at(r * bd.cols + o);
+        if (pair) { s.y += dout_at(r * bd.cols + o + 1u); }
+    }
+    let old = c_out[i];
+    c_out[i] = word(i, vec2<f32>(lane(old, 0u), lane(old, 1u)) + s, bd.cols);
 }

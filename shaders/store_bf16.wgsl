@@ -24,3 +24,28 @@ fn word(i: u32, x: vec2<f32>, n: u32) -> u32 {
 fn splat(v: f32) -> u32 {
     return pack(vec2<f32>(v));
 }
+
+// Four consecutive elements (a vec4-aligned group of a row), as stored: two words here.
+alias Quad = vec2<u32>;
+
+// Widened by the exact shift (a NaN operand stays a NaN; its quiet bit is not forced).
+fn quad(q: Quad) -> vec4<f32> {
+    return vec4<f32>(lane(q.x, 0u), lane(q.x, 1u), lane(q.y, 0u), lane(q.y, 1u));
+}
+
+// Four f32 elements read as two Quads of f32 words (an f32 operand beside packed ones).
+fn quad_f32(a: Quad, b: Quad) -> vec4<f32> {
+    return bitcast<vec4<f32>>(vec4<u32>(a, b));
+}
+
+// Element j of word w, as f32 (exact shift) / as its raw bits; `place` puts raw element bits
+// at lane j.
+fn lane(w: u32, j: u32) -> f32 {
+    return bitcast<f32>((w >> (16u * j)) << 16u);
+}
+fn raw(w: u32, j: u32) -> u32 {
+    return (w >> (16u * j)) & 0xffffu;
+}
+fn place(b: u32, j: u32) -> u32 {
+    return b << (16u * j);
+}

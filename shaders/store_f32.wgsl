@@ -24,3 +24,26 @@ fn word(i: u32, x: vec2<f32>, n: u32) -> u32 {
 fn splat(v: f32) -> u32 {
     return pack(vec2<f32>(v));
 }
+
+// Four consecutive elements (a vec4-aligned group of a row), as stored: four words here.
+alias Quad = vec4<u32>;
+
+fn quad(q: Quad) -> vec4<f32> {
+    return bitcast<vec4<f32>>(q);
+}
+
+// Four f32 elements read as two Quads of f32 words (`b` unused here: `a` holds all four).
+fn quad_f32(a: Quad, b: Quad) -> vec4<f32> {
+    return bitcast<vec4<f32>>(a);
+}
+
+// Element j of word w, as f32 / as its raw bits; `place` puts raw element bits at lane j.
+fn lane(w: u32, j: u32) -> f32 {
+    return bitcast<f32>(w);
+}
+fn raw(w: u32, j: u32) -> u32 {
+    return w;
+}
+fn place(b: u32, j: u32) -> u32 {
+    return b;
+}

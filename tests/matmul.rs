@@ -3,10 +3,13 @@
 //! accumulated outputs (dweight, dbias) are pre-filled with random values to prove `+=`.
 mod common;
 use common::*;
-use k::Kernel;
+use k::{Kernel, Linear};
 use triaxis::gpu::Gpu;
+use triaxis::precision::Precision;
 use triaxis::{cpu, gpu, kernels::matmul as k, rng::Rng};
 
+/// Every operand f32.
+const F32: Linear = Linear::new(Precision::F32);
 const KERNELS: [Kernel; 2] = [Kernel::Buffer, Kernel::Texture];
 
 /// (n, c, oc). A workgroup covers 64 rows × 128 columns of the output; the last shapes span
@@ -31,7 +34,7 @@ fn forward(g: &Gpu, kernel: Kernel, rng: &mut Rng, shape: (usize, usize, usize),
     let (x, w, b) = (rand(rng, n * c), rand(rng, oc * c), rand(rng, oc));
     let (xb, wb, bb, out) = (buf(g, &x), buf(g, &w), buf(g, &b), poisoned(g, n * oc));
     let bias = with_bias.then_some(&bb);
-    g.run(&k::matmul_forward_with(g, kernel, &out, &xb, &wb, bias, n, c, oc).unwrap())
+    g.run(&k::matmul_forward(g, F32.with(kernel), &out, &xb, &wb, bias, n, c, oc).unwrap())
         .unwrap();
     let mut want = vec![0.0; n * oc];
     cpu::matmul_forward(&mut want, &x, &w, with_bias.then_some(&b[..]), n, c, oc);
@@ -51,7 +54,20 @@ fn backward(g: &Gpu, kernel: Kernel, rng: &mut Rng, shape: (usize, usize, usize)
     let (dinp, dwb, dbb) = (poisoned(g, n * c), buf(g, &dw0), buf(g, &db0));
     let dbias = with_bias.then_some(&dbb);
     g.run(
-        &k::matmul_backward_with(g, kernel, &dinp, &dwb, dbias, &dyb, &xb, &wb, n, c, oc).unwrap(),
+        &k::matmul_backward(
+            g,
+            F32.with(kernel),
+            &dinp,
+            &dwb,
+            dbias,
+            &dyb,
+            &xb,
+            &wb,
+            n,
+            c,
+            oc,
+        )
+        .unwrap(),
     )
     .unwrap();
     let (mut want_dx, mut want_dw, mut want_db) = (vec![0.0; n * c], dw0.clone(), db0.clone());
@@ -131,7 +147,7 @@ fn offset_views_match_twin() {
     let mut want = vec![0.0; n * oc];
     cpu::matmul_forward(&mut want, &x, &w, Some(&b), n, c, oc);
     for kernel in KERNELS {
-        let ops = k::matmul_forward_with(&g, kernel, &out, &xb, &wv, Some(&bv), n, c, oc);
+        let ops = k::matmul_forward(&g, F32.with(kernel), &out, &xb, &wv, Some(&bv), n, c, oc);
         g.run(&ops.unwrap()).unwrap();
         check(
             &format!("matmul_forward {kernel:?} offset views"),
@@ -169,11 +185,12 @@ fn deterministic() {
             let (out, dinp) = (poisoned(&g, n * oc), poisoned(&g, n * c));
             let (dw, db) = (buf(&g, &vec![0.0; oc * c]), buf(&g, &vec![0.0; oc]));
             let mut ops =
-                k::matmul_forward_with(&g, kernel, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
+                k::matmul_forward(&g, F32.with(kernel), &out, &xb, &wb, Some(&bb), n, c, oc)
+                    .unwrap();
             ops.extend(
-                k::matmul_backward_with(
+                k::matmul_backward(
                     &g,
-                    kernel,
+                    F32.with(kernel),
                     &dinp,
                     &dw,
                     Some(&db),
@@ -201,10 +218,10 @@ fn deterministic() {
 fn bad_arguments_are_errors() {
     let Some(g) = gpu::test_gpu() else { return };
     let (a, small) = (g.buffer("a", 64), g.buffer("small", 3));
-    assert!(k::matmul_forward(&g, &a, &a, &a, None, 0, 4, 4).is_err());
-    assert!(k::matmul_forward(&g, &small, &a, &a, None, 2, 4, 4).is_err());
-    assert!(k::matmul_backward(&g, &a, &a, Some(&small), &a, &a, &a, 2, 4, 4).is_err());
-    assert!(k::matmul_backward(&g, &a, &small, None, &a, &a, &a, 2, 4, 4).is_err());
+    assert!(k::matmul_forward(&g, F32, &a, &a, &a, None, 0, 4, 4).is_err());
+    assert!(k::matmul_forward(&g, F32, &small, &a, &a, None, 2, 4, 4).is_err());
+    assert!(k::matmul_backward(&g, F32, &a, &a, Some(&small), &a, &a, &a, 2, 4, 4).is_err());
+    assert!(k::matmul_backward(&g, F32, &a, &small, None, &a, &a, &a, 2, 4, 4).is_err());
 }
 
 /// The default entry points (`Kernel::Auto`) agree bit for bit with the kernel they pick.
@@ -218,7 +235,7 @@ fn auto_matches_explicit_kernels() {
     let mut got = Vec::new();
     for kernel in [Kernel::Auto, Kernel::Buffer, Kernel::Texture] {
         let out = poisoned(&g, n * oc);
-        g.run(&k::matmul_forward_with(&g, kernel, &out, &xb, &wb, None, n, c, oc).unwrap())
+        g.run(&k::matmul_forward(&g, F32.with(kernel), &out, &xb, &wb, None, n, c, oc).unwrap())
             .unwrap();
         got.push(g.download::<f32>(&out).unwrap());
     }
@@ -242,9 +259,19 @@ fn texture_limit_falls_back() {
     assert!(k::texture_min_flops(&g).is_none_or(|min| 2 * n * c * oc >= min));
     let (x, w) = (rand(&mut rng, n * c), rand(&mut rng, oc * c));
     let (xb, wb, out) = (buf(&g, &x), buf(&g, &w), poisoned(&g, n * oc));
-    let tex = k::matmul_forward_with(&g, Kernel::Texture, &out, &xb, &wb, None, n, c, oc);
+    let tex = k::matmul_forward(
+        &g,
+        F32.with(Kernel::Texture),
+        &out,
+        &xb,
+        &wb,
+        None,
+        n,
+        c,
+        oc,
+    );
     assert!(tex.is_err());
-    g.run(&k::matmul_forward(&g, &out, &xb, &wb, None, n, c, oc).unwrap())
+    g.run(&k::matmul_forward(&g, F32, &out, &xb, &wb, None, n, c, oc).unwrap())
         .unwrap();
     let mut want = vec![0.0; n * oc];
     cpu::matmul_forward(&mut want, &x, &w, None, n, c, oc);
@@ -270,7 +297,18 @@ fn texture_operands_are_in_the_memory_ledger() {
     );
     let out = poisoned(&g, n * oc);
     let before = g.memory().current.workspace;
-    let ops = k::matmul_forward_with(&g, Kernel::Texture, &out, &xb, &wb, None, n, c, oc).unwrap();
+    let ops = k::matmul_forward(
+        &g,
+        F32.with(Kernel::Texture),
+        &out,
+        &xb,
+        &wb,
+        None,
+        n,
+        c,
+        oc,
+    )
+    .unwrap();
     let kt = c.div_ceil(4);
     let texels = kt * n.next_multiple_of(16) + oc.div_ceil(4).next_multiple_of(4) * 4 * kt;
     assert_eq!(

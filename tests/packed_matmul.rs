@@ -1,7 +1,7 @@
-//! Packed-bf16 matmul kernels vs their twins (`cpu::packed::matmul`) on awkward shapes: n = 1,
-//! sizes smaller than a tile, edges that are not multiples of the 8×16 tile, rows whose length
-//! is not a multiple of 4 (padded) or is odd (inputs whose rows start mid-word), with and without
-//! bias, and the f32-logits / f32-dlogits variants of the LM head.
+//! The matmul family in bf16 (`Linear::new(Precision::Bf16)`, and `.head()` for the LM head's
+//! f32 logits / dlogits) vs its twins (`cpu::packed::matmul`) on awkward shapes: n = 1, sizes
+//! smaller than a tile, edges that are not multiples of the 8×16 tile, rows whose length is not
+//! a multiple of 4 (padded) or is odd (inputs whose rows start mid-word), with and without bias.
 //!
 //! Packed results are compared as bf16 values and must be bit-identical to the twin's, as
 //! docs/precision.md claims: measured so on lavapipe and llvmpipe GL (111,256 forward and
@@ -14,7 +14,13 @@ use common::*;
 use triaxis::cpu::packed::matmul as twin;
 use triaxis::error::Error;
 use triaxis::gpu::{Gpu, View};
-use triaxis::kernels::packed::matmul as k;
+use triaxis::kernels::matmul::{self as k, Linear};
+use triaxis::precision::Precision;
+
+/// Every operand bf16.
+const BF16: Linear = Linear::new(Precision::Bf16);
+/// The LM head: bf16 weights and input, f32 logits / dlogits.
+const HEAD: Linear = BF16.head();
 use triaxis::kernels::Op;
 use triaxis::{cpu, gpu, rng::Rng};
 
@@ -149,7 +155,7 @@ fn forward(g: &Gpu, tally: &mut Tally, rng: &mut Rng, shape: (usize, usize, usiz
         poisoned_words(g, n * oc),
     );
     let gb = bias.then_some(&bb);
-    g.run(&k::matmul_forward_bf16(g, &out, &xb, &wb, gb, n, c, oc).unwrap())
+    g.run(&k::matmul_forward(g, BF16, &out, &xb, &wb, gb, n, c, oc).unwrap())
         .unwrap();
     let mut want = vec![0; (n * oc).div_ceil(2)];
     twin::matmul_forward_bf16(&mut want, &x, &w, bias.then_some(&b[..]), n, c, oc);
@@ -188,7 +194,7 @@ fn forward_f32out_matches_twin() {
                 poisoned(&g, n * oc),
             );
             let gb = bias.then_some(&bb);
-            let ops = k::matmul_forward_bf16_f32out(&g, &out, &xb, &wb, gb, n, c, oc).unwrap();
+            let ops = k::matmul_forward(&g, HEAD, &out, &xb, &wb, gb, n, c, oc).unwrap();
             g.run(&ops).unwrap();
             let mut want = vec![0.0; n * oc];
             let tb = bias.then_some(&b[..]);
@@ -275,25 +281,24 @@ impl BackwardCase {
         let db = bias.then_some(&dbb);
         let ops: Vec<Op> = match (split, self.f32dout) {
             (false, false) => {
-                k::matmul_backward_bf16(g, &dinp, &dwb, db, &dyb, &xb, &wb, n, c, oc).unwrap()
+                k::matmul_backward(g, BF16, &dinp, &dwb, db, &dyb, &xb, &wb, n, c, oc).unwrap()
             }
             (false, true) => {
-                k::matmul_backward_bf16_f32dout(g, &dinp, &dwb, db, &dyb, &xb, &wb, n, c, oc)
-                    .unwrap()
+                k::matmul_backward(g, HEAD, &dinp, &dwb, db, &dyb, &xb, &wb, n, c, oc).unwrap()
             }
             (true, false) => {
-                let mut ops = k::matmul_backward_input_bf16(g, &dinp, &dyb, &wb, n, c, oc).unwrap();
+                let mut ops =
+                    k::matmul_backward_input(g, BF16, &dinp, &dyb, &wb, n, c, oc).unwrap();
                 ops.extend(
-                    k::matmul_backward_weight_bf16(g, &dwb, db, &dyb, &xb, n, c, oc).unwrap(),
+                    k::matmul_backward_weight(g, BF16, &dwb, db, &dyb, &xb, n, c, oc).unwrap(),
                 );
                 ops
             }
             (true, true) => {
                 let mut ops =
-                    k::matmul_backward_input_bf16_f32dout(g, &dinp, &dyb, &wb, n, c, oc).unwrap();
+                    k::matmul_backward_input(g, HEAD, &dinp, &dyb, &wb, n, c, oc).unwrap();
                 ops.extend(
-                    k::matmul_backward_weight_bf16_f32dout(g, &dwb, db, &dyb, &xb, n, c, oc)
-                        .unwrap(),
+                    k::matmul_backward_weight(g, HEAD, &dwb, db, &dyb, &xb, n, c, oc).unwrap(),
                 );
                 ops
             }
@@ -373,10 +378,8 @@ fn deterministic() {
     let mut results = Vec::new();
     for _ in 0..2 {
         let (out, logits) = (poisoned_words(&g, n * oc), poisoned(&g, n * oc));
-        let mut ops = k::matmul_forward_bf16(&g, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
-        ops.extend(
-            k::matmul_forward_bf16_f32out(&g, &logits, &xb, &wb, Some(&bb), n, c, oc).unwrap(),
-        );
+        let mut ops = k::matmul_forward(&g, BF16, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
+        ops.extend(k::matmul_forward(&g, HEAD, &logits, &xb, &wb, Some(&bb), n, c, oc).unwrap());
         g.run(&ops).unwrap();
         let mut bits = g.download::<u32>(&out).unwrap();
         bits.extend(g.download::<u32>(&logits).unwrap());
@@ -414,7 +417,7 @@ fn offset_views_match_twin() {
     let acts = buf_u32(&g, &vec![POISON_WORD; 128 + words + 64]);
     let out = acts.slice(128, words);
     let xb = buf_u32(&g, &x);
-    g.run(&k::matmul_forward_bf16(&g, &out, &xb, &wv, Some(&bv), n, c, oc).unwrap())
+    g.run(&k::matmul_forward(&g, BF16, &out, &xb, &wv, Some(&bv), n, c, oc).unwrap())
         .unwrap();
     let mut want = vec![0; words];
     twin::matmul_forward_bf16(&mut want, &x, &w, Some(&b), n, c, oc);
@@ -444,25 +447,27 @@ fn odd_output_rows_are_refused() {
     let Some(g) = open() else { return };
     let a = g.buffer("a", 256);
     let even = |r| config_error(r).is_some_and(|m| m.contains("bf16 matmul needs an even"));
-    assert!(even(k::matmul_forward_bf16(&g, &a, &a, &a, None, 2, 4, 3)));
-    assert!(even(k::matmul_backward_bf16(
-        &g, &a, &a, None, &a, &a, &a, 2, 3, 4
+    assert!(even(k::matmul_forward(&g, BF16, &a, &a, &a, None, 2, 4, 3)));
+    assert!(even(k::matmul_backward(
+        &g, BF16, &a, &a, None, &a, &a, &a, 2, 3, 4
     )));
-    assert!(even(k::matmul_backward_bf16(
-        &g, &a, &a, None, &a, &a, &a, 1, 3, 4
+    assert!(even(k::matmul_backward(
+        &g, BF16, &a, &a, None, &a, &a, &a, 1, 3, 4
     )));
-    assert!(even(k::matmul_backward_bf16_f32dout(
-        &g, &a, &a, None, &a, &a, &a, 4, 5, 2
+    assert!(even(k::matmul_backward(
+        &g, HEAD, &a, &a, None, &a, &a, &a, 4, 5, 2
     )));
-    assert!(even(k::matmul_backward_input_bf16(&g, &a, &a, &a, 2, 3, 1)));
-    assert!(even(k::matmul_backward_weight_bf16(
-        &g, &a, None, &a, &a, 1, 3, 2
+    assert!(even(k::matmul_backward_input(
+        &g, BF16, &a, &a, &a, 2, 3, 1
+    )));
+    assert!(even(k::matmul_backward_weight(
+        &g, BF16, &a, None, &a, &a, 1, 3, 2
     )));
     // a single row, and f32 logits, may have any length
-    assert!(k::matmul_forward_bf16(&g, &a, &a, &a, None, 1, 4, 3).is_ok());
-    assert!(k::matmul_forward_bf16_f32out(&g, &a, &a, &a, None, 5, 4, 3).is_ok());
-    assert!(k::matmul_backward_input_bf16(&g, &a, &a, &a, 1, 3, 2).is_ok());
-    assert!(k::matmul_backward_weight_bf16(&g, &a, None, &a, &a, 2, 3, 1).is_ok());
+    assert!(k::matmul_forward(&g, BF16, &a, &a, &a, None, 1, 4, 3).is_ok());
+    assert!(k::matmul_forward(&g, HEAD, &a, &a, &a, None, 5, 4, 3).is_ok());
+    assert!(k::matmul_backward_input(&g, BF16, &a, &a, &a, 1, 3, 2).is_ok());
+    assert!(k::matmul_backward_weight(&g, BF16, &a, None, &a, &a, 2, 3, 1).is_ok());
 }
 
 #[test]
@@ -470,14 +475,15 @@ fn bad_arguments_are_errors() {
     let Some(g) = open() else { return };
     let (a, small) = (g.buffer("a", 64), g.buffer("small", 3));
     let err = |r| config_error(r).is_some();
-    assert!(err(k::matmul_forward_bf16(&g, &a, &a, &a, None, 0, 4, 4)));
+    assert!(err(k::matmul_forward(&g, BF16, &a, &a, &a, None, 0, 4, 4)));
     // out [2,4] packed needs 4 words, f32 needs 8
-    assert!(k::matmul_forward_bf16(&g, &g.buffer("o", 4), &a, &a, None, 2, 4, 4).is_ok());
-    assert!(err(k::matmul_forward_bf16(
-        &g, &small, &a, &a, None, 2, 4, 4
+    assert!(k::matmul_forward(&g, BF16, &g.buffer("o", 4), &a, &a, None, 2, 4, 4).is_ok());
+    assert!(err(k::matmul_forward(
+        &g, BF16, &small, &a, &a, None, 2, 4, 4
     )));
-    assert!(err(k::matmul_forward_bf16_f32out(
+    assert!(err(k::matmul_forward(
         &g,
+        HEAD,
         &g.buffer("o", 7),
         &a,
         &a,
@@ -486,14 +492,15 @@ fn bad_arguments_are_errors() {
         4,
         4
     )));
-    assert!(err(k::matmul_forward_bf16(
-        &g, &a, &small, &a, None, 2, 4, 4
+    assert!(err(k::matmul_forward(
+        &g, BF16, &a, &small, &a, None, 2, 4, 4
     )));
-    assert!(err(k::matmul_forward_bf16(
-        &g, &a, &a, &small, None, 2, 4, 4
+    assert!(err(k::matmul_forward(
+        &g, BF16, &a, &a, &small, None, 2, 4, 4
     )));
-    assert!(err(k::matmul_forward_bf16(
+    assert!(err(k::matmul_forward(
         &g,
+        BF16,
         &a,
         &a,
         &a,
@@ -502,8 +509,9 @@ fn bad_arguments_are_errors() {
         4,
         4
     )));
-    assert!(err(k::matmul_backward_bf16(
+    assert!(err(k::matmul_backward(
         &g,
+        BF16,
         &a,
         &a,
         Some(&g.buffer("b", 1)),
@@ -514,14 +522,15 @@ fn bad_arguments_are_errors() {
         4,
         4
     )));
-    assert!(err(k::matmul_backward_bf16(
-        &g, &a, &small, None, &a, &a, &a, 2, 4, 4
+    assert!(err(k::matmul_backward(
+        &g, BF16, &a, &small, None, &a, &a, &a, 2, 4, 4
     )));
-    assert!(err(k::matmul_backward_bf16(
-        &g, &small, &a, None, &a, &a, &a, 2, 4, 4
+    assert!(err(k::matmul_backward(
+        &g, BF16, &small, &a, None, &a, &a, &a, 2, 4, 4
     )));
-    assert!(err(k::matmul_backward_bf16_f32dout(
+    assert!(err(k::matmul_backward(
         &g,
+        HEAD,
         &a,
         &a,
         None,
@@ -532,7 +541,7 @@ fn bad_arguments_are_errors() {
         4,
         4
     )));
-    assert!(err(k::matmul_backward_bf16(
-        &g, &a, &a, None, &a, &a, &small, 2, 4, 4
+    assert!(err(k::matmul_backward(
+        &g, BF16, &a, &a, None, &a, &a, &small, 2, 4, 4
     )));
 }

@@ -1,5 +1,6 @@
-//! Matmul family (shaders/matmul.wgsl): the linear layer's forward product and both backward
-//! products, plus the bias gradient. Twins: `cpu::{matmul_forward, matmul_backward}`.
+//! Matmul family (shaders/matmul.wgsl, one source for both precisions): the linear layer's
+//! forward product and both backward products, plus the bias gradient. Twins:
+//! `cpu::{matmul_forward, matmul_backward}`, with [`Precision::round`] at every bf16 store.
 //!
 //! Every product is `C[M,N] (= or +=) A·B` with A, B row-major or transposed:
 //!
@@ -10,33 +11,47 @@
 //!             dbias[oc]     += Σ_rows dout                         matmul_bias_backward
 //! ```
 //!
-//! Two kernels compute a product (see the shader for the tiles):
+//! [`Linear`] says how the operands are stored: every one in the model's precision, except
+//! that under bf16 the LM head keeps its logits (`out`) and dlogits (`dout`) in f32
+//! ([`Linear::head`]). Sums are f32 in k order from the bias (rows in order for the bias
+//! gradient); a bf16 output is rounded to nearest even once, when stored, and a `+=` output
+//! widens the old value, adds the finished sum and rounds. A bf16 output of more than one row
+//! needs an even row length (each invocation writes whole u32 words); odd ones are refused.
+//!
+//! Two kernels compute an f32 product (see the shader for the tiles):
 //! - **buffer**: register-tiled (8×16 outputs per invocation) straight from the storage buffers,
-//!   one entry point per layout. Operands are read as vec4 along their contiguous axis, so one
-//!   whose row length is not a multiple of 4 is first copied into a zero-padded scratch matrix
-//!   by a `matmul_pad` op.
+//!   one entry point per layout. Operands are read as groups of 4 along their contiguous axis,
+//!   so one whose row length is not a multiple of 4 is first copied into a zero-padded scratch
+//!   matrix by a `matmul_pad` op. bf16 products always take it.
 //! - **texture**: both operands are packed (`matmul_pack`/`matmul_pack4`, transposing as needed)
 //!   into rgba32float textures, then one 16×16-tiled kernel (`matmul_tex`) runs. On lavapipe,
 //!   where a texel fetch is a vector gather, the kernel alone runs about twice as fast as the
 //!   buffer kernel, and the whole product (packs included, two more dispatches) 1.1–1.5× as
 //!   fast from 256³ to 768³; on GL llvmpipe it gains less.
 //!
-//! [`Kernel::Auto`] takes the texture kernel on CPU adapters for products of at least
+//! [`Kernel::Auto`] takes the texture kernel on CPU adapters for f32 products of at least
 //! [`texture_min_flops`] that fit the texture size limit, and the buffer kernel everywhere else.
 //! Scratch buffers and textures are allocated when the ops are built and refilled every time
 //! they run.
 //!
-//! Any shape works: edge tiles clamp or pad their loads and skip the store outside C. Each
-//! output sums its products in k order starting from the bias (as the CPU twin does), and the
-//! bias gradient sums rows in order: results are bit-identical run to run.
+//! Any shape works: edge tiles clamp or pad their loads and skip the store outside C. Results
+//! are bit-identical run to run, and the split backward (`_input` + `_weight`) gives the same
+//! bits as the unsplit one (it is the same ops).
 
-use super::{groups_1d, need, op, Arg, Op};
+use super::{groups_1d, need_in, op, Arg, Op};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
+use crate::precision::Precision;
 
 mod texture;
 
-const S: &str = "matmul";
+/// The family's shader in precision `p`.
+fn shader(p: Precision) -> &'static str {
+    match p {
+        Precision::F32 => "matmul",
+        Precision::Bf16 => "matmul_bf16",
+    }
+}
 /// Outputs per invocation (rows × columns of C) of the buffer kernel; must match the shader.
 const BUF_TILE: (usize, usize) = (8, 16);
 /// Invocations per workgroup along each axis (`@workgroup_size(8, 8)`).
@@ -44,6 +59,8 @@ const WG_SIDE: usize = 8;
 
 const ACCUMULATE: u32 = 1;
 const BIAS: u32 = 2;
+const A_F32: u32 = 4;
+const C_F32: u32 = 8;
 
 /// Smallest product (2·M·N·K) for which [`Kernel::Auto`] packs into textures on `g`, or `None`
 /// where it never does (not a CPU adapter). Measured on Mesa, with the packs included: the
@@ -63,18 +80,58 @@ pub fn texture_min_flops(g: &Gpu) -> Option<usize> {
 /// Which kernel computes the products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
-    /// Texture kernel for large products on CPU adapters, buffer kernel otherwise.
+    /// Texture kernel for large f32 products on CPU adapters, buffer kernel otherwise.
     Auto,
     Buffer,
-    /// Fails with `Error::Config` if an operand exceeds the adapter's texture size limit.
+    /// f32 only. Fails with `Error::Config` if an operand exceeds the adapter's texture size
+    /// limit.
     Texture,
 }
 
+/// How a linear layer's operands are stored, and which kernel computes its products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Linear {
+    /// Precision of the weights, the bias, the input and their gradients.
+    pub p: Precision,
+    /// Storage of the forward output and of the backward `dout`: `p`, or f32 for the LM
+    /// head's logits and dlogits.
+    pub io: Precision,
+    pub kernel: Kernel,
+}
+
+impl Linear {
+    /// Every operand in `p`, the kernel the library picks.
+    pub const fn new(p: Precision) -> Linear {
+        Linear {
+            p,
+            io: p,
+            kernel: Kernel::Auto,
+        }
+    }
+    /// The LM head's product: the output / dout stays f32.
+    pub const fn head(self) -> Linear {
+        Linear {
+            p: self.p,
+            io: Precision::F32,
+            kernel: self.kernel,
+        }
+    }
+    pub const fn with(self, kernel: Kernel) -> Linear {
+        Linear {
+            p: self.p,
+            io: self.io,
+            kernel,
+        }
+    }
+}
+
 /// An operand as stored: `sr × sc` row-major with row stride `ld` elements, used as is or
-/// transposed (`t`). Logical element (r, c) lives at `r·ld + c`, or `c·ld + r` when transposed.
+/// transposed (`t`), its elements in `ty`. Logical element (r, c) lives at element `r·ld + c`,
+/// or `c·ld + r` when transposed.
 #[derive(Clone)]
 struct Mat {
     v: View,
+    ty: Precision,
     sr: usize,
     sc: usize,
     ld: usize,
@@ -82,10 +139,10 @@ struct Mat {
 }
 
 impl Mat {
-    fn new(v: &View, rows: usize, cols: usize) -> Mat {
-        let v = v.slice(0, rows * cols);
+    fn new(v: &View, ty: Precision, rows: usize, cols: usize) -> Mat {
         Mat {
-            v,
+            v: v.slice(0, ty.words(rows * cols)),
+            ty,
             sr: rows,
             sc: cols,
             ld: cols,
@@ -111,30 +168,39 @@ impl Mat {
     }
 }
 
-/// `m` with a row stride that is a multiple of 4: `m` itself, or a zero-padded copy made by an
-/// op pushed onto `ops`.
-fn aligned(g: &Gpu, ops: &mut Vec<Op>, m: Mat) -> Result<Mat> {
+/// `m` with a row stride that is a multiple of 4: `m` itself, or a zero-padded copy (same
+/// storage) made by an op pushed onto `ops`.
+fn aligned(g: &Gpu, p: Precision, ops: &mut Vec<Op>, m: Mat) -> Result<Mat> {
     if m.ld.is_multiple_of(4) {
         return Ok(m);
     }
     let ld = m.sc.next_multiple_of(4);
-    let padded = g.scratch("matmul padded operand", m.sr * ld);
+    let words = m.ty.words(m.sr * ld);
+    let padded = g.scratch("matmul padded operand", words);
+    let entry = if m.ty == p {
+        "matmul_pad"
+    } else {
+        "matmul_pad_f32"
+    };
     ops.push(op(
         g,
-        S,
-        "matmul_pad",
+        shader(p),
+        entry,
         &[m.sr as u32, m.sc as u32, ld as u32, m.ld as u32],
         &[Arg::W(&padded), Arg::R(&m.v)],
-        groups_1d(m.sr * ld),
+        groups_1d(words),
     )?);
     Ok(Mat { v: padded, ld, ..m })
 }
 
-/// C (= or +=) A·B (+ bias) with the buffer kernel of A's and B's layout.
+/// C (= or +=) A·B (+ bias) with the buffer kernel of A's and B's layout; B and the bias are
+/// in `p`, A and C in `p` or f32.
+#[allow(clippy::too_many_arguments)]
 fn buffer_product(
     g: &Gpu,
+    p: Precision,
     ops: &mut Vec<Op>,
-    c: &View,
+    c: (&View, Precision),
     a: Mat,
     b: Mat,
     bias: Option<&View>,
@@ -147,28 +213,31 @@ fn buffer_product(
         (true, false) => "matmul_tn",
         (true, true) => return Err(Error::Config("matmul: Aᵀ·Bᵀ is not a kernel layout".into())),
     };
-    let (a, b) = (aligned(g, ops, a)?, aligned(g, ops, b)?);
+    let mixed = |ty: Precision, bit: u32| if ty != p { bit } else { 0 };
+    let flags = flags | mixed(a.ty, A_F32) | mixed(c.1, C_F32);
+    let (a, b) = (aligned(g, p, ops, a)?, aligned(g, p, ops, b)?);
     let groups = |len: usize, tile: usize| len.div_ceil(tile).div_ceil(WG_SIDE) as u32;
     let dims = [m, n, k, a.ld / 4, b.ld / 4, flags as usize].map(|x| x as u32);
     // Without a bias an input stands in for the unread binding.
     let args = [
-        Arg::W(c),
+        Arg::W(c.0),
         Arg::R(&a.v),
         Arg::R(&b.v),
         Arg::R(bias.unwrap_or(&b.v)),
     ];
     let groups = [groups(n, BUF_TILE.1), groups(m, BUF_TILE.0), 1];
-    ops.push(op(g, S, entry, &dims, &args, groups)?);
+    ops.push(op(g, shader(p), entry, &dims, &args, groups)?);
     Ok(())
 }
 
-/// C[M,N] (= or +=) A·B (+ bias[N]) with the kernel `kernel` selects.
+/// C[M,N] (= or +=) A·B (+ bias[N]) with the kernel `l` selects; C is stored as `c_ty`.
 #[allow(clippy::too_many_arguments)]
 fn product(
     g: &Gpu,
-    kernel: Kernel,
+    l: Linear,
     ops: &mut Vec<Op>,
     c: &View,
+    c_ty: Precision,
     a: Mat,
     b: Mat,
     bias: Option<&View>,
@@ -176,25 +245,31 @@ fn product(
 ) -> Result<()> {
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
     let flags = if accumulate { ACCUMULATE } else { 0 } | if bias.is_some() { BIAS } else { 0 };
-    let c = c.slice(0, m * n);
-    let texture = match kernel {
+    let c = c.slice(0, c_ty.words(m * n));
+    let f32 = l.p == Precision::F32;
+    let texture = match l.kernel {
         Kernel::Buffer => false,
+        Kernel::Texture if !f32 => {
+            return Err(Error::Config(
+                "matmul: the texture kernel is f32 only; bf16 products take the buffer kernel"
+                    .into(),
+            ))
+        }
         Kernel::Texture => true,
         Kernel::Auto => {
-            texture_min_flops(g).is_some_and(|min| 2 * m * n * k >= min)
+            f32 && texture_min_flops(g).is_some_and(|min| 2 * m * n * k >= min)
                 && texture::fits(g, m, n, k)
         }
     };
     if texture {
         texture::product(g, ops, &c, a, b, bias, flags)
     } else {
-        buffer_product(g, ops, &c, a, b, bias, flags)
+        buffer_product(g, l.p, ops, (&c, c_ty), a, b, bias, flags)
     }
 }
 
 /// Rejects empty or oversized dimensions (every padded index must fit a u32 in the shader).
-/// Also used by the packed-bf16 variants ([`super::packed::matmul`]).
-pub(crate) fn check_dims(n: usize, c: usize, oc: usize) -> Result<()> {
+fn check_dims(n: usize, c: usize, oc: usize) -> Result<()> {
     if n == 0 || c == 0 || oc == 0 {
         return Err(Error::Config(format!(
             "matmul: dimensions must be ≥ 1 (n={n}, c={c}, oc={oc})"
@@ -212,10 +287,34 @@ pub(crate) fn check_dims(n: usize, c: usize, oc: usize) -> Result<()> {
     Ok(())
 }
 
+/// Checks that `v` holds `elems` elements stored as `ty`, naming the operand.
+fn need(entry: &str, name: &str, v: &View, ty: Precision, elems: usize) -> Result<()> {
+    need_in(ty, &format!("{entry} {name}"), v, ty.words(elems))
+}
+
+/// A bf16 output of `rows` rows of `len` elements: rows of odd length would share words.
+fn even_rows(
+    entry: &str,
+    name: &str,
+    dim: &str,
+    ty: Precision,
+    rows: usize,
+    len: usize,
+) -> Result<()> {
+    if ty == Precision::Bf16 && rows > 1 && len % 2 == 1 {
+        return Err(Error::Config(format!(
+            "{entry} {name}: bf16 matmul needs an even {dim} ({dim} = {len}) to write {rows} \
+             packed rows (rows of odd length would share u32 words between invocations)"
+        )));
+    }
+    Ok(())
+}
+
 /// `out[n,oc] = inp[n,c] · weight[oc,c]ᵀ + bias[oc]`   (twin: `cpu::matmul_forward`)
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_forward(
     g: &Gpu,
+    l: Linear,
     out: &View,
     inp: &View,
     weight: &View,
@@ -224,41 +323,29 @@ pub fn matmul_forward(
     c: usize,
     oc: usize,
 ) -> Result<Vec<Op>> {
-    matmul_forward_with(g, Kernel::Auto, out, inp, weight, bias, n, c, oc)
-}
-
-/// [`matmul_forward`] with a chosen kernel.
-#[allow(clippy::too_many_arguments)]
-pub fn matmul_forward_with(
-    g: &Gpu,
-    kernel: Kernel,
-    out: &View,
-    inp: &View,
-    weight: &View,
-    bias: Option<&View>,
-    n: usize,
-    c: usize,
-    oc: usize,
-) -> Result<Vec<Op>> {
+    let (e, p) = ("matmul_forward", l.p);
     check_dims(n, c, oc)?;
-    need("matmul_forward out", out, n * oc)?;
-    need("matmul_forward inp", inp, n * c)?;
-    need("matmul_forward weight", weight, oc * c)?;
+    even_rows(e, "out", "oc", l.io, n, oc)?;
+    need(e, "out", out, l.io, n * oc)?;
+    need(e, "inp", inp, p, n * c)?;
+    need(e, "weight", weight, p, oc * c)?;
     if let Some(b) = bias {
-        need("matmul_forward bias", b, oc)?;
+        need(e, "bias", b, p, oc)?;
     }
-    let bias = bias.map(|b| b.slice(0, oc));
+    let bias = bias.map(|b| b.slice(0, p.words(oc)));
     let mut ops = Vec::new();
-    let (x, w) = (Mat::new(inp, n, c), Mat::new(weight, oc, c).t());
-    product(g, kernel, &mut ops, out, x, w, bias.as_ref(), false)?;
+    let (x, w) = (Mat::new(inp, p, n, c), Mat::new(weight, p, oc, c).t());
+    product(g, l, &mut ops, out, l.io, x, w, bias.as_ref(), false)?;
     Ok(ops)
 }
 
 /// `dinp[n,c] = dout·weight` (assigned);  `dweight[oc,c] += doutᵀ·inp` (accumulated);
-/// `dbias[oc] += Σ_rows dout` (accumulated, rows in order).   (twin: `cpu::matmul_backward`)
+/// `dbias[oc] += Σ_rows dout` (accumulated, rows in order): the ops of
+/// [`matmul_backward_input`] then [`matmul_backward_weight`].   (twin: `cpu::matmul_backward`)
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_backward(
     g: &Gpu,
+    l: Linear,
     dinp: &View,
     dweight: &View,
     dbias: Option<&View>,
@@ -269,47 +356,19 @@ pub fn matmul_backward(
     c: usize,
     oc: usize,
 ) -> Result<Vec<Op>> {
-    matmul_backward_with(
-        g,
-        Kernel::Auto,
-        dinp,
-        dweight,
-        dbias,
-        dout,
-        inp,
-        weight,
-        n,
-        c,
-        oc,
-    )
-}
-
-/// [`matmul_backward`] with a chosen kernel.
-#[allow(clippy::too_many_arguments)]
-pub fn matmul_backward_with(
-    g: &Gpu,
-    kernel: Kernel,
-    dinp: &View,
-    dweight: &View,
-    dbias: Option<&View>,
-    dout: &View,
-    inp: &View,
-    weight: &View,
-    n: usize,
-    c: usize,
-    oc: usize,
-) -> Result<Vec<Op>> {
-    let mut ops = matmul_backward_input_with(g, kernel, dinp, dout, weight, n, c, oc)?;
-    ops.extend(matmul_backward_weight_with(
-        g, kernel, dweight, dbias, dout, inp, n, c, oc,
+    let mut ops = matmul_backward_input(g, l, dinp, dout, weight, n, c, oc)?;
+    ops.extend(matmul_backward_weight(
+        g, l, dweight, dbias, dout, inp, n, c, oc,
     )?);
     Ok(ops)
 }
 
 /// The input-gradient half of [`matmul_backward`]: `dinp[n,c] = dout·weight` (assigned).
 /// Zero-bubble schedules run it in B and the weight half later, in W.
+#[allow(clippy::too_many_arguments)]
 pub fn matmul_backward_input(
     g: &Gpu,
+    l: Linear,
     dinp: &View,
     dout: &View,
     weight: &View,
@@ -317,13 +376,23 @@ pub fn matmul_backward_input(
     c: usize,
     oc: usize,
 ) -> Result<Vec<Op>> {
-    matmul_backward_input_with(g, Kernel::Auto, dinp, dout, weight, n, c, oc)
+    let (e, p) = ("matmul_backward_input", l.p);
+    check_dims(n, c, oc)?;
+    even_rows(e, "dinp", "c", p, n, c)?;
+    need(e, "dinp", dinp, p, n * c)?;
+    need(e, "dout", dout, l.io, n * oc)?;
+    need(e, "weight", weight, p, oc * c)?;
+    let mut ops = Vec::new();
+    let (dy, w) = (Mat::new(dout, l.io, n, oc), Mat::new(weight, p, oc, c));
+    product(g, l, &mut ops, dinp, p, dy, w, None, false)?;
+    Ok(ops)
 }
 
 /// The weight-gradient half of [`matmul_backward`]: `dweight += doutᵀ·inp`, `dbias += Σ_rows dout`.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_backward_weight(
     g: &Gpu,
+    l: Linear,
     dweight: &View,
     dbias: Option<&View>,
     dout: &View,
@@ -332,60 +401,28 @@ pub fn matmul_backward_weight(
     c: usize,
     oc: usize,
 ) -> Result<Vec<Op>> {
-    matmul_backward_weight_with(g, Kernel::Auto, dweight, dbias, dout, inp, n, c, oc)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn matmul_backward_input_with(
-    g: &Gpu,
-    kernel: Kernel,
-    dinp: &View,
-    dout: &View,
-    weight: &View,
-    n: usize,
-    c: usize,
-    oc: usize,
-) -> Result<Vec<Op>> {
+    let (e, p) = ("matmul_backward_weight", l.p);
     check_dims(n, c, oc)?;
-    need("matmul_backward dinp", dinp, n * c)?;
-    need("matmul_backward dout", dout, n * oc)?;
-    need("matmul_backward weight", weight, oc * c)?;
-    let mut ops = Vec::new();
-    let (dy, w) = (Mat::new(dout, n, oc), Mat::new(weight, oc, c));
-    product(g, kernel, &mut ops, dinp, dy, w, None, false)?;
-    Ok(ops)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn matmul_backward_weight_with(
-    g: &Gpu,
-    kernel: Kernel,
-    dweight: &View,
-    dbias: Option<&View>,
-    dout: &View,
-    inp: &View,
-    n: usize,
-    c: usize,
-    oc: usize,
-) -> Result<Vec<Op>> {
-    check_dims(n, c, oc)?;
-    need("matmul_backward dweight", dweight, oc * c)?;
-    need("matmul_backward dout", dout, n * oc)?;
-    need("matmul_backward inp", inp, n * c)?;
+    even_rows(e, "dweight", "c", p, oc, c)?;
+    need(e, "dweight", dweight, p, oc * c)?;
+    need(e, "dout", dout, l.io, n * oc)?;
+    need(e, "inp", inp, p, n * c)?;
     if let Some(b) = dbias {
-        need("matmul_backward dbias", b, oc)?;
+        need(e, "dbias", b, p, oc)?;
     }
     let mut ops = Vec::new();
-    let (dy, x) = (Mat::new(dout, n, oc), Mat::new(inp, n, c));
-    product(g, kernel, &mut ops, dweight, dy.t(), x, None, true)?;
+    let (dy, x) = (Mat::new(dout, l.io, n, oc), Mat::new(inp, p, n, c));
+    product(g, l, &mut ops, dweight, p, dy.clone().t(), x, None, true)?;
     if let Some(db) = dbias {
+        let flags = if l.io != p { A_F32 } else { 0 };
+        let words = p.words(oc);
         ops.push(op(
             g,
-            S,
+            shader(p),
             "matmul_bias_backward",
-            &[n as u32, oc as u32, 0, 0],
-            &[Arg::W(&db.slice(0, oc)), Arg::R(&dout.slice(0, n * oc))],
-            groups_1d(oc),
+            &[n as u32, oc as u32, flags, 0],
+            &[Arg::W(&db.slice(0, words)), Arg::R(&dy.v)],
+            groups_1d(words),
         )?);
     }
     Ok(ops)

@@ -25,7 +25,7 @@ pub mod packed;
 
 /// Every shader source, by family name. The run record hashes these. bf16 packing and every
 /// packed family begin with the shared bit rules of `shaders/bf16_bits.wgsl`. A family written
-/// once for both precisions (`elementwise`, `encoder`) is its body behind a storage prelude:
+/// once for both precisions (`elementwise`, `encoder`, `matmul`) is its body behind a storage prelude:
 /// `store_f32.wgsl`, or `store_bf16.wgsl` after the bit rules (`<family>_bf16`).
 pub const SHADERS: &[(&str, &str)] = &[
     ("attention", include_str!("../../shaders/attention.wgsl")),
@@ -67,7 +67,21 @@ pub const SHADERS: &[(&str, &str)] = &[
         ),
     ),
     ("loss", include_str!("../../shaders/loss.wgsl")),
-    ("matmul", include_str!("../../shaders/matmul.wgsl")),
+    (
+        "matmul",
+        concat!(
+            include_str!("../../shaders/store_f32.wgsl"),
+            include_str!("../../shaders/matmul.wgsl")
+        ),
+    ),
+    (
+        "matmul_bf16",
+        concat!(
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/store_bf16.wgsl"),
+            include_str!("../../shaders/matmul.wgsl")
+        ),
+    ),
     ("norm", include_str!("../../shaders/norm.wgsl")),
     ("optim", include_str!("../../shaders/optim.wgsl")),
     (
@@ -75,13 +89,6 @@ pub const SHADERS: &[(&str, &str)] = &[
         concat!(
             include_str!("../../shaders/bf16_bits.wgsl"),
             include_str!("../../shaders/packed_attention.wgsl")
-        ),
-    ),
-    (
-        "packed_matmul",
-        concat!(
-            include_str!("../../shaders/bf16_bits.wgsl"),
-            include_str!("../../shaders/packed_matmul.wgsl")
         ),
     ),
     (

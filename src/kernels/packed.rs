@@ -9,7 +9,6 @@
 //! elements for f32 ones. Twins: [`crate::cpu::packed`].
 
 pub mod attention;
-pub mod matmul;
 pub mod norm;
 pub mod optim;
 

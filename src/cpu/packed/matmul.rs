@@ -1,4 +1,4 @@
-//! Twins of the packed-bf16 matmul kernels (`kernels::packed::matmul`): unpack, run
+//! Twins of the packed-bf16 matmul kernels (`kernels::matmul` with `Linear::new(Precision::Bf16)`): unpack, run
 //! [`matmul_forward`] / [`matmul_backward`], pack. Packed arguments are `&[u32]` of `⌈len/2⌉`
 //! words for `len` elements (`out[n,oc]` takes `⌈n·oc/2⌉` words, and so on).
 

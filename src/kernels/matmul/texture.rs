@@ -7,12 +7,15 @@
 
 use wgpu::util::DeviceExt;
 
-use super::{Mat, S, WG_SIDE};
+use super::{Mat, WG_SIDE};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::Op;
 use crate::memory::{Allocation, Category};
 use std::sync::Arc;
+
+/// The f32 matmul shader: the texture path holds f32 texels only.
+const S: &str = "matmul";
 
 /// Outputs per invocation along each axis (rows and columns of C); must match the shader.
 const TEX_TILE: usize = 16;

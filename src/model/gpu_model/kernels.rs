@@ -5,7 +5,8 @@
 
 use crate::error::Result;
 use crate::gpu::{Gpu, View};
-use crate::kernels::packed::{attention as pa, matmul as pm, norm as pn};
+use crate::kernels::matmul::Linear;
+use crate::kernels::packed::{attention as pa, norm as pn};
 use crate::kernels::{
     attention as ka, elementwise as ke, encoder as kenc, matmul as km, norm as kn, Op,
 };
@@ -84,6 +85,16 @@ impl Kernels<'_> {
         }
     }
 
+    /// The linear layer of this precision; `f32_io`: the head, whose logits and dlogits are f32.
+    fn linear(&self, f32_io: bool) -> Linear {
+        let l = Linear::new(self.p);
+        if f32_io {
+            l.head()
+        } else {
+            l
+        }
+    }
+
     /// A linear layer's product; `f32_out` (the head's logits): the output stays f32.
     pub fn matmul_forward(
         &self,
@@ -96,11 +107,7 @@ impl Kernels<'_> {
         oc: usize,
         f32_out: bool,
     ) -> Result<Vec<Op>> {
-        match (self.p == Precision::Bf16, f32_out) {
-            (true, false) => pm::matmul_forward_bf16(self.g, out, inp, w, bias, n, c, oc),
-            (true, true) => pm::matmul_forward_bf16_f32out(self.g, out, inp, w, bias, n, c, oc),
-            (false, _) => km::matmul_forward(self.g, out, inp, w, bias, n, c, oc),
-        }
+        km::matmul_forward(self.g, self.linear(f32_out), out, inp, w, bias, n, c, oc)
     }
 
     /// dinp = dout·W, dW += doutᵀ·inp, db += Σ dout; `f32_dout` (the head's dlogits).
@@ -117,14 +124,8 @@ impl Kernels<'_> {
         oc: usize,
         f32_dout: bool,
     ) -> Result<Vec<Op>> {
-        let g = self.g;
-        match (self.p == Precision::Bf16, f32_dout) {
-            (true, false) => pm::matmul_backward_bf16(g, dinp, dw, db, dout, inp, w, n, c, oc),
-            (true, true) => {
-                pm::matmul_backward_bf16_f32dout(g, dinp, dw, db, dout, inp, w, n, c, oc)
-            }
-            (false, _) => km::matmul_backward(g, dinp, dw, db, dout, inp, w, n, c, oc),
-        }
+        let l = self.linear(f32_dout);
+        km::matmul_backward(self.g, l, dinp, dw, db, dout, inp, w, n, c, oc)
     }
 
     /// The zero-bubble split's input half: dinp = dout·W; `f32_dout` (the head's dlogits).
@@ -138,12 +139,7 @@ impl Kernels<'_> {
         oc: usize,
         f32_dout: bool,
     ) -> Result<Vec<Op>> {
-        let g = self.g;
-        match (self.p == Precision::Bf16, f32_dout) {
-            (true, false) => pm::matmul_backward_input_bf16(g, dinp, dout, w, n, c, oc),
-            (true, true) => pm::matmul_backward_input_bf16_f32dout(g, dinp, dout, w, n, c, oc),
-            (false, _) => km::matmul_backward_input(g, dinp, dout, w, n, c, oc),
-        }
+        km::matmul_backward_input(self.g, self.linear(f32_dout), dinp, dout, w, n, c, oc)
     }
 
     /// The split's weight half W: dW += doutᵀ·inp, db += Σ dout.
@@ -158,12 +154,7 @@ impl Kernels<'_> {
         oc: usize,
         f32_dout: bool,
     ) -> Result<Vec<Op>> {
-        let g = self.g;
-        match (self.p == Precision::Bf16, f32_dout) {
-            (true, false) => pm::matmul_backward_weight_bf16(g, dw, db, dout, inp, n, c, oc),
-            (true, true) => pm::matmul_backward_weight_bf16_f32dout(g, dw, db, dout, inp, n, c, oc),
-            (false, _) => km::matmul_backward_weight(g, dw, db, dout, inp, n, c, oc),
-        }
+        km::matmul_backward_weight(self.g, self.linear(f32_dout), dw, db, dout, inp, n, c, oc)
     }
 
     pub fn attention_forward(
