@@ -1,19 +1,24 @@
-// LayerNorm over rows: inp [n,c] → out [n,c], with mean [n] and rstd [n] kept for the backward.
+// LayerNorm over rows: inp [n,c] → out [n,c], with mean [n] and rstd [n] (f32) kept for the
+// backward. One body for both precisions behind the storage prelude (store_f32.wgsl /
+// store_bf16.wgsl): out, inp, weight, bias, dinp, dout, dweight, dbias are words of the run's
+// precision (a row is c / LANES words; bf16 rows are even); mean, rstd and the column partials
+// are f32 words. Arithmetic is f32; each stored bf16 element is rounded once.
 //
 // Row passes (forward, backward dinp) run one thread per row: no barriers, the row stays in
-// cache between its passes. The `…4` entries are the same arithmetic on vec4<f32> (one vector
-// load per lane instead of four scalar ones, ~4× faster on the software adapter); they are used
-// when c % 4 == 0, which keeps every row 16-byte aligned. Column sums (dweight, dbias) never use
-// atomics: each column is summed over the rows in a fixed order, either directly (few rows) or
-// as per-chunk partials followed by a pass that adds the chunks in order.
+// cache between its passes. The plain entries sum a row in element order (the CPU twin's
+// order); the `…4` entries sum it in four lane-wise partials over Quads (one vector load per
+// lane, ~4× faster on the software adapter) and need c % 4 == 0. Column sums (dweight, dbias)
+// sum each column over the rows in row order, so the partition of columns over threads (a word,
+// or a Quad) does not change their bits; they never use atomics: directly (few rows) or as
+// per-chunk partials followed by a pass that adds the chunks in order.
 //
 //   layernorm_forward[4]           (out, mean, rstd | inp, weight, bias)         thread per row
 //   layernorm_backward_dinp[4]     (dinp | dout, inp, weight, mean, rstd)        thread per row
-//   layernorm_backward_dparams     (dweight, dbias | dout, inp, mean, rstd)      thread per column
-//   layernorm_dparams_partial[4]   (part | dout, inp, mean, rstd)   thread per (row chunk, column)
-//   layernorm_dparams_final        (dweight, dbias | part)          thread per column
+//   layernorm_backward_dparams     (dweight, dbias | dout, inp, mean, rstd)      thread per word of c
+//   layernorm_dparams_partial[4]   (part | dout, inp, mean, rstd)   thread per (row chunk, word / Quad)
+//   layernorm_dparams_final        (dweight, dbias | part)          thread per word of c
 //
-// part [2, chunks, c] holds Σ norm·dout then Σ dout over each chunk of CHUNK rows.
+// part f32 [2, chunks, c] holds Σ norm·dout then Σ dout over each chunk of CHUNK rows.
 
 struct Dims { n: u32, c: u32, chunks: u32, _b: u32 }
 @group(0) @binding(0) var<uniform> d: Dims;
@@ -26,40 +31,51 @@ fn hsum(x: vec4<f32>) -> f32 {
     return (x.x + x.y) + (x.z + x.w);
 }
 
+fn f(w: u32) -> f32 {
+    return bitcast<f32>(w);
+}
+
 // ---- layernorm_forward ----
-@group(0) @binding(1) var<storage, read_write> f_out: array<f32>;
-@group(0) @binding(2) var<storage, read_write> f_mean: array<f32>;
-@group(0) @binding(3) var<storage, read_write> f_rstd: array<f32>;
-@group(0) @binding(4) var<storage, read> f_inp: array<f32>;
-@group(0) @binding(5) var<storage, read> f_weight: array<f32>;
-@group(0) @binding(6) var<storage, read> f_bias: array<f32>;
+@group(0) @binding(1) var<storage, read_write> f_out: array<u32>;
+@group(0) @binding(2) var<storage, read_write> f_mean: array<u32>;
+@group(0) @binding(3) var<storage, read_write> f_rstd: array<u32>;
+@group(0) @binding(4) var<storage, read> f_inp: array<u32>;
+@group(0) @binding(5) var<storage, read> f_weight: array<u32>;
+@group(0) @binding(6) var<storage, read> f_bias: array<u32>;
 
 @compute @workgroup_size(256)
 fn layernorm_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = gid.x + gid.y * nwg.x * WG;
     if (r >= d.n) { return; }
-    let c = d.c;
-    let base = r * c;
+    let cw = d.c / LANES;
+    let base = r * cw;
     var s = 0.0;
-    for (var i = 0u; i < c; i++) { s += f_inp[base + i]; }
-    let m = s / f32(c);
+    for (var j = 0u; j < cw; j++) {
+        let x = lanes(f_inp[base + j]);
+        for (var l = 0u; l < LANES; l++) { s += x[l]; }
+    }
+    let m = s / f32(d.c);
     var q = 0.0;
-    for (var i = 0u; i < c; i++) {
-        let x = f_inp[base + i] - m;
-        q += x * x;
+    for (var j = 0u; j < cw; j++) {
+        let x = lanes(f_inp[base + j]);
+        for (var l = 0u; l < LANES; l++) {
+            let a = x[l] - m;
+            q += a * a;
+        }
     }
-    let rs = 1.0 / sqrt(q / f32(c) + EPS);
-    for (var i = 0u; i < c; i++) {
-        f_out[base + i] = (f_inp[base + i] - m) * rs * f_weight[i] + f_bias[i];
+    let rs = 1.0 / sqrt(q / f32(d.c) + EPS);
+    for (var j = 0u; j < cw; j++) {
+        let x = lanes(f_inp[base + j]);
+        f_out[base + j] = pack((x - m) * rs * lanes(f_weight[j]) + lanes(f_bias[j]));
     }
-    f_mean[r] = m;
-    f_rstd[r] = rs;
+    f_mean[r] = bitcast<u32>(m);
+    f_rstd[r] = bitcast<u32>(rs);
 }
 
-@group(0) @binding(1) var<storage, read_write> f4_out: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read> f4_inp: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read> f4_weight: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read> f4_bias: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> f4_out: array<Quad>;
+@group(0) @binding(4) var<storage, read> f4_inp: array<Quad>;
+@group(0) @binding(5) var<storage, read> f4_weight: array<Quad>;
+@group(0) @binding(6) var<storage, read> f4_bias: array<Quad>;
 
 @compute @workgroup_size(256)
 fn layernorm_forward4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -68,59 +84,65 @@ fn layernorm_forward4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(nu
     let c4 = d.c / 4u;
     let base = r * c4;
     var s = vec4<f32>(0.0);
-    for (var i = 0u; i < c4; i++) { s += f4_inp[base + i]; }
+    for (var i = 0u; i < c4; i++) { s += quad(f4_inp[base + i]); }
     let m = hsum(s) / f32(d.c);
     var q = vec4<f32>(0.0);
     for (var i = 0u; i < c4; i++) {
-        let x = f4_inp[base + i] - m;
+        let x = quad(f4_inp[base + i]) - m;
         q += x * x;
     }
     let rs = 1.0 / sqrt(hsum(q) / f32(d.c) + EPS);
     for (var i = 0u; i < c4; i++) {
-        f4_out[base + i] = (f4_inp[base + i] - m) * rs * f4_weight[i] + f4_bias[i];
+        let y = (quad(f4_inp[base + i]) - m) * rs * quad(f4_weight[i]) + quad(f4_bias[i]);
+        f4_out[base + i] = quad_pack(y);
     }
-    f_mean[r] = m;
-    f_rstd[r] = rs;
+    f_mean[r] = bitcast<u32>(m);
+    f_rstd[r] = bitcast<u32>(rs);
 }
 
 // ---- layernorm_backward_dinp: dinp[r,:] += (dnorm − mean(dnorm) − norm·mean(dnorm·norm))·rstd,
 //      dnorm = weight · dout ----
-@group(0) @binding(1) var<storage, read_write> b_dinp: array<f32>;
-@group(0) @binding(2) var<storage, read> b_dout: array<f32>;
-@group(0) @binding(3) var<storage, read> b_inp: array<f32>;
-@group(0) @binding(4) var<storage, read> b_weight: array<f32>;
-@group(0) @binding(5) var<storage, read> b_mean: array<f32>;
-@group(0) @binding(6) var<storage, read> b_rstd: array<f32>;
+@group(0) @binding(1) var<storage, read_write> b_dinp: array<u32>;
+@group(0) @binding(2) var<storage, read> b_dout: array<u32>;
+@group(0) @binding(3) var<storage, read> b_inp: array<u32>;
+@group(0) @binding(4) var<storage, read> b_weight: array<u32>;
+@group(0) @binding(5) var<storage, read> b_mean: array<u32>;
+@group(0) @binding(6) var<storage, read> b_rstd: array<u32>;
 
 @compute @workgroup_size(256)
 fn layernorm_backward_dinp(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = gid.x + gid.y * nwg.x * WG;
     if (r >= d.n) { return; }
-    let c = d.c;
-    let base = r * c;
-    let m = b_mean[r];
-    let s = b_rstd[r];
+    let cw = d.c / LANES;
+    let base = r * cw;
+    let m = f(b_mean[r]);
+    let s = f(b_rstd[r]);
     var dmean = 0.0;
     var dnmean = 0.0;
-    for (var i = 0u; i < c; i++) {
-        let norm = (b_inp[base + i] - m) * s;
-        let dnorm = b_weight[i] * b_dout[base + i];
-        dmean += dnorm;
-        dnmean += dnorm * norm;
+    for (var j = 0u; j < cw; j++) {
+        let x = lanes(b_inp[base + j]);
+        let dy = lanes(b_dout[base + j]);
+        let w = lanes(b_weight[j]);
+        for (var l = 0u; l < LANES; l++) {
+            let norm = (x[l] - m) * s;
+            let dnorm = w[l] * dy[l];
+            dmean += dnorm;
+            dnmean += dnorm * norm;
+        }
     }
-    dmean = dmean / f32(c);
-    dnmean = dnmean / f32(c);
-    for (var i = 0u; i < c; i++) {
-        let norm = (b_inp[base + i] - m) * s;
-        let dnorm = b_weight[i] * b_dout[base + i];
-        b_dinp[base + i] += (dnorm - dmean - norm * dnmean) * s;
+    dmean = dmean / f32(d.c);
+    dnmean = dnmean / f32(d.c);
+    for (var j = 0u; j < cw; j++) {
+        let norm = (lanes(b_inp[base + j]) - m) * s;
+        let dnorm = lanes(b_weight[j]) * lanes(b_dout[base + j]);
+        b_dinp[base + j] = pack(lanes(b_dinp[base + j]) + (dnorm - dmean - norm * dnmean) * s);
     }
 }
 
-@group(0) @binding(1) var<storage, read_write> b4_dinp: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> b4_dout: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> b4_inp: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read> b4_weight: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> b4_dinp: array<Quad>;
+@group(0) @binding(2) var<storage, read> b4_dout: array<Quad>;
+@group(0) @binding(3) var<storage, read> b4_inp: array<Quad>;
+@group(0) @binding(4) var<storage, read> b4_weight: array<Quad>;
 
 @compute @workgroup_size(256)
 fn layernorm_backward_dinp4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -128,80 +150,85 @@ fn layernorm_backward_dinp4(@builtin(global_invocation_id) gid: vec3<u32>, @buil
     if (r >= d.n) { return; }
     let c4 = d.c / 4u;
     let base = r * c4;
-    let m = b_mean[r];
-    let s = b_rstd[r];
+    let m = f(b_mean[r]);
+    let s = f(b_rstd[r]);
     var dm = vec4<f32>(0.0);
     var dn = vec4<f32>(0.0);
     for (var i = 0u; i < c4; i++) {
-        let norm = (b4_inp[base + i] - m) * s;
-        let dnorm = b4_weight[i] * b4_dout[base + i];
+        let norm = (quad(b4_inp[base + i]) - m) * s;
+        let dnorm = quad(b4_weight[i]) * quad(b4_dout[base + i]);
         dm += dnorm;
         dn += dnorm * norm;
     }
     let dmean = hsum(dm) / f32(d.c);
     let dnmean = hsum(dn) / f32(d.c);
     for (var i = 0u; i < c4; i++) {
-        let norm = (b4_inp[base + i] - m) * s;
-        let dnorm = b4_weight[i] * b4_dout[base + i];
-        b4_dinp[base + i] += (dnorm - dmean - norm * dnmean) * s;
+        let norm = (quad(b4_inp[base + i]) - m) * s;
+        let dnorm = quad(b4_weight[i]) * quad(b4_dout[base + i]);
+        let old = quad(b4_dinp[base + i]);
+        b4_dinp[base + i] = quad_pack(old + (dnorm - dmean - norm * dnmean) * s);
     }
 }
 
 // ---- column sums: dweight[i] += Σ_r norm[r,i]·dout[r,i],  dbias[i] += Σ_r dout[r,i] ----
-@group(0) @binding(1) var<storage, read_write> p_dweight: array<f32>;
-@group(0) @binding(2) var<storage, read_write> p_dbias: array<f32>;
-@group(0) @binding(3) var<storage, read> p_dout: array<f32>;
-@group(0) @binding(4) var<storage, read> p_inp: array<f32>;
-@group(0) @binding(5) var<storage, read> p_mean: array<f32>;
-@group(0) @binding(6) var<storage, read> p_rstd: array<f32>;
+@group(0) @binding(1) var<storage, read_write> p_dweight: array<u32>;
+@group(0) @binding(2) var<storage, read_write> p_dbias: array<u32>;
+@group(0) @binding(3) var<storage, read> p_dout: array<u32>;
+@group(0) @binding(4) var<storage, read> p_inp: array<u32>;
+@group(0) @binding(5) var<storage, read> p_mean: array<u32>;
+@group(0) @binding(6) var<storage, read> p_rstd: array<u32>;
 
-// Few rows: each column walks all rows in order.
+// Few rows: the columns of word j walk all rows in order, from the old values.
 @compute @workgroup_size(256)
 fn layernorm_backward_dparams(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * WG;
-    let c = d.c;
-    if (i >= c) { return; }
-    var dw = p_dweight[i];
-    var db = p_dbias[i];
+    let j = gid.x + gid.y * nwg.x * WG;
+    let cw = d.c / LANES;
+    if (j >= cw) { return; }
+    var dw = lanes(p_dweight[j]);
+    var db = lanes(p_dbias[j]);
     for (var r = 0u; r < d.n; r++) {
-        let dy = p_dout[r * c + i];
-        let norm = (p_inp[r * c + i] - p_mean[r]) * p_rstd[r];
-        db += dy;
-        dw += norm * dy;
+        let y = lanes(p_dout[r * cw + j]);
+        let norm = (lanes(p_inp[r * cw + j]) - f(p_mean[r])) * f(p_rstd[r]);
+        db += y;
+        dw += norm * y;
     }
-    p_dweight[i] = dw;
-    p_dbias[i] = db;
+    p_dweight[j] = pack(dw);
+    p_dbias[j] = pack(db);
 }
 
 // Many rows: chunk k of CHUNK rows → part[0,k,i] = Σ norm·dout, part[1,k,i] = Σ dout.
-@group(0) @binding(1) var<storage, read_write> q_part: array<f32>;
-@group(0) @binding(2) var<storage, read> q_dout: array<f32>;
-@group(0) @binding(3) var<storage, read> q_inp: array<f32>;
-@group(0) @binding(4) var<storage, read> q_mean: array<f32>;
-@group(0) @binding(5) var<storage, read> q_rstd: array<f32>;
+@group(0) @binding(1) var<storage, read_write> q_part: array<u32>;
+@group(0) @binding(2) var<storage, read> q_dout: array<u32>;
+@group(0) @binding(3) var<storage, read> q_inp: array<u32>;
+@group(0) @binding(4) var<storage, read> q_mean: array<u32>;
+@group(0) @binding(5) var<storage, read> q_rstd: array<u32>;
 
 @compute @workgroup_size(256)
 fn layernorm_dparams_partial(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let e = gid.x + gid.y * nwg.x * WG;
-    let c = d.c;
-    if (e >= d.chunks * c) { return; }
-    let k = e / c;
-    let i = e - k * c;
-    var dw = 0.0;
-    var db = 0.0;
+    let cw = d.c / LANES;
+    if (e >= d.chunks * cw) { return; }
+    let k = e / cw;
+    let j = e - k * cw;
+    var dw = vec2<f32>(0.0);
+    var db = vec2<f32>(0.0);
     for (var r = k * CHUNK; r < min(d.n, (k + 1u) * CHUNK); r++) {
-        let dy = q_dout[r * c + i];
-        let norm = (q_inp[r * c + i] - q_mean[r]) * q_rstd[r];
-        db += dy;
-        dw += norm * dy;
+        let y = lanes(q_dout[r * cw + j]);
+        let norm = (lanes(q_inp[r * cw + j]) - f(q_mean[r])) * f(q_rstd[r]);
+        db += y;
+        dw += norm * y;
     }
-    q_part[e] = dw;
-    q_part[d.chunks * c + e] = db;
+    let o = k * d.c + LANES * j;
+    let ob = (d.chunks + k) * d.c + LANES * j;
+    for (var l = 0u; l < LANES; l++) {
+        q_part[o + l] = bitcast<u32>(dw[l]);
+        q_part[ob + l] = bitcast<u32>(db[l]);
+    }
 }
 
-@group(0) @binding(1) var<storage, read_write> q4_part: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> q4_dout: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> q4_inp: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> q4_part: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> q4_dout: array<Quad>;
+@group(0) @binding(3) var<storage, read> q4_inp: array<Quad>;
 
 @compute @workgroup_size(256)
 fn layernorm_dparams_partial4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -213,28 +240,36 @@ fn layernorm_dparams_partial4(@builtin(global_invocation_id) gid: vec3<u32>, @bu
     var dw = vec4<f32>(0.0);
     var db = vec4<f32>(0.0);
     for (var r = k * CHUNK; r < min(d.n, (k + 1u) * CHUNK); r++) {
-        let dy = q4_dout[r * c4 + i];
-        let norm = (q4_inp[r * c4 + i] - q_mean[r]) * q_rstd[r];
+        let dy = quad(q4_dout[r * c4 + i]);
+        let norm = (quad(q4_inp[r * c4 + i]) - f(q_mean[r])) * f(q_rstd[r]);
         db += dy;
         dw += norm * dy;
     }
-    q4_part[e] = dw;
-    q4_part[d.chunks * c4 + e] = db;
+    q4_part[e] = bitcast<vec4<u32>>(dw);
+    q4_part[d.chunks * c4 + e] = bitcast<vec4<u32>>(db);
 }
 
-@group(0) @binding(3) var<storage, read> z_part: array<f32>;
+@group(0) @binding(3) var<storage, read> z_part: array<u32>;
 
 @compute @workgroup_size(256)
 fn layernorm_dparams_final(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * WG;
-    let c = d.c;
-    if (i >= c) { return; }
-    var dw = p_dweight[i];
-    var db = p_dbias[i];
+    let j = gid.x + gid.y * nwg.x * WG;
+    let cw = d.c / LANES;
+    if (j >= cw) { return; }
+    var dw = lanes(p_dweight[j]);
+    var db = lanes(p_dbias[j]);
     for (var k = 0u; k < d.chunks; k++) {
-        dw += z_part[k * c + i];
-        db += z_part[(d.chunks + k) * c + i];
+        let o = k * d.c + LANES * j;
+        let ob = (d.chunks + k) * d.c + LANES * j;
+        var tw = vec2<f32>(0.0);
+        var tb = vec2<f32>(0.0);
+        for (var l = 0u; l < LANES; l++) {
+            tw[l] = f(z_part[o + l]);
+            tb[l] = f(z_part[ob + l]);
+        }
+        dw += tw;
+        db += tb;
     }
-    p_dweight[i] = dw;
-    p_dbias[i] = db;
+    p_dweight[j] = pack(dw);
+    p_dbias[j] = pack(db);
 }

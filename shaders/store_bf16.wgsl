@@ -33,6 +33,11 @@ fn quad(q: Quad) -> vec4<f32> {
     return vec4<f32>(lane(q.x, 0u), lane(q.x, 1u), lane(q.y, 0u), lane(q.y, 1u));
 }
 
+// A Quad from four elements, each rounded to nearest even once.
+fn quad_pack(x: vec4<f32>) -> Quad {
+    return vec2<u32>(pack(x.xy), pack(x.zw));
+}
+
 // Four f32 elements read as two Quads of f32 words (an f32 operand beside packed ones).
 fn quad_f32(a: Quad, b: Quad) -> vec4<f32> {
     return bitcast<vec4<f32>>(vec4<u32>(a, b));

@@ -32,6 +32,11 @@ fn quad(q: Quad) -> vec4<f32> {
     return bitcast<vec4<f32>>(q);
 }
 
+// A Quad from four f32 elements.
+fn quad_pack(x: vec4<f32>) -> Quad {
+    return bitcast<vec4<u32>>(x);
+}
+
 // Four f32 elements read as two Quads of f32 words (`b` unused here: `a` holds all four).
 fn quad_f32(a: Quad, b: Quad) -> vec4<f32> {
     return bitcast<vec4<f32>>(a);

@@ -20,7 +20,7 @@ use std::ops::Range;
 use crate::cpu::AdamW;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
-use crate::kernels::{elementwise as ke, optim as ko, packed::optim as kp, Op};
+use crate::kernels::{elementwise as ke, optim as ko, Op};
 use crate::params::{Buffers, Layout, ALIGN};
 use crate::precision::Precision;
 
@@ -66,18 +66,25 @@ struct Storage<'a> {
 }
 
 impl Storage<'_> {
+    /// Precision of `params` and `grads`: bf16 when there are f32 master weights beside them.
+    fn precision(&self) -> Precision {
+        match self.master {
+            Some(_) => Precision::Bf16,
+            None => Precision::F32,
+        }
+    }
+
     /// Elements per u32 word of `params` and `grads`.
     fn div(&self) -> usize {
-        if self.master.is_some() {
-            2
-        } else {
-            1
+        match self.precision() {
+            Precision::F32 => 1,
+            Precision::Bf16 => 2,
         }
     }
 
     /// Words (or elements) of `len` elements of `params` or `grads`.
     fn len(&self, len: usize) -> usize {
-        len.div_ceil(self.div())
+        self.precision().words(len)
     }
 
     /// The view of `len` elements of `params` or `grads` from flat element `at`.
@@ -140,7 +147,7 @@ impl Optimizer {
     /// element `flat.start + i` of a piece is element `params + i` / `grads + i` of them) and
     /// `master` holds the f32 master weights at `moments + i` beside `m` and `v`; packed
     /// gradients in, the master weights and moments updated, the rounded master weights written
-    /// to the packed parameters ([`crate::kernels::packed::optim`]). Every piece start and
+    /// to the packed parameters ([`crate::kernels::optim`]). Every piece start and
     /// storage offset must then be a multiple of 128 (a view of words starts on 256 bytes).
     #[allow(clippy::too_many_arguments)]
     pub fn sharded(
@@ -167,6 +174,7 @@ impl Optimizer {
     /// elements, cut at piece boundaries) and one AdamW dispatch per contiguous decay segment of
     /// each piece, on f32 or packed storage.
     fn build(gpu: &Gpu, layout: &Layout, st: &Storage, pieces: &[Piece]) -> Result<Optimizer> {
+        let prec = st.precision();
         for p in pieces {
             let n = p.flat.len();
             // params and grads in words (elements under f32), master, m and v in elements
@@ -201,15 +209,12 @@ impl Optimizer {
             }
         }
         let sq = gpu.scratch("grad.part_sq", parts.len().max(1) * ALIGN);
-        let longest = part_views.iter().map(|(v, _)| v.len).max().unwrap_or(1);
-        let scratch = gpu.scratch("grad.norm_scratch", ko::norm_scratch_len(longest));
+        let longest = part_views.iter().map(|(_, n)| *n).max().unwrap_or(1);
+        let scratch = gpu.scratch("grad.norm_scratch", ko::norm_scratch_len(prec, longest));
         let mut norm_ops = Vec::new();
         for (i, (g, n)) in part_views.iter().enumerate() {
             let out = sq.slice(i * ALIGN, 1);
-            norm_ops.extend(match st.master {
-                None => ko::grad_norm_squared(gpu, &out, &scratch, g)?,
-                Some(_) => kp::grad_norm_squared_bf16(gpu, &out, &scratch, g, *n)?,
-            });
+            norm_ops.extend(ko::grad_norm_squared(gpu, prec, &out, &scratch, g, *n)?);
         }
         let hp = gpu.scratch("adam.hp", 8);
         let norm_sq = gpu.scratch("grad.norm_sq", 1);
@@ -230,22 +235,18 @@ impl Optimizer {
                     st.at(st.params, p.params + rel, len),
                     st.at(st.grads, p.grads + rel, len),
                 );
-                match st.master {
-                    None => adam_ops.extend(ko::adamw(
-                        gpu, &params, &grads, &m, &v, &hp, &norm_sq, decay_end,
-                    )?),
-                    Some(master) => adam_ops.push(kp::adamw_bf16(
-                        gpu,
-                        &params,
-                        &master.slice(p.moments + rel, len),
-                        &grads,
-                        &m,
-                        &v,
-                        &hp,
-                        &norm_sq,
-                        decay_end,
-                    )?),
-                }
+                adam_ops.extend(ko::adamw(
+                    gpu,
+                    prec,
+                    &params,
+                    st.master.map(|w| w.slice(p.moments + rel, len)).as_ref(),
+                    &grads,
+                    &m,
+                    &v,
+                    &hp,
+                    &norm_sq,
+                    decay_end,
+                )?);
             }
         }
         Ok(Optimizer {

@@ -2,6 +2,7 @@
 //! backward's accumulated outputs (dinp, dweight, dbias) pre-filled with random values.
 mod common;
 use common::*;
+use triaxis::precision::Precision::F32;
 use triaxis::{cpu, gpu, kernels::norm as k, rng::Rng};
 
 // Covers scalar (c % 4 ≠ 0) and vec4 rows, direct (n ≤ 256) and chunked column sums.
@@ -30,7 +31,7 @@ fn layernorm_forward_backward_match_twin() {
         let bias = rand(&mut rng, c);
         let (xb, wb, bb) = (buf(&g, &x), buf(&g, &w), buf(&g, &bias));
         let (out, mean, rstd) = (poisoned(&g, n * c), poisoned(&g, n), poisoned(&g, n));
-        g.run(&k::layernorm_forward(&g, &out, &mean, &rstd, &xb, &wb, &bb, n, c).unwrap())
+        g.run(&k::layernorm_forward(&g, F32, &out, &mean, &rstd, &xb, &wb, &bb, n, c).unwrap())
             .unwrap();
         let (mut o, mut m, mut s) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
         cpu::layernorm_forward(&mut o, &mut m, &mut s, &x, &w, &bias, n, c);
@@ -55,8 +56,8 @@ fn layernorm_forward_backward_match_twin() {
             (rand(&mut rng, n * c), rand(&mut rng, c), rand(&mut rng, c));
         let (dib, dwb, dbb) = (buf(&g, &di), buf(&g, &dw), buf(&g, &db));
         let (dyb, mb, sb) = (buf(&g, &dy), buf(&g, &m), buf(&g, &s));
-        let ops =
-            k::layernorm_backward(&g, &dib, &dwb, &dbb, &dyb, &xb, &wb, &mb, &sb, n, c).unwrap();
+        let ops = k::layernorm_backward(&g, F32, &dib, &dwb, &dbb, &dyb, &xb, &wb, &mb, &sb, n, c)
+            .unwrap();
         assert_eq!(ops.len(), if n <= 256 { 2 } else { 3 });
         g.run(&ops).unwrap();
         cpu::layernorm_backward(&mut di, &mut dw, &mut db, &dy, &x, &w, &m, &s, n, c);
@@ -87,13 +88,13 @@ fn layernorm_bad_sizes_are_errors() {
     let Some(g) = gpu::test_gpu() else { return };
     let v = g.buffer("x", 64);
     let small = g.buffer("s", 3);
-    assert!(k::layernorm_forward(&g, &v, &v, &v, &v, &v, &v, 4, 0).is_err());
-    assert!(k::layernorm_forward(&g, &v, &v, &v, &v, &v, &v, 9, 8).is_err());
-    assert!(k::layernorm_forward(&g, &v, &small, &v, &v, &v, &v, 4, 16).is_err());
-    assert!(k::layernorm_forward(&g, &v, &v, &v, &v, &small, &v, 2, 4).is_err());
-    assert!(k::layernorm_forward(&g, &v, &v, &v, &v, &v, &v, usize::MAX, 2).is_err());
-    assert!(k::layernorm_backward(&g, &v, &v, &v, &v, &v, &v, &v, &v, 4, 32).is_err());
-    assert!(k::layernorm_backward(&g, &v, &small, &v, &v, &v, &v, &v, &v, 4, 4).is_err());
-    assert!(k::layernorm_backward(&g, &v, &v, &v, &v, &v, &v, &v, &small, 4, 4).is_err());
-    assert!(k::layernorm_backward(&g, &v, &v, &v, &v, &v, &v, &v, &v, 4, 4).is_ok());
+    assert!(k::layernorm_forward(&g, F32, &v, &v, &v, &v, &v, &v, 4, 0).is_err());
+    assert!(k::layernorm_forward(&g, F32, &v, &v, &v, &v, &v, &v, 9, 8).is_err());
+    assert!(k::layernorm_forward(&g, F32, &v, &small, &v, &v, &v, &v, 4, 16).is_err());
+    assert!(k::layernorm_forward(&g, F32, &v, &v, &v, &v, &small, &v, 2, 4).is_err());
+    assert!(k::layernorm_forward(&g, F32, &v, &v, &v, &v, &v, &v, usize::MAX, 2).is_err());
+    assert!(k::layernorm_backward(&g, F32, &v, &v, &v, &v, &v, &v, &v, &v, 4, 32).is_err());
+    assert!(k::layernorm_backward(&g, F32, &v, &small, &v, &v, &v, &v, &v, &v, 4, 4).is_err());
+    assert!(k::layernorm_backward(&g, F32, &v, &v, &v, &v, &v, &v, &v, &small, 4, 4).is_err());
+    assert!(k::layernorm_backward(&g, F32, &v, &v, &v, &v, &v, &v, &v, &v, 4, 4).is_ok());
 }

@@ -3,6 +3,7 @@
 //! views at non-zero offsets inside one shared buffer.
 mod common;
 use common::*;
+use triaxis::precision::Precision::{self, F32};
 use triaxis::{cpu, gpu, kernels::optim as k, rng::Rng, View};
 
 const LENS: [usize; 8] = [1, 3, 4, 7, 65, 4097, 100_003, 300_000];
@@ -15,8 +16,8 @@ fn grad_norm_squared_matches_twin_and_repeats() {
         let x = rand(&mut rng, n);
         let xb = buf(&g, &x);
         let out = poisoned(&g, 1);
-        let scratch = poisoned(&g, k::norm_scratch_len(n));
-        let ops = k::grad_norm_squared(&g, &out, &scratch, &xb).unwrap();
+        let scratch = poisoned(&g, k::norm_scratch_len(F32, n));
+        let ops = k::grad_norm_squared(&g, F32, &out, &scratch, &xb, xb.len).unwrap();
         assert_eq!(ops.len(), if n < 4 { 1 } else { 2 });
         g.run(&ops).unwrap();
         let got = g.download::<f32>(&out).unwrap();
@@ -39,7 +40,7 @@ fn grad_norm_squared_matches_twin_and_repeats() {
     }
     // Empty gradient: norm 0.
     let (out, scratch, empty) = (poisoned(&g, 1), poisoned(&g, 1), g.buffer("e", 0));
-    g.run(&k::grad_norm_squared(&g, &out, &scratch, &empty).unwrap())
+    g.run(&k::grad_norm_squared(&g, F32, &out, &scratch, &empty, empty.len).unwrap())
         .unwrap();
     assert_eq!(g.download::<f32>(&out).unwrap(), vec![0.0]);
 }
@@ -91,12 +92,13 @@ fn adamw_matches_twin_over_steps() {
             g.upload(&f.m, &m).unwrap();
             g.upload(&f.v, &v).unwrap();
             let (hp, norm_sq) = (g.buffer("hp", 8), g.buffer("norm_sq", 1));
-            let scratch = g.buffer("scratch", k::norm_scratch_len(n));
+            let scratch = g.buffer("scratch", k::norm_scratch_len(F32, n));
             let decay_end = n * 3 / 5; // mid-vec4 for most n
-            let mut ops = k::grad_norm_squared(&g, &norm_sq, &scratch, &f.grads).unwrap();
+            let mut ops =
+                k::grad_norm_squared(&g, F32, &norm_sq, &scratch, &f.grads, f.grads.len).unwrap();
             ops.extend(
                 k::adamw(
-                    &g, &f.params, &f.grads, &f.m, &f.v, &hp, &norm_sq, decay_end,
+                    &g, F32, &f.params, None, &f.grads, &f.m, &f.v, &hp, &norm_sq, decay_end,
                 )
                 .unwrap(),
             );
@@ -168,12 +170,17 @@ fn optim_bad_sizes_are_errors() {
     let none = g.buffer("none", 0);
     let hp = g.buffer("hp", 8);
     let short = g.buffer("short", 7);
-    assert!(k::grad_norm_squared(&g, &none, &one, &x).is_err()); // out empty
-    assert!(k::grad_norm_squared(&g, &one, &one, &x).is_err()); // scratch 1 < 16
-    assert!(k::grad_norm_squared(&g, &one, &hp, &y).is_err()); // scratch 8 < 16
-    assert!(k::adamw(&g, &x, &y, &x, &x, &hp, &one, 10).is_err());
-    assert!(k::adamw(&g, &x, &x, &x, &y, &hp, &one, 10).is_err());
-    assert!(k::adamw(&g, &x, &x, &x, &x, &short, &one, 10).is_err());
-    assert!(k::adamw(&g, &x, &x, &x, &x, &hp, &none, 10).is_err());
-    assert!(k::adamw(&g, &x, &x, &x, &x, &hp, &one, 2000).is_ok());
+    assert!(k::grad_norm_squared(&g, F32, &none, &one, &x, x.len).is_err()); // out empty
+    assert!(k::grad_norm_squared(&g, F32, &one, &one, &x, x.len).is_err()); // scratch 1 < 16
+    assert!(k::grad_norm_squared(&g, F32, &one, &hp, &y, y.len).is_err()); // scratch 8 < 16
+    assert!(k::adamw(&g, F32, &x, None, &y, &x, &x, &hp, &one, 10).is_err());
+    assert!(k::adamw(&g, F32, &x, None, &x, &x, &y, &hp, &one, 10).is_err());
+    assert!(k::adamw(&g, F32, &x, None, &x, &x, &x, &short, &one, 10).is_err());
+    assert!(k::adamw(&g, F32, &x, None, &x, &x, &x, &hp, &none, 10).is_err());
+    assert!(k::adamw(&g, F32, &x, None, &x, &x, &x, &hp, &one, 2000).is_ok());
+    // f32 updates its parameters in place; bf16 needs f32 master weights
+    assert!(k::adamw(&g, F32, &x, Some(&x), &x, &x, &x, &hp, &one, 10).is_err());
+    let w = g.buffer("w", 500);
+    assert!(k::adamw(&g, Precision::Bf16, &w, None, &w, &x, &x, &hp, &one, 10).is_err());
+    assert!(k::adamw(&g, Precision::Bf16, &w, Some(&x), &w, &x, &x, &hp, &one, 10).is_ok());
 }

@@ -1,4 +1,4 @@
-//! Packed-bf16 LayerNorm vs its twin (`cpu::packed::norm`) on awkward even-c shapes: forward
+//! LayerNorm in bf16 vs its twin (`cpu::packed::norm`) on awkward even-c shapes: forward
 //! outputs poisoned first (out as poisoned words, mean/rstd as f32 NaN); the backward's
 //! accumulated dinp, dweight, dbias pre-filled with random bf16. bf16 outputs bit-identical to
 //! the twin's, as docs/precision.md claims (465,760 of 465,760 on lavapipe and llvmpipe GL);
@@ -9,8 +9,9 @@ use common::packed::*;
 use common::*;
 use triaxis::cpu::packed::norm as t;
 use triaxis::cpu::{pack_bf16, unpack_bf16};
-use triaxis::kernels::packed::norm as k;
+use triaxis::kernels::norm as k;
 use triaxis::memory::Category;
+use triaxis::precision::Precision::Bf16;
 use triaxis::rng::Rng;
 
 // direct (n ≤ 256) and chunked column sums, a partial last chunk, c = 2 up to 768
@@ -51,8 +52,10 @@ fn layernorm_forward_backward_match_twin() {
         let mut first: Option<(Vec<u32>, Vec<f32>, Vec<f32>)> = None;
         for _ in 0..2 {
             let (out, mean, rstd) = (poisoned_words(&g, nw), poisoned(&g, n), poisoned(&g, n));
-            g.run(&k::layernorm_forward_bf16(&g, &out, &mean, &rstd, &xb, &wb, &bb, n, c).unwrap())
-                .unwrap();
+            g.run(
+                &k::layernorm_forward(&g, Bf16, &out, &mean, &rstd, &xb, &wb, &bb, n, c).unwrap(),
+            )
+            .unwrap();
             let got = (
                 g.download::<u32>(&out).unwrap(),
                 g.download::<f32>(&mean).unwrap(),
@@ -82,7 +85,7 @@ fn layernorm_forward_backward_match_twin() {
         let (dib, dwb, dbb) = (buf_u32(&g, &di0), buf_u32(&g, &dw0), buf_u32(&g, &db0));
         g.reset_memory_peaks();
         let before = g.memory().current.get(Category::Workspace);
-        let ops = k::layernorm_backward_bf16(&g, &dib, &dwb, &dbb, &dyb, &xb, &wb, &mb, &sb, n, c)
+        let ops = k::layernorm_backward(&g, Bf16, &dib, &dwb, &dbb, &dyb, &xb, &wb, &mb, &sb, n, c)
             .unwrap();
         assert_eq!(ops.len(), if n <= 256 { 2 } else { 3 });
         if n > 256 {
@@ -155,58 +158,58 @@ fn odd_c_and_short_views_are_config_errors() {
     for c in [1, 7, 33] {
         assert_config(
             "forward odd c",
-            k::layernorm_forward_bf16(&g, &v, &v, &v, &v, &v, &v, 2, c),
+            k::layernorm_forward(&g, Bf16, &v, &v, &v, &v, &v, &v, 2, c),
             &["even", &format!("c = {c}")],
         );
         assert_config(
             "backward odd c",
-            k::layernorm_backward_bf16(&g, &v, &v, &v, &v, &v, &v, &v, &v, 2, c),
+            k::layernorm_backward(&g, Bf16, &v, &v, &v, &v, &v, &v, &v, &v, 2, c),
             &["even"],
         );
     }
     assert_config(
         "c = 0",
-        k::layernorm_forward_bf16(&g, &v, &v, &v, &v, &v, &v, 4, 0),
+        k::layernorm_forward(&g, Bf16, &v, &v, &v, &v, &v, &v, 4, 0),
         &["c"],
     );
     // n·c/2 = 72 words > 64
     assert_config(
         "out words",
-        k::layernorm_forward_bf16(&g, &v, &v, &v, &v, &v, &v, 9, 16),
+        k::layernorm_forward(&g, Bf16, &v, &v, &v, &v, &v, &v, 9, 16),
         &["layernorm bf16 out", "u32 words"],
     );
     assert_config(
         "mean",
-        k::layernorm_forward_bf16(&g, &v, &small, &v, &v, &v, &v, 4, 16),
+        k::layernorm_forward(&g, Bf16, &v, &small, &v, &v, &v, &v, 4, 16),
         &["layernorm bf16 mean"],
     );
     // weight of c = 8 needs 4 words
     assert_config(
         "weight",
-        k::layernorm_forward_bf16(&g, &v, &v, &v, &v, &small, &v, 2, 8),
+        k::layernorm_forward(&g, Bf16, &v, &v, &v, &v, &small, &v, 2, 8),
         &["layernorm bf16 weight"],
     );
-    assert!(k::layernorm_forward_bf16(&g, &v, &v, &v, &v, &small, &v, 2, 6).is_ok());
+    assert!(k::layernorm_forward(&g, Bf16, &v, &v, &v, &v, &small, &v, 2, 6).is_ok());
     assert_config(
         "too big",
-        k::layernorm_forward_bf16(&g, &v, &v, &v, &v, &v, &v, usize::MAX, 2),
+        k::layernorm_forward(&g, Bf16, &v, &v, &v, &v, &v, &v, usize::MAX, 2),
         &["exceeds u32"],
     );
     assert_config(
         "dweight",
-        k::layernorm_backward_bf16(&g, &v, &small, &v, &v, &v, &v, &v, &v, 4, 8),
+        k::layernorm_backward(&g, Bf16, &v, &small, &v, &v, &v, &v, &v, &v, 4, 8),
         &["layernorm bf16 dweight"],
     );
     assert_config(
         "rstd",
-        k::layernorm_backward_bf16(&g, &v, &v, &v, &v, &v, &v, &v, &small, 4, 8),
+        k::layernorm_backward(&g, Bf16, &v, &v, &v, &v, &v, &v, &v, &small, 4, 8),
         &["layernorm bf16 rstd"],
     );
     assert_config(
         "dout words",
-        k::layernorm_backward_bf16(&g, &v, &v, &v, &small, &v, &v, &v, &v, 4, 8),
+        k::layernorm_backward(&g, Bf16, &v, &v, &v, &small, &v, &v, &v, &v, 4, 8),
         &["layernorm bf16 dout"],
     );
-    assert!(k::layernorm_backward_bf16(&g, &v, &v, &v, &v, &v, &v, &v, &v, 4, 8).is_ok());
-    assert!(k::layernorm_backward_bf16(&g, &v, &v, &v, &v, &v, &v, &v, &v, 8, 16).is_ok());
+    assert!(k::layernorm_backward(&g, Bf16, &v, &v, &v, &v, &v, &v, &v, &v, 4, 8).is_ok());
+    assert!(k::layernorm_backward(&g, Bf16, &v, &v, &v, &v, &v, &v, &v, &v, 8, 16).is_ok());
 }

@@ -4,7 +4,8 @@
 mod common;
 use common::*;
 use triaxis::cpu::packed::optim as twin;
-use triaxis::kernels::{optim as ko, packed::optim as k};
+use triaxis::kernels::optim as ko;
+use triaxis::precision::Precision::Bf16 as BF16;
 use triaxis::{cpu, gpu, rng::Rng};
 
 const LENS: [usize; 6] = [1, 2, 7, 65, 4097, 100_003];
@@ -22,8 +23,8 @@ fn grad_norm_of_packed_gradients_matches_twin_and_repeats() {
         let x = cpu::pack_bf16(&rand(&mut rng, n));
         let xb = buf_u32(&g, &x);
         let out = poisoned(&g, 1);
-        let scratch = poisoned(&g, ko::norm_scratch_len(n.div_ceil(2)));
-        let ops = k::grad_norm_squared_bf16(&g, &out, &scratch, &xb, n).unwrap();
+        let scratch = poisoned(&g, ko::norm_scratch_len(BF16, n));
+        let ops = ko::grad_norm_squared(&g, BF16, &out, &scratch, &xb, n).unwrap();
         g.run(&ops).unwrap();
         let got = g.download::<f32>(&out).unwrap();
         let want = twin::grad_norm_squared_bf16(&x, n) as f32;
@@ -40,7 +41,14 @@ fn grad_norm_of_packed_gradients_matches_twin_and_repeats() {
             "n={n}: repeat"
         );
     }
-    let bad = k::grad_norm_squared_bf16(&g, &poisoned(&g, 1), &poisoned(&g, 1), &words(&g, 3), 7);
+    let bad = ko::grad_norm_squared(
+        &g,
+        BF16,
+        &poisoned(&g, 1),
+        &poisoned(&g, 1),
+        &words(&g, 3),
+        7,
+    );
     assert!(bad.is_err(), "3 words cannot hold 7 elements");
 }
 
@@ -67,12 +75,21 @@ fn adamw_on_master_weights_matches_twin_over_steps() {
             g.upload(&m_v, &m).unwrap();
             g.upload(&v_v, &v).unwrap();
             let (hp, norm_sq) = (g.buffer("hp", 8), g.buffer("norm_sq", 1));
-            let scratch = g.buffer("scratch", ko::norm_scratch_len(w));
+            let scratch = g.buffer("scratch", ko::norm_scratch_len(BF16, n));
             let decay_end = n * 3 / 5;
-            let mut ops = k::grad_norm_squared_bf16(&g, &norm_sq, &scratch, &grads, n).unwrap();
-            ops.push(
-                k::adamw_bf16(
-                    &g, &params, &master, &grads, &m_v, &v_v, &hp, &norm_sq, decay_end,
+            let mut ops = ko::grad_norm_squared(&g, BF16, &norm_sq, &scratch, &grads, n).unwrap();
+            ops.extend(
+                ko::adamw(
+                    &g,
+                    BF16,
+                    &params,
+                    Some(&master),
+                    &grads,
+                    &m_v,
+                    &v_v,
+                    &hp,
+                    &norm_sq,
+                    decay_end,
                 )
                 .unwrap(),
             );

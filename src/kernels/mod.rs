@@ -25,7 +25,7 @@ pub mod packed;
 
 /// Every shader source, by family name. The run record hashes these. bf16 packing and every
 /// packed family begin with the shared bit rules of `shaders/bf16_bits.wgsl`. A family written
-/// once for both precisions (`elementwise`, `encoder`, `matmul`) is its body behind a storage prelude:
+/// once for both precisions (`elementwise`, `encoder`, `matmul`, `norm`, `optim`) is its body behind a storage prelude:
 /// `store_f32.wgsl`, or `store_bf16.wgsl` after the bit rules (`<family>_bf16`).
 pub const SHADERS: &[(&str, &str)] = &[
     ("attention", include_str!("../../shaders/attention.wgsl")),
@@ -82,27 +82,41 @@ pub const SHADERS: &[(&str, &str)] = &[
             include_str!("../../shaders/matmul.wgsl")
         ),
     ),
-    ("norm", include_str!("../../shaders/norm.wgsl")),
-    ("optim", include_str!("../../shaders/optim.wgsl")),
+    (
+        "norm",
+        concat!(
+            include_str!("../../shaders/store_f32.wgsl"),
+            include_str!("../../shaders/norm.wgsl")
+        ),
+    ),
+    (
+        "norm_bf16",
+        concat!(
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/store_bf16.wgsl"),
+            include_str!("../../shaders/norm.wgsl")
+        ),
+    ),
+    (
+        "optim",
+        concat!(
+            include_str!("../../shaders/store_f32.wgsl"),
+            include_str!("../../shaders/optim.wgsl")
+        ),
+    ),
+    (
+        "optim_bf16",
+        concat!(
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/store_bf16.wgsl"),
+            include_str!("../../shaders/optim.wgsl")
+        ),
+    ),
     (
         "packed_attention",
         concat!(
             include_str!("../../shaders/bf16_bits.wgsl"),
             include_str!("../../shaders/packed_attention.wgsl")
-        ),
-    ),
-    (
-        "packed_norm",
-        concat!(
-            include_str!("../../shaders/bf16_bits.wgsl"),
-            include_str!("../../shaders/packed_norm.wgsl")
-        ),
-    ),
-    (
-        "packed_optim",
-        concat!(
-            include_str!("../../shaders/bf16_bits.wgsl"),
-            include_str!("../../shaders/packed_optim.wgsl")
         ),
     ),
 ];

@@ -1,12 +1,19 @@
-//! LayerNorm (shaders/norm.wgsl), twins `cpu::{layernorm_forward, layernorm_backward}`.
+//! LayerNorm (shaders/norm.wgsl, one source for both precisions behind a storage prelude).
+//! Twins: `cpu::{layernorm_forward, layernorm_backward}` in f32, `cpu::packed::norm` in bf16.
 //!
-//! Forward: one dispatch, one thread per row. Backward: a per-row pass that adds into the
-//! residual gradient `dinp`, then the column sums for `dweight`/`dbias` in a fixed order: one
-//! pass walking all rows when `n ≤ DIRECT_ROWS`, else per-chunk partials (64 rows each, into a
-//! scratch buffer the returned ops own) and a pass adding the chunks in order, which keeps the
-//! rows in cache and gives the software adapter enough threads. So the backward is 2 or 3
-//! dispatches, with no atomics: results repeat bit for bit. When `c % 4 == 0` the row passes use
-//! vec4 loads.
+//! out, inp, weight, bias, dinp, dout, dweight and dbias are words of precision `p` (f32
+//! elements, or bf16 pairs: `c` must then be even); mean and rstd stay f32 `[n]`. Forward: one
+//! dispatch, one thread per row. Backward: a per-row pass that adds into the residual gradient
+//! `dinp`, then the column sums for `dweight`/`dbias` in a fixed order: one pass walking all
+//! rows when `n ≤ DIRECT_ROWS`, else f32 per-chunk partials (64 rows each, into a scratch buffer
+//! the returned ops own) and a pass adding the chunks in order, which keeps the rows in cache and
+//! gives the software adapter enough threads. So the backward is 2 or 3 dispatches, with no
+//! atomics: results repeat bit for bit.
+//!
+//! Under f32 with `c % 4 == 0` the row passes sum in four vec4 lanes (vector loads); otherwise,
+//! and always under bf16, they sum in element order, the twin's. The partials use Quads
+//! whenever `c % 4 == 0` in either precision: a column's sum runs over the rows in the same
+//! order however the columns are spread over threads.
 //!
 //! ```text
 //!  rows ─┬─ chunk 0 (64 rows) ─► part[0, i] ─┐
@@ -14,36 +21,76 @@
 //!        └─ …                                 ┘
 //! ```
 
-use super::{groups_1d, need, op, Arg, Op};
+use super::{even_rows, groups_1d, need, need_in, op, Arg, Op};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
+use crate::precision::Precision;
 
-const S: &str = "norm";
 /// Rows per partial column sum (`CHUNK` in the shader).
 const CHUNK: usize = 64;
 /// Up to this many rows the column sums walk all rows in one pass.
 const DIRECT_ROWS: usize = 256;
 
-/// Checks `n`, `c` and returns `n·c`, which must fit the shader's u32 indices.
-fn shape(n: usize, c: usize) -> Result<usize> {
+/// The family's shader in precision `p`.
+fn shader(p: Precision) -> &'static str {
+    match p {
+        Precision::F32 => "norm",
+        Precision::Bf16 => "norm_bf16",
+    }
+}
+
+/// `"layernorm"`, or `"layernorm bf16"`: how errors name the kernel.
+fn family(p: Precision) -> &'static str {
+    match p {
+        Precision::F32 => "layernorm",
+        Precision::Bf16 => "layernorm bf16",
+    }
+}
+
+/// Checks `n`, `c` (even under bf16) and returns `n·c`, which must fit the shader's u32
+/// indices.
+fn shape(p: Precision, n: usize, c: usize) -> Result<usize> {
     if c == 0 {
-        return Err(Error::Config("layernorm: c must be at least 1".into()));
+        return Err(Error::Config(format!(
+            "{}: c must be at least 1",
+            family(p)
+        )));
+    }
+    if p == Precision::Bf16 {
+        even_rows("layernorm", "c", c)?;
     }
     n.checked_mul(c)
         .filter(|&nc| u32::try_from(nc).is_ok())
-        .ok_or_else(|| Error::Config(format!("layernorm: n·c = {n}·{c} exceeds u32")))
+        .ok_or_else(|| Error::Config(format!("{}: n·c = {n}·{c} exceeds u32", family(p))))
 }
 
-/// The first `len` elements of `v`, after checking there are that many.
-fn first(name: &str, v: &View, len: usize) -> Result<View> {
-    need(name, v, len)?;
+/// The first `len` elements of `v` in precision `p`, after checking there are that many.
+fn first(p: Precision, arg: &str, v: &View, len: usize) -> Result<View> {
+    need_in(p, &format!("{} {arg}", family(p)), v, p.words(len))?;
+    Ok(v.slice(0, p.words(len)))
+}
+
+/// The first `len` f32 elements of `v` (mean, rstd).
+fn first_f32(p: Precision, arg: &str, v: &View, len: usize) -> Result<View> {
+    need(&format!("{} {arg}", family(p)), v, len)?;
     Ok(v.slice(0, len))
 }
 
-/// out `[n,c]` = (inp − mean)·rstd·weight + bias; mean `[n]`, rstd `[n]` saved for the backward.
+/// The row passes' entry: vec4 lanes for f32 rows of whole vec4s, element order otherwise.
+fn row_entry(p: Precision, c: usize, plain: &'static str, quads: &'static str) -> &'static str {
+    if p == Precision::F32 && c.is_multiple_of(4) {
+        quads
+    } else {
+        plain
+    }
+}
+
+/// out `[n,c]` = (inp − mean)·rstd·weight + bias; mean `[n]`, rstd `[n]` (f32) saved for the
+/// backward. inp `[n,c]`, weight and bias `[c]`, all in precision `p`.
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm_forward(
     g: &Gpu,
+    p: Precision,
     out: &View,
     mean: &View,
     rstd: &View,
@@ -53,25 +100,20 @@ pub fn layernorm_forward(
     n: usize,
     c: usize,
 ) -> Result<Vec<Op>> {
-    let nc = shape(n, c)?;
-    let out = first("layernorm out", out, nc)?;
-    let mean = first("layernorm mean", mean, n)?;
-    let rstd = first("layernorm rstd", rstd, n)?;
-    let inp = first("layernorm inp", inp, nc)?;
-    let weight = first("layernorm weight", weight, c)?;
-    let bias = first("layernorm bias", bias, c)?;
+    let nc = shape(p, n, c)?;
+    let out = first(p, "out", out, nc)?;
+    let mean = first_f32(p, "mean", mean, n)?;
+    let rstd = first_f32(p, "rstd", rstd, n)?;
+    let inp = first(p, "inp", inp, nc)?;
+    let weight = first(p, "weight", weight, c)?;
+    let bias = first(p, "bias", bias, c)?;
     if n == 0 {
         return Ok(Vec::new());
     }
-    let entry = if c.is_multiple_of(4) {
-        "layernorm_forward4"
-    } else {
-        "layernorm_forward"
-    };
     Ok(vec![op(
         g,
-        S,
-        entry,
+        shader(p),
+        row_entry(p, c, "layernorm_forward", "layernorm_forward4"),
         &[n as u32, c as u32],
         &[
             Arg::W(&out),
@@ -86,10 +128,12 @@ pub fn layernorm_forward(
 }
 
 /// dinp `[n,c]` += ∂/∂inp (the residual gradient, accumulated); dweight `[c]` +=, dbias `[c]` +=
-/// (column sums over the rows in a fixed order).
+/// (column sums over the rows in a fixed order, in f32, each stored element rounded once under
+/// bf16). dout, inp `[n,c]`, weight `[c]` in precision `p`; mean and rstd f32 `[n]`.
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm_backward(
     g: &Gpu,
+    p: Precision,
     dinp: &View,
     dweight: &View,
     dbias: &View,
@@ -101,27 +145,23 @@ pub fn layernorm_backward(
     n: usize,
     c: usize,
 ) -> Result<Vec<Op>> {
-    let nc = shape(n, c)?;
-    let dinp = first("layernorm dinp", dinp, nc)?;
-    let dweight = first("layernorm dweight", dweight, c)?;
-    let dbias = first("layernorm dbias", dbias, c)?;
-    let dout = first("layernorm dout", dout, nc)?;
-    let inp = first("layernorm inp", inp, nc)?;
-    let weight = first("layernorm weight", weight, c)?;
-    let mean = first("layernorm mean", mean, n)?;
-    let rstd = first("layernorm rstd", rstd, n)?;
+    let nc = shape(p, n, c)?;
+    let dinp = first(p, "dinp", dinp, nc)?;
+    let dweight = first(p, "dweight", dweight, c)?;
+    let dbias = first(p, "dbias", dbias, c)?;
+    let dout = first(p, "dout", dout, nc)?;
+    let inp = first(p, "inp", inp, nc)?;
+    let weight = first(p, "weight", weight, c)?;
+    let mean = first_f32(p, "mean", mean, n)?;
+    let rstd = first_f32(p, "rstd", rstd, n)?;
     if n == 0 {
         return Ok(Vec::new());
     }
-    let v4 = c.is_multiple_of(4);
+    let cw = p.words(c);
     let mut ops = vec![op(
         g,
-        S,
-        if v4 {
-            "layernorm_backward_dinp4"
-        } else {
-            "layernorm_backward_dinp"
-        },
+        shader(p),
+        row_entry(p, c, "layernorm_backward_dinp", "layernorm_backward_dinp4"),
         &[n as u32, c as u32],
         &[
             Arg::W(&dinp),
@@ -136,7 +176,7 @@ pub fn layernorm_backward(
     if n <= DIRECT_ROWS {
         ops.push(op(
             g,
-            S,
+            shader(p),
             "layernorm_backward_dparams",
             &[n as u32, c as u32],
             &[
@@ -147,7 +187,7 @@ pub fn layernorm_backward(
                 Arg::R(&mean),
                 Arg::R(&rstd),
             ],
-            groups_1d(c),
+            groups_1d(cw),
         )?);
         return Ok(ops);
     }
@@ -155,19 +195,21 @@ pub fn layernorm_backward(
     let part_len = 2 * chunks * c;
     if u32::try_from(part_len).is_err() {
         return Err(Error::Config(format!(
-            "layernorm: {part_len} partial sums exceed u32"
+            "{}: {part_len} partial sums exceed u32",
+            family(p)
         )));
     }
+    // f32 [2, chunks, c]: Σ norm·dout, then Σ dout, per chunk and column
     let part = g.scratch("layernorm partials", part_len);
     let dims = [n as u32, c as u32, chunks as u32];
-    let (entry, threads) = if v4 {
+    let (entry, threads) = if c.is_multiple_of(4) {
         ("layernorm_dparams_partial4", chunks * c / 4)
     } else {
-        ("layernorm_dparams_partial", chunks * c)
+        ("layernorm_dparams_partial", chunks * cw)
     };
     ops.push(op(
         g,
-        S,
+        shader(p),
         entry,
         &dims,
         &[
@@ -181,11 +223,11 @@ pub fn layernorm_backward(
     )?);
     ops.push(op(
         g,
-        S,
+        shader(p),
         "layernorm_dparams_final",
         &dims,
         &[Arg::W(&dweight), Arg::W(&dbias), Arg::R(&part)],
-        groups_1d(c),
+        groups_1d(cw),
     )?);
     Ok(ops)
 }

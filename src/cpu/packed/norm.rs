@@ -1,4 +1,4 @@
-//! Twins of `kernels::packed::norm`: unpack, the f32 twin, pack. bf16 `[n,c]` slices hold
+//! Twins of `kernels::norm` under bf16: unpack, the f32 twin, pack. bf16 `[n,c]` slices hold
 //! `n·c/2` words, `[c]` ones `c/2`; mean and rstd are f32 `[n]`. `c` must be even.
 
 use crate::cpu::{self, pack_bf16, unpack_bf16};

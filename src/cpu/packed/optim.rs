@@ -1,4 +1,4 @@
-//! Twins of `kernels::packed::optim`: the global norm of packed bf16 gradients and AdamW on f32
+//! Twins of `kernels::optim` under bf16: the global norm of packed bf16 gradients and AdamW on f32
 //! master weights and moments from packed bf16 gradients, writing packed bf16 parameters.
 
 use crate::cpu::{adamw, AdamW};

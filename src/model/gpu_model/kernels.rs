@@ -6,7 +6,7 @@
 use crate::error::Result;
 use crate::gpu::{Gpu, View};
 use crate::kernels::matmul::Linear;
-use crate::kernels::packed::{attention as pa, norm as pn};
+use crate::kernels::packed::attention as pa;
 use crate::kernels::{
     attention as ka, elementwise as ke, encoder as kenc, matmul as km, norm as kn, Op,
 };
@@ -58,10 +58,7 @@ impl Kernels<'_> {
         n: usize,
         c: usize,
     ) -> Result<Vec<Op>> {
-        match self.p == Precision::Bf16 {
-            true => pn::layernorm_forward_bf16(self.g, out, mean, rstd, inp, w, bias, n, c),
-            false => kn::layernorm_forward(self.g, out, mean, rstd, inp, w, bias, n, c),
-        }
+        kn::layernorm_forward(self.g, self.p, out, mean, rstd, inp, w, bias, n, c)
     }
 
     pub fn layernorm_backward(
@@ -77,12 +74,8 @@ impl Kernels<'_> {
         n: usize,
         c: usize,
     ) -> Result<Vec<Op>> {
-        match self.p == Precision::Bf16 {
-            true => {
-                pn::layernorm_backward_bf16(self.g, dinp, dw, db, dout, inp, w, mean, rstd, n, c)
-            }
-            false => kn::layernorm_backward(self.g, dinp, dw, db, dout, inp, w, mean, rstd, n, c),
-        }
+        let p = self.p;
+        kn::layernorm_backward(self.g, p, dinp, dw, db, dout, inp, w, mean, rstd, n, c)
     }
 
     /// The linear layer of this precision; `f32_io`: the head, whose logits and dlogits are f32.
