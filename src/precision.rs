@@ -83,6 +83,14 @@ impl Precision {
         }
     }
 
+    /// Elements one u32 word holds on the device: 1, or 2 packed bf16.
+    pub fn per_word(self) -> usize {
+        match self {
+            Precision::F32 => 1,
+            Precision::Bf16 => 2,
+        }
+    }
+
     /// u32 words a tensor of `len` elements takes on the device.
     pub fn words(self, len: usize) -> usize {
         match self {

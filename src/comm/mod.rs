@@ -41,12 +41,14 @@ pub mod mpi;
 mod p2p;
 mod wait;
 mod wired;
+mod words;
 
 pub use bf16::{all_gather_bf16, all_reduce_bf16, reduce_scatter_bf16, tree_all_reduce_bf16};
 pub use launcher::launched_by_mpirun;
 pub use local::{local_group, GroupOptions, LocalComm};
 pub use loopback::{loopback_group, LoopbackComm};
 pub use wired::WireComm;
+pub use words::{all_gather_words, all_reduce_words, first_non_finite, reduce_scatter_words};
 
 use crate::collective::{Algo, Ledger};
 use crate::error::{Error, Result};

@@ -77,6 +77,8 @@ pub struct ChunkInfo {
 pub(super) struct Chunk {
     /// Model stage of this chunk.
     pub stage: usize,
+    /// Precision of the parameters and gradients in `buffers` (bf16: packed words).
+    pub precision: Precision,
     pub buffers: Buffers,
     /// The chunk's canonical (tensor-rank-local, 64-aligned) layout, in which model state is
     /// exchanged; `buffers.layout` is the same, or its packed storage layout under bf16.
@@ -234,6 +236,7 @@ impl Chunk {
         };
         Ok(Chunk {
             stage: spec.stage,
+            precision: prec,
             buffers,
             local,
             moments,
@@ -296,11 +299,14 @@ impl Chunk {
     /// Where this rank's reduced chunk of bucket `bucket` lands: its own range of the full
     /// gradients (ZeRO 1–3); packed words under bf16.
     pub fn own_grads(&self, bucket: usize, rank: usize) -> View {
-        let own = self.own_part(bucket, rank);
-        let div = if self.buffers.packed() { 2 } else { 1 };
-        self.buffers
-            .grads
-            .slice(own.start / div, own.len().div_ceil(div))
+        self.words(&self.buffers.grads, self.own_part(bucket, rank))
+    }
+
+    /// The words of flat range `r` of one of the chunk's flat buffers (`params` or `grads`:
+    /// f32 elements, or bf16 pairs from an even start).
+    pub fn words(&self, flat: &View, r: Range<usize>) -> View {
+        let p = self.precision;
+        flat.slice(r.start / p.per_word(), p.words(r.len()))
     }
 
     /// The view all-reduced at tensor-parallel cut `cut` of pass `kind` in slot `slot`.

@@ -277,21 +277,14 @@ impl Worker {
                 let c = &self.chunks[action.chunk];
                 let slot = *c.held.get(&action.micro).ok_or_else(|| missing(action))?;
                 let view = c.cut_view(slot, action.kind, *cut)?;
-                if c.buffers.packed() {
-                    // bf16 partial sums: the bf16 ring, 2 bytes per element
-                    let mut words: Vec<u32> = self.gpu.download(&view)?;
-                    let bounds = crate::comm::even(words.len(), self.mesh.tp);
-                    rec.link = comm_call(&mut *self.comms.tp, |c| {
-                        crate::comm::all_reduce_bf16(c, &mut words, &bounds, *cut)
-                    })?;
-                    self.gpu.upload(&view, &words)?;
-                } else {
-                    let mut host: Vec<f32> = self.gpu.download(&view)?;
-                    rec.link = comm_call(&mut *self.comms.tp, |c| {
-                        c.all_reduce(&mut host, Algo::Ring, None, false)
-                    })?;
-                    self.gpu.upload(&view, &host)?;
-                }
+                // partial sums in the chunk's precision (bf16: the bf16 ring, 2 bytes each)
+                let p = c.precision;
+                let mut words: Vec<u32> = self.gpu.download(&view)?;
+                let bounds = crate::comm::even(words.len(), self.mesh.tp);
+                rec.link = comm_call(&mut *self.comms.tp, |c| {
+                    crate::comm::all_reduce_words(c, p, &mut words, Algo::Ring, &bounds, *cut)
+                })?;
+                self.gpu.upload(&view, &words)?;
             }
             Op::Send { action, to, flow } => {
                 let data = sc.outbox.remove(action).ok_or_else(|| missing(action))?;
@@ -319,9 +312,8 @@ impl Worker {
                     let c = &self.chunks[*chunk];
                     let (range, _) = c.bucket_geometry(*bucket);
                     // (a packed word: the f32 NaN's high half is a bf16 NaN)
-                    let at = range.start / if c.buffers.packed() { 2 } else { 1 };
-                    self.gpu
-                        .upload(&c.buffers.grads.slice(at, 1), &[f32::NAN])?;
+                    let at = c.words(&c.buffers.grads, range).slice(0, 1);
+                    self.gpu.upload(&at, &[f32::NAN])?;
                 }
                 rec.link = self.reduce(*chunk, *bucket, *scatter, sc)?;
             }
@@ -344,25 +336,18 @@ impl Worker {
                 rec.device = t.elapsed().as_secs_f64();
             }
             Op::Unshard { chunk, block } => rec.link = self.unshard(*chunk, *block)?,
-            Op::GatherParams { chunk, bucket } if self.chunks[*chunk].buffers.packed() => {
-                // ZeRO-1 in bf16: the updated bf16 parameters, 2 bytes per element
+            Op::GatherParams { chunk, bucket } => {
+                // ZeRO-1: the updated parameters in the chunk's precision (bf16: 2 bytes each)
                 let c = &self.chunks[*chunk];
+                let p = c.precision;
                 let (range, rel) = c.bucket_geometry(*bucket);
-                let view = c.buffers.params.slice(range.start / 2, range.len() / 2);
+                let view = c.words(&c.buffers.params, range);
                 let mut words: Vec<u32> = self.gpu.download(&view)?;
-                let bounds: Vec<usize> = rel.iter().map(|b| b / 2).collect();
+                let bounds: Vec<usize> = rel.iter().map(|b| b / p.per_word()).collect();
                 rec.link = comm_call(&mut *self.comms.dp, |c| {
-                    crate::comm::all_gather_bf16(c, &mut words, &bounds, *bucket)
+                    crate::comm::all_gather_words(c, p, &mut words, &bounds, *bucket)
                 })?;
                 self.gpu.upload(&view, &words)?;
-            }
-            Op::GatherParams { chunk, bucket } => {
-                let c = &self.chunks[*chunk];
-                let (range, rel) = c.bucket_geometry(*bucket);
-                let view = c.buffers.params.slice(range.start, range.len());
-                let mut host: Vec<f32> = self.gpu.download(&view)?;
-                rec.link = comm_call(&mut *self.comms.dp, |c| c.all_gather(&mut host, &rel))?;
-                self.gpu.upload(&view, &host)?;
             }
         }
         rec.end = input.t0.elapsed().as_secs_f64();

@@ -10,7 +10,9 @@ use crate::runtime::fault::{FaultKind, GradScale};
 
 impl Worker {
     /// Bucket `bucket` of chunk `chunk` over the data-parallel group: download, check it is
-    /// finite (so a NaN is named where it started), sum (or reduce-scatter), upload.
+    /// finite (so a NaN is named where it started), sum (or reduce-scatter: ZeRO 1–3, only this
+    /// rank's chunk is reduced, into its range of the full gradients), upload. The words are
+    /// the chunk's precision's (bf16: 2 bytes per element on the wire).
     pub(super) fn reduce(
         &mut self,
         chunk: usize,
@@ -21,93 +23,39 @@ impl Worker {
         let rank = self.place.replica;
         let stage = self.stage_of(chunk);
         let c = &self.chunks[chunk];
-        if c.buffers.packed() {
-            return self.reduce_bf16(chunk, bucket, scatter, sc);
-        }
+        let p = c.precision;
         let (range, rel) = c.bucket_geometry(bucket);
-        let view = c.buffers.grads.slice(range.start, range.len());
-        let mut host: Vec<f32> = self.gpu.download(&view)?;
-        if sc.local_bad.is_none() {
-            if let Some(i) = host.iter().position(|x| !x.is_finite()) {
-                sc.local_bad = Some((stage, c.buffers.layout.tensor_at(range.start + i)));
-            }
-        }
-        let algo = self.dp_algo;
-        let link = if scatter {
-            let l = comm_call(&mut *self.comms.dp, |d| {
-                d.reduce_scatter(&mut host, &rel, false)
-            })?;
-            let own = c.own_part(bucket, rank);
-            let rel_own = own.start - range.start..own.end - range.start;
-            if !own.is_empty() {
-                self.gpu
-                    .upload(&c.own_grads(bucket, rank), &host[rel_own])?;
-            }
-            l
-        } else {
-            let l = comm_call(&mut *self.comms.dp, |d| {
-                d.all_reduce(&mut host, algo, Some(&rel), false)
-            })?;
-            self.gpu.upload(&view, &host)?;
-            l
-        };
-        Ok(link)
-    }
-
-    /// [`Worker::reduce`] of packed bf16 gradients: the bf16 ring on the data-parallel group's
-    /// messages (2 bytes per element; [`crate::comm::all_reduce_bf16`]).
-    fn reduce_bf16(
-        &mut self,
-        chunk: usize,
-        bucket: usize,
-        scatter: bool,
-        sc: &mut Scratch,
-    ) -> Result<f64> {
-        let stage = self.stage_of(chunk);
-        let rank = self.place.replica;
-        let c = &self.chunks[chunk];
-        let (range, rel) = c.bucket_geometry(bucket);
-        if !range.start.is_multiple_of(2) || rel.iter().any(|b| !b.is_multiple_of(2)) {
+        let k = p.per_word();
+        if !range.start.is_multiple_of(k) || rel.iter().any(|b| !b.is_multiple_of(k)) {
             return Err(Error::Config(format!(
-                "bucket {range:?}: bf16 chunk bounds {rel:?} must be even"
+                "bucket {range:?}: {p} chunk bounds {rel:?} must be whole words"
             )));
         }
-        let view = c
-            .buffers
-            .grads
-            .slice(range.start / 2, range.len().div_ceil(2));
+        let view = c.words(&c.buffers.grads, range.clone());
         let mut words: Vec<u32> = self.gpu.download(&view)?;
         if sc.local_bad.is_none() {
-            // a bf16 inf or NaN: the exponent all ones; element 2i is the low half of word i
-            let bad = |h: u32| h & 0x7f80 == 0x7f80;
-            let halves = words.iter().flat_map(|&w| [w & 0xffff, w >> 16]);
-            if let Some(i) = halves.take(range.len()).position(bad) {
+            if let Some(i) = crate::comm::first_non_finite(p, &words, range.len()) {
                 sc.local_bad = Some((stage, c.buffers.layout.tensor_at(range.start + i)));
             }
         }
-        let mut bounds: Vec<usize> = rel.iter().map(|b| b / 2).collect();
+        let mut bounds: Vec<usize> = rel.iter().map(|b| b / k).collect();
         if let Some(last) = bounds.last_mut() {
             *last = words.len();
         }
+        let algo = self.dp_algo;
         if !scatter {
-            let tree = self.dp_algo == crate::collective::Algo::Tree;
-            let link = comm_call(&mut *self.comms.dp, |d| match tree {
-                // the pairwise tree (layout-invariant accumulation continues across ranks)
-                true => crate::comm::tree_all_reduce_bf16(d, &mut words, bucket),
-                false => crate::comm::all_reduce_bf16(d, &mut words, &bounds, bucket),
+            let link = comm_call(&mut *self.comms.dp, |d| {
+                crate::comm::all_reduce_words(d, p, &mut words, algo, &bounds, bucket)
             })?;
             self.gpu.upload(&view, &words)?;
             return Ok(link);
         }
-        // ZeRO-1–3: only this rank's chunk is reduced, into its range of the full gradients
-        // (ZeRO-1) or its gradient shard
         let link = comm_call(&mut *self.comms.dp, |d| {
-            crate::comm::reduce_scatter_bf16(d, &mut words, &bounds, bucket)
+            crate::comm::reduce_scatter_words(d, p, &mut words, &bounds, bucket)
         })?;
         let own = bounds[rank]..bounds[rank + 1];
         if !own.is_empty() {
-            self.gpu
-                .upload(&c.own_grads(bucket, rank), &words[own.clone()])?;
+            self.gpu.upload(&c.own_grads(bucket, rank), &words[own])?;
         }
         Ok(link)
     }
@@ -117,6 +65,7 @@ impl Worker {
     pub(super) fn unshard(&mut self, chunk: usize, block: usize) -> Result<f64> {
         let r = self.place.replica;
         let c = &self.chunks[chunk];
+        let p = c.precision;
         let slots = c
             .buffers
             .slots
@@ -129,27 +78,21 @@ impl Worker {
         let slot = &slots.views[block % 2];
         let mut link = 0.0;
         // in u32 words: f32 elements, or pairs of bf16 (every bound is on 128 elements then)
-        let div = if c.buffers.packed() { 2 } else { 1 };
+        let k = p.per_word();
         for part in c.grid.parts(span.clone()) {
-            let bounds: Vec<usize> = part.bounds.iter().map(|b| b / div).collect();
+            let bounds: Vec<usize> = part.bounds.iter().map(|b| b / k).collect();
             let (a, b) = (bounds[r], bounds[r + 1]);
-            let mut words = vec![0u32; part.sub.len().div_ceil(div)];
+            let mut words = vec![0u32; p.words(part.sub.len())];
             if b > a {
                 let mine: Vec<u32> = self
                     .gpu
-                    .download(&c.buffers.params.slice(part.storage[r] / div, b - a))?;
+                    .download(&c.buffers.params.slice(part.storage[r] / k, b - a))?;
                 words[a..b].copy_from_slice(&mine);
             }
             link += comm_call(&mut *self.comms.dp, |d| {
-                if div == 2 {
-                    return crate::comm::all_gather_bf16(d, &mut words, &bounds, block);
-                }
-                let mut host: Vec<f32> = bytemuck::cast_vec(std::mem::take(&mut words));
-                d.all_gather(&mut host, &bounds)?;
-                words = bytemuck::cast_vec(host);
-                Ok(())
+                crate::comm::all_gather_words(d, p, &mut words, &bounds, block)
             })?;
-            let at = (part.sub.start - span.start) / div;
+            let at = (part.sub.start - span.start) / k;
             self.gpu.upload(&slot.slice(at, words.len()), &words)?;
         }
         Ok(link)
