@@ -21,8 +21,8 @@ use triaxis::mesh::Mesh;
 use triaxis::model::{fit, GptConfig, Micro, Precision};
 use triaxis::pipeline::partition::describe_stages;
 use triaxis::pipeline::partition::{stage_blocks, Balance};
-use triaxis::pipeline::timeline::{chrome_trace, summarize, Summary};
-use triaxis::pipeline::{Link, Schedule, ScheduleKind};
+use triaxis::pipeline::{Link, ScheduleKind};
+use triaxis::runtime::Summary;
 use triaxis::step::TrainConfig;
 
 #[path = "support/flags.rs"]
@@ -294,7 +294,6 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         );
         for &m in ms.iter().filter(|&&m| applicable(kind, a.stages, m)) {
             bar.set_message(format!("{} m={m}", kind.name()));
-            let sched = Schedule::new(kind, a.stages, m, v)?;
             let cfg = TrainConfig {
                 model,
                 micro,
@@ -331,37 +330,37 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                     .collect::<triaxis::Result<Vec<_>>>()
             };
             engine.step(&batch()?, 0)?; // warm-up
-                                        // wall clock: devices run concurrently (unless --serial);
-                                        // device clock: one device at a time, so each action's kernel time is its own
             let mut step = 1;
+            let tokens = m * micro.tokens();
+            let traced = m == 8 || (m == *ms.last().unwrap_or(&m) && !ms.contains(&8));
+            // the median step by wall time, summarised (and traced) on both clocks
             let mut median = |engine: &mut Engine, serial: bool| -> anyhow::Result<_> {
                 engine.set_serial(serial);
                 let mut runs = Vec::new();
                 for _ in 0..a.steps.max(1) {
                     engine.step(&batch()?, step)?;
-                    runs.push(
-                        engine
-                            .report()?
-                            .context("the engine reports its pipeline step")?,
-                    );
+                    let sum = engine
+                        .summary(tokens)?
+                        .context("the engine summarises its pipeline step")?;
+                    let trace = if traced { engine.chrome_trace()? } else { None };
+                    runs.push((sum, trace));
                     step += 1;
                 }
-                runs.sort_by(|x, y| x.wall.total_cmp(&y.wall));
+                runs.sort_by(|x, y| x.0.wall_step.total_cmp(&y.0.wall_step));
                 Ok(runs.swap_remove(runs.len() / 2))
             };
-            let r_wall = median(&mut engine, a.serial)?;
-            let r = median(&mut engine, true)?;
-            let tokens = m * micro.tokens();
-            let wall = summarize(&sched, &r_wall, &link, tokens)?;
+            // wall clock: devices run concurrently (unless --serial); device clock: one device
+            // at a time, so each pass's kernel time is its own
+            let (wall, _) = median(&mut engine, a.serial)?;
+            let (dev, trace) = median(&mut engine, true)?;
             let sum = Summary {
                 wall_step: wall.wall_step,
                 wall_bubble: wall.wall_bubble,
                 wall_busy: wall.wall_busy,
                 tokens_per_s_wall: wall.tokens_per_s_wall,
-                ..summarize(&sched, &r, &link, tokens)?
+                ..dev
             };
-            if m == 8 || (m == *ms.last().unwrap_or(&m) && !ms.contains(&8)) {
-                let trace = chrome_trace(&sched, &r, &link)?;
+            if let Some(trace) = trace {
                 std::fs::write(
                     a.out.join(format!("trace_{}.json", kind.name())),
                     serde_json::to_string(&trace)?,

@@ -21,7 +21,7 @@ use crate::memory::Usage;
 use crate::mesh::{Coords, Mesh};
 use crate::model::Block;
 use crate::pipeline::event::StepReport;
-use crate::pipeline::timeline::theory;
+use crate::pipeline::theory::theory;
 use crate::pipeline::Schedule;
 pub use crate::runtime::RuntimeOptions;
 use crate::runtime::{Runtime, RuntimeStep};
@@ -193,6 +193,22 @@ impl Engine {
     pub fn report(&self) -> Result<Option<StepReport>> {
         match &self.last {
             Some(run) => Ok(Some(self.rt.report(run, 0)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The last step, replica 0's, on both clocks next to theory; `tokens` per step.
+    pub fn summary(&self, tokens: usize) -> Result<Option<crate::runtime::Summary>> {
+        match &self.last {
+            Some(run) => Ok(Some(self.rt.summary(run, tokens)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The last step as a Chrome trace (device clock and wall clock).
+    pub fn chrome_trace(&self) -> Result<Option<serde_json::Value>> {
+        match &self.last {
+            Some(run) => Ok(Some(self.rt.chrome_trace(run)?)),
             None => Ok(None),
         }
     }

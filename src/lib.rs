@@ -43,7 +43,7 @@
 //! optim        layout-invariant global-norm clipping + AdamW over whole buffers or shards
 //! parallel     the axes' parts: buckets, ZeRO's shard grid, block chain, Megatron split
 //! params       one flat buffer per device for params / grads / Adam moments, named ranges
-//! pipeline     schedules as data, validator, simulators, partition, theory, timeline
+//! pipeline     schedules as data, validator, unit-cost simulator, partition, theory
 //! record       the run record: config, adapter, shader hashes, dataset, losses, how it stopped
 //! rng          the seeded generator
 //! runtime      every layout lowered to per-device op lists, checked, run by one worker each

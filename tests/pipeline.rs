@@ -138,6 +138,24 @@ fn every_schedule_is_bit_identical_to_one_device() {
                 2
             };
             assert_eq!(report.events.len(), p * v * per_micro * m);
+            // one device clock: the pipeline summary's bubble is the step's, and its trace has
+            // one device-clock span per pass
+            let sum = pipe.summary(1).unwrap().expect("a step was run");
+            assert_eq!(
+                Some(sum.device_bubble),
+                r.bubble,
+                "{kind:?}: one device clock"
+            );
+            let trace = pipe.chrome_trace().unwrap().expect("a step was run");
+            let passes = trace["traceEvents"]
+                .as_array()
+                .expect("events")
+                .iter()
+                .filter(|e| {
+                    e["pid"] == 0 && ["F", "B", "W"].contains(&e["cat"].as_str().unwrap_or(""))
+                })
+                .count();
+            assert_eq!(passes, p * v * per_micro * m, "{kind:?}: traced passes");
         }
         let (ca, cb) = (one.checksum().unwrap(), pipe.checksum().unwrap());
         println!(
@@ -272,56 +290,61 @@ fn bad_layouts_are_clear_errors() {
     assert!(e.to_string().contains("do not divide"), "{e}");
 }
 
+/// The device clock (the runtime's replay of the lowered programs) of perfectly balanced
+/// stages — every F 1 ms, every B 2 ms, sends and the step's tail free — gives the schedule's
+/// theoretical bubble.
 #[test]
 fn device_clock_of_balanced_stages_equals_the_formula() {
-    use triaxis::pipeline::event::{Event, StepReport};
-    use triaxis::pipeline::timeline::summarize;
-    use triaxis::pipeline::{Kind, Link};
-    use triaxis::step::StepStats;
+    use triaxis::mesh::Mesh;
+    use triaxis::pipeline::Kind;
+    use triaxis::runtime::replay::replay;
+    use triaxis::runtime::{lower, ChunkShape, Op};
     for (kind, p, m, v) in [
         (ScheduleKind::GPipe, 4, 8, 1),
         (ScheduleKind::OneFOneB, 4, 16, 1),
         (ScheduleKind::Interleaved, 4, 8, 2),
     ] {
         let s = Schedule::new(kind, p, m, v).unwrap();
-        // every stage: F takes 1 ms, B 2 ms (a synthetic, perfectly balanced measurement)
-        let events = s
-            .actions
+        let mesh = Mesh {
+            pp: p,
+            schedule: kind,
+            microbatches: m,
+            chunks: v,
+            ..Mesh::default()
+        };
+        let shape = ChunkShape {
+            forward: vec![],
+            backward: vec![],
+            weight: vec![],
+            buckets: 1,
+            split: false,
+            gather: false,
+        };
+        let plan = lower(&mesh, &s, &vec![vec![shape; v]; p]).unwrap();
+        let cost: Vec<Vec<f64>> = plan
+            .programs
             .iter()
-            .enumerate()
-            .flat_map(|(d, list)| {
-                list.iter().map(move |a| Event {
-                    device: d,
-                    stage: 0,
-                    label: String::new(),
-                    action: *a,
-                    start: 0.0,
-                    end: 1.0,
-                    compute: if a.kind == Kind::F { 1e-3 } else { 2e-3 },
-                    tp_comm: 0.0,
-                    bytes_out: 0,
-                    send_time: 0.0,
-                })
+            .map(|prog| {
+                prog.ops
+                    .iter()
+                    .map(|op| match op {
+                        Op::Compute { action, .. } if action.kind == Kind::F => 1e-3,
+                        Op::Compute { .. } => 2e-3,
+                        _ => 0.0,
+                    })
+                    .collect()
             })
             .collect();
-        let stats = StepStats {
-            loss: 0.0,
-            grad_norm: 0.0,
-            lr: 0.0,
-        };
-        let r = StepReport {
-            stats,
-            events,
-            wall: 1.0,
-            peak_held: vec![],
-            memory: vec![],
-        };
-        let sum = summarize(&s, &r, &Link::ideal(), 100).unwrap();
-        println!(
-            "{kind:?}: device bubble {:.4} theory {:.4}",
-            sum.device_bubble, sum.theory
+        let clock = replay(&plan, &mesh, &cost).unwrap();
+        let (bubble, theory) = (clock.bubble(0..p), triaxis::pipeline::theory::theory(&s));
+        println!("{kind:?}: device bubble {bubble:.4} theory {theory:.4}");
+        assert!(
+            (bubble - theory).abs() < 1e-9,
+            "{kind:?}: {bubble} vs {theory}"
         );
-        assert!((sum.device_bubble - sum.theory).abs() < 1e-9, "{kind:?}");
-        assert!(sum.imbalance.abs() < 1e-12);
+        assert!(clock
+            .busy
+            .iter()
+            .all(|&b| (b - clock.busy[0]).abs() < 1e-12));
     }
 }

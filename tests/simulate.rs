@@ -1,10 +1,15 @@
 //! The pipeline simulators: the unit-cost simulation against the textbook bubble formulas,
-//! peak activations, zero-bubble against 1F1B, and the device-clock replay with link models.
+//! peak activations, zero-bubble against 1F1B, and the device clock (the runtime's replay of the
+//! lowered programs) against them and by hand.
 //! Pure logic: no GPU.
 
 mod common;
 use common::all_schedules;
+use triaxis::mesh::Mesh;
+use triaxis::pipeline::theory::theory;
 use triaxis::pipeline::*;
+use triaxis::runtime::replay::{replay, Clock};
+use triaxis::runtime::{lower, ChunkShape, Op, Plan};
 use triaxis::Error;
 
 fn err(r: triaxis::Result<impl std::fmt::Debug>) -> String {
@@ -123,30 +128,88 @@ fn link_presets() {
     assert!((l.transfer_time(4_000_000) - 2.01e-3).abs() < 1e-15);
 }
 
+/// The runtime's lowered programs of schedule `s` on its own (one replica, no tensor
+/// parallelism), every chunk one segment per pass.
+fn lowered(s: &Schedule) -> (Plan, Mesh) {
+    let mesh = Mesh {
+        pp: s.p,
+        schedule: s.kind,
+        microbatches: s.m,
+        chunks: s.v,
+        ..Mesh::default()
+    };
+    let shape = ChunkShape {
+        forward: vec![],
+        backward: vec![],
+        weight: vec![],
+        buckets: 1,
+        split: s.kind.split_backward(),
+        gather: false,
+    };
+    let plan = lower(&mesh, s, &vec![vec![shape; s.v]; s.p]).unwrap();
+    (plan, mesh)
+}
+
+/// The device clock (the runtime's replay) of `s`: every pass costs `pass(action)`, every
+/// send `send` seconds, the rest of the step nothing.
+fn device_clock(s: &Schedule, pass: &dyn Fn(&Action) -> f64, send: f64) -> (Plan, Clock) {
+    let (plan, mesh) = lowered(s);
+    let cost: Vec<Vec<f64>> = plan
+        .programs
+        .iter()
+        .map(|p| {
+            p.ops
+                .iter()
+                .map(|op| match op {
+                    Op::Compute { action, .. } => pass(action),
+                    Op::Send { .. } => send,
+                    _ => 0.0,
+                })
+                .collect()
+        })
+        .collect();
+    let clock = replay(&plan, &mesh, &cost).unwrap();
+    (plan, clock)
+}
+
+/// Per device, the device-clock spans of its passes in list order.
+fn pass_spans(plan: &Plan, clock: &Clock) -> Vec<Vec<(f64, f64)>> {
+    plan.programs
+        .iter()
+        .zip(&clock.spans)
+        .map(|(p, spans)| {
+            p.ops
+                .iter()
+                .zip(spans)
+                .filter(|(op, _)| matches!(op, Op::Compute { .. }))
+                .map(|(_, &s)| s)
+                .collect()
+        })
+        .collect()
+}
+
 #[test]
-fn replay_with_unit_costs_and_an_ideal_link_is_the_unit_simulation() {
+fn the_device_clock_with_unit_costs_and_free_sends_is_the_unit_simulation() {
     for s in all_schedules().into_iter().filter(|s| s.m <= 16) {
         let unit = simulate_unit(&s).unwrap();
-        for link in [Link::ideal(), Link::measured(f64::INFINITY, 0.0)] {
-            let r = replay(&s, &|_, _| 1.0, &link, &|_| 1 << 20).unwrap();
-            assert_eq!(r.makespan, unit.makespan as f64);
-            assert_eq!(
-                r.busy,
-                unit.busy.iter().map(|&b| b as f64).collect::<Vec<_>>()
-            );
-            assert_eq!(
-                r.bubble,
-                1.0 - unit.busy.iter().sum::<usize>() as f64 / (s.p * unit.makespan) as f64
-            );
-            let starts: Vec<usize> = r.actions.iter().map(|a| a.start as usize).collect();
-            assert_eq!(starts, unit.start.concat());
-        }
+        let (plan, clock) = device_clock(&s, &|_| 1.0, 0.0);
+        let span = clock.passes_end.iter().copied().fold(0.0, f64::max);
+        assert_eq!(span, unit.makespan as f64, "{} p={} m={}", s.kind, s.p, s.m);
+        assert_eq!(
+            clock.busy,
+            unit.busy.iter().map(|&b| b as f64).collect::<Vec<_>>()
+        );
+        let starts: Vec<Vec<usize>> = pass_spans(&plan, &clock)
+            .iter()
+            .map(|d| d.iter().map(|&(a, _)| a as usize).collect())
+            .collect();
+        assert_eq!(starts, unit.start, "{} p={} m={}", s.kind, s.p, s.m);
     }
 }
 
 #[test]
 fn full_backward_costing_2_keeps_the_bubble_fraction() {
-    let cost = |_: usize, a: &Action| if a.kind == Kind::B { 2.0 } else { 1.0 };
+    let cost = |a: &Action| if a.kind == Kind::B { 2.0 } else { 1.0 };
     for (p, m, v) in [
         (2, 2, 1),
         (4, 8, 1),
@@ -166,16 +229,16 @@ fn full_backward_costing_2_keeps_the_bubble_fraction() {
             } else {
                 1
             };
-            let r = replay(
-                &Schedule::new(kind, p, m, vv).unwrap(),
-                &cost,
-                &Link::ideal(),
-                &|_| 0,
-            )
-            .unwrap();
+            let s = Schedule::new(kind, p, m, vv).unwrap();
+            let (_, clock) = device_clock(&s, &cost, 0.0);
+            let span = clock.passes_end.iter().copied().fold(0.0, f64::max);
             assert_eq!(
-                r.makespan,
+                span,
                 (3 * (vv * m + p - 1)) as f64,
+                "{kind} p={p} m={m} v={vv}"
+            );
+            assert!(
+                (clock.bubble(0..p) - theory(&s)).abs() < 1e-12,
                 "{kind} p={p} m={m} v={vv}"
             );
         }
@@ -184,60 +247,43 @@ fn full_backward_costing_2_keeps_the_bubble_fraction() {
 
 #[test]
 fn slow_link_on_two_stages_by_hand() {
-    // 1F1B, p = 2, m = 2; every action 1 s; 1 byte per message over 0.5 B/s + 0.5 s latency:
-    // a transfer holds its direction of the link 2 s and arrives 2.5 s after it starts.
-    //   0F0 [0,1]  a0: 0→1 [1, 3.5]       1F0 [3.5,4.5] 1B0 [4.5,5.5]  g0: 1→0 [5.5, 8]
-    //   0F1 [1,2]  a1: waits for the link  1F1 [5.5,6.5] 1B1 [6.5,7.5]  g1: 1→0 [7.5, 10]
-    //              until 3 → [3, 5.5]      0B0 [8,9]     0B1 [10,11]    makespan 11 (unit: 6)
+    // 1F1B, p = 2, m = 2; every pass 1 s; every message holds its direction of the link for
+    // its whole link-model time, 2.5 s, and arrives at its end:
+    //   0F0 [0,1]  a0: 0→1 [1, 3.5]        1F0 [3.5,4.5] 1B0 [4.5,5.5]  g0: 1→0 [5.5, 8]
+    //   0F1 [1,2]  a1: waits for the link   1F1 [6,7]     1B1 [7,8]      g1: 1→0 [8, 10.5]
+    //              until 3.5 → [3.5, 6]     0B0 [8,9]     0B1 [10.5,11.5]  (unit: 6)
     let s = one_f_one_b(2, 2).unwrap();
-    let r = replay(&s, &|_, _| 1.0, &Link::measured(0.5, 0.5), &|_| 1).unwrap();
-    let spans: Vec<(usize, String, f64, f64)> = r
-        .actions
-        .iter()
-        .map(|a| (a.device, s.label(a.device, &a.action), a.start, a.end))
-        .collect();
-    let want = [
-        (0, "0F0", 0.0, 1.0),
-        (0, "0F1", 1.0, 2.0),
-        (0, "0B0", 8.0, 9.0),
-        (0, "0B1", 10.0, 11.0),
-        (1, "1F0", 3.5, 4.5),
-        (1, "1B0", 4.5, 5.5),
-        (1, "1F1", 5.5, 6.5),
-        (1, "1B1", 6.5, 7.5),
-    ];
-    let want: Vec<_> = want
-        .iter()
-        .map(|&(d, l, a, b)| (d, l.to_string(), a, b))
-        .collect();
-    assert_eq!(spans, want);
-    let transfers: Vec<(usize, usize, f64, f64)> = r
-        .transfers
-        .iter()
-        .map(|t| (t.from, t.to, t.start, t.end))
-        .collect();
+    let (plan, clock) = device_clock(&s, &|_| 1.0, 2.5);
     assert_eq!(
-        transfers,
+        pass_spans(&plan, &clock),
         [
-            (0, 1, 1.0, 3.5),
-            (0, 1, 3.0, 5.5),
-            (1, 0, 5.5, 8.0),
-            (1, 0, 7.5, 10.0)
+            vec![(0.0, 1.0), (1.0, 2.0), (8.0, 9.0), (10.5, 11.5)],
+            vec![(3.5, 4.5), (4.5, 5.5), (6.0, 7.0), (7.0, 8.0)],
         ]
     );
-    assert_eq!(r.makespan, 11.0);
-    assert_eq!(r.busy, [4.0, 4.0]);
-    assert_eq!(r.bubble, 1.0 - 8.0 / 22.0);
+    let sends: Vec<Vec<(f64, f64)>> = plan
+        .programs
+        .iter()
+        .zip(&clock.spans)
+        .map(|(p, spans)| {
+            p.ops
+                .iter()
+                .zip(spans)
+                .filter(|(op, _)| matches!(op, Op::Send { .. }))
+                .map(|(_, &s)| s)
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        sends,
+        [vec![(1.0, 3.5), (3.5, 6.0)], vec![(5.5, 8.0), (8.0, 10.5)]]
+    );
+    assert_eq!(clock.busy, [4.0, 4.0]);
+    assert_eq!(clock.bubble(0..2), 1.0 - 4.0 / 11.5);
 }
 
 #[test]
-fn bad_links_and_costs_are_config_errors() {
+fn an_unknown_link_is_a_config_error() {
     let e = err(Link::by_name("infiniband"));
     assert!(e.contains("nvlink, pcie, ethernet, ideal"), "{e}");
-    let s = gpipe(2, 1).unwrap();
-    assert!(
-        err(replay(&s, &|_, _| 1.0, &Link::measured(0.0, 1e-6), &|_| 1))
-            .contains("positive bandwidth")
-    );
-    assert!(err(replay(&s, &|_, _| f64::NAN, &Link::ideal(), &|_| 1)).contains("cost of 0F0"));
 }

@@ -1,5 +1,5 @@
-//! What a pipeline step did, pass by pass: the events the timeline, the Chrome trace and the
-//! device-clock bubble are read from (filled by the runtime from its op records).
+//! What a pipeline step did, pass by pass, on the wall clock: the events the pipeline summary
+//! and the Chrome trace read (filled by the runtime from its op records).
 
 use super::schedule::Action;
 use crate::memory::Usage;

@@ -1,6 +1,7 @@
 //! Pipeline schedules as data: one ordered list of [`Action`]s per device, built by pure
 //! functions (`gpipe`, `one_f_one_b`, `interleaved`, `zero_bubble_h1`). The same value feeds the
-//! validator, the simulators, the executor and the timeline; nothing else knows a schedule's shape.
+//! validator, the unit-cost simulator and the runtime's lowering; nothing else knows a
+//! schedule's shape.
 //!
 //! Placement. With `p` devices and `v` chunks per device, the model is cut into `p·v` stages and
 //! device `d` holds stages `d, d+p, d+2p, …` (Megatron's interleaving). An action's `chunk` is the

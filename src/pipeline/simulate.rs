@@ -1,29 +1,17 @@
-//! Two simulators over one engine: the schedule's dependency graph replayed with every device an
-//! independent resource that runs its list in order.
+//! The unit-cost simulator: the schedule's dependency graph replayed with every device an
+//! independent resource that runs its list in order. (Measured costs are replayed by the
+//! runtime over the lowered programs, `runtime::replay`, which prices communication too.)
 //!
 //! - [`simulate_unit`]: every action (F, B, and W for zero-bubble) costs one step and transfers
 //!   are free. Unit-cost full backward keeps the textbook numbers exact: GPipe and 1F1B take
 //!   `2(m+p−1)` steps, bubble `(p−1)/(m+p−1)`; interleaved takes `2(vm+p−1)` chunk steps, bubble
 //!   `(p−1)/(vm+p−1)`. (Costing the full backward 2 and F 1 scales the makespan to `3(m+p−1)`
-//!   and leaves the fraction unchanged; `replay` shows it.) ZB-H1 with F = B = W = 1 is the
-//!   paper's setting: `3m+p−1` steps for `m ≥ p`, bubble `(p−1)/(3m+p−1)`.
-//! - [`replay`]: the device clock. Each action costs what `cost` says (seconds, e.g. measured);
-//!   each message between devices becomes a transfer of `bytes(action)` bytes over a [`Link`]:
-//!   it waits for its direction of the link to be free, occupies it for `bytes / bandwidth`, and
-//!   arrives `latency` later; the receiving action cannot start before it arrives. Sends are
-//!   asynchronous (the channel bound is the validator's business, not the clock's).
-//!
-//! ```text
-//!  device 0  [F0]──┐                       ┌──▶[B0]
-//!  link 0→1        └─[bytes/bw + lat]─┐    │
-//!  device 1                           └▶[F0][B0]
-//!  link 1→0                                 └─[bytes/bw + lat]
-//! ```
+//!   and leaves the fraction unchanged.) ZB-H1 with F = B = W = 1 is the paper's setting:
+//!   `3m+p−1` steps for `m ≥ p`, bubble `(p−1)/(3m+p−1)`.
 
-use super::schedule::{Action, Kind, Msg, Schedule};
+use super::schedule::{Action, Kind, Schedule};
 use super::validate::{key, validate};
 use crate::error::{Error, Result};
-use crate::link::Link;
 
 /// The unit-cost simulation of a schedule.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,7 +33,7 @@ pub struct SimResult {
 
 /// Run `s` with unit costs and free transfers. Errors if `s` is not a valid schedule.
 pub fn simulate_unit(s: &Schedule) -> Result<SimResult> {
-    let t = engine(s, &|_, _| 1.0, |_, _, _, ready| ready)?;
+    let t = engine(s, &|_, _| 1.0)?;
     let start: Vec<Vec<usize>> = t
         .start
         .iter()
@@ -89,120 +77,15 @@ pub fn peak_activations(s: &Schedule) -> Vec<usize> {
         .collect()
 }
 
-/// One action on the device clock.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Span {
-    pub device: usize,
-    pub action: Action,
-    pub start: f64,
-    pub end: f64,
-}
-
-/// One message on a link: sent by `action` on device `from`, arriving at `end`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Transfer {
-    pub from: usize,
-    pub to: usize,
-    pub action: Action,
-    pub start: f64,
-    pub end: f64,
-    pub bytes: u64,
-}
-
-/// The device-clock timeline of a schedule.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Replay {
-    /// Every action, device by device in list order.
-    pub actions: Vec<Span>,
-    /// Every transfer, in the order they were sent on each link.
-    pub transfers: Vec<Transfer>,
-    pub makespan: f64,
-    /// Seconds of work per device.
-    pub busy: Vec<f64>,
-    /// Idle fraction `1 − Σbusy / (p·makespan)` (0 when the makespan is 0).
-    pub bubble: f64,
-}
-
-/// Replay `s` on the device clock: `cost(device, action)` in seconds, `bytes(action)` sent to
-/// the neighbour stage after `action` (0: nothing to send, no transfer), over `link`.
-pub fn replay(
-    s: &Schedule,
-    cost: &dyn Fn(usize, &Action) -> f64,
-    link: &Link,
-    bytes: &dyn Fn(&Action) -> u64,
-) -> Result<Replay> {
-    let bandwidth_ok = link.bandwidth_bytes_per_s > 0.0; // false for NaN
-    let latency_ok = link.latency_s >= 0.0 && link.latency_s.is_finite();
-    if !bandwidth_ok || !latency_ok {
-        return Err(Error::Config(format!(
-            "link {:?} needs a positive bandwidth and a finite latency ≥ 0, got {} B/s and {} s",
-            link.name, link.bandwidth_bytes_per_s, link.latency_s
-        )));
-    }
-    let mut free = vec![0.0f64; s.p * s.p]; // per direction (from, to): when the link is free
-    let mut transfers = Vec::new();
-    let t = engine(s, cost, |from, action, msg, ready| {
-        let n = bytes(action);
-        if n == 0 {
-            return ready;
-        }
-        let start = ready.max(free[from * s.p + msg.to]);
-        free[from * s.p + msg.to] = start + link.occupancy(n);
-        let end = start + link.transfer_time(n);
-        transfers.push(Transfer {
-            from,
-            to: msg.to,
-            action: *action,
-            start,
-            end,
-            bytes: n,
-        });
-        end
-    })?;
-    let mut actions = Vec::new();
-    let mut busy = vec![0.0; s.p];
-    for (d, list) in s.actions.iter().enumerate() {
-        for (i, a) in list.iter().enumerate() {
-            let (start, end) = (t.start[d][i], t.end[d][i]);
-            busy[d] += end - start;
-            actions.push(Span {
-                device: d,
-                action: *a,
-                start,
-                end,
-            });
-        }
-    }
-    let total = s.p as f64 * t.makespan;
-    let bubble = if total > 0.0 {
-        1.0 - busy.iter().sum::<f64>() / total
-    } else {
-        0.0
-    };
-    Ok(Replay {
-        actions,
-        transfers,
-        makespan: t.makespan,
-        busy,
-        bubble,
-    })
-}
-
-/// Start and end of every action (shaped like `Schedule::actions`) and the makespan.
+/// Start of every action (shaped like `Schedule::actions`) and the makespan.
 struct Timed {
     start: Vec<Vec<f64>>,
-    end: Vec<Vec<f64>>,
     makespan: f64,
 }
 
-/// The shared engine: each device starts its next action as soon as it is free and the
-/// action's inputs are there; `send(device, action, msg, ready)` returns when a message to
-/// another device, ready at `ready`, arrives. Local inputs are ready when their producer ends.
-fn engine(
-    s: &Schedule,
-    cost: &dyn Fn(usize, &Action) -> f64,
-    mut send: impl FnMut(usize, &Action, Msg, f64) -> f64,
-) -> Result<Timed> {
+/// The engine: each device starts its next action, costing `cost(device, action)`, as soon as
+/// it is free and the action's inputs are there; messages arrive when their producer ends.
+fn engine(s: &Schedule, cost: &dyn Fn(usize, &Action) -> f64) -> Result<Timed> {
     validate(s, usize::MAX)?;
     let n = 3 * s.stages() * s.m;
     let (mut ended, mut arrived) = (vec![f64::NAN; n], vec![f64::NAN; n]);
@@ -211,7 +94,6 @@ fn engine(
         .iter()
         .map(|l| Vec::with_capacity(l.len()))
         .collect();
-    let mut end = start.clone();
     let mut free = vec![0.0f64; s.p];
     let mut makespan = 0.0f64;
     loop {
@@ -250,11 +132,10 @@ fn engine(
                 }
                 let k = key(s, a.kind, stage, a.micro);
                 ended[k] = t + c;
-                if let Some(msg) = s.output(d, a).filter(|m| m.to != d) {
-                    arrived[k] = send(d, a, msg, t + c);
+                if s.output(d, a).is_some_and(|m| m.to != d) {
+                    arrived[k] = t + c;
                 }
                 start[d].push(t);
-                end[d].push(t + c);
                 free[d] = t + c;
                 makespan = makespan.max(t + c);
                 progress = true;
@@ -271,9 +152,5 @@ fn engine(
             s.kind
         )));
     }
-    Ok(Timed {
-        start,
-        end,
-        makespan,
-    })
+    Ok(Timed { start, makespan })
 }

@@ -23,9 +23,14 @@
 //!
 //! so ZB-H1's idle time is a third of 1F1B's, at the same peak activation memory as 1F1B.
 
-use super::ScheduleKind;
+use super::{Schedule, ScheduleKind};
 use crate::error::{Error, Result};
 use std::fmt;
+
+/// The analytic bubble of schedule `s` (the planner's formula, [`bubble`]).
+pub fn theory(s: &Schedule) -> f64 {
+    bubble(s.kind, s.v, s.p, s.m)
+}
 
 /// Idle fraction of each device's time for schedule `kind` (`v` model chunks per device,
 /// read for interleaved only), p stages, m microbatches; 0 when p ≤ 1.

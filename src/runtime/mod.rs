@@ -21,6 +21,7 @@ mod precision;
 pub mod replay;
 mod report;
 mod state;
+mod timeline;
 mod worker;
 
 pub use check::check;
@@ -30,4 +31,5 @@ pub use fault::{Fault, FaultKind, GradScale};
 pub use groups::{group_members, groups};
 pub use ir::{ChunkShape, Mark, Op, Plan, Program};
 pub use lower::lower;
+pub use timeline::Summary;
 pub use worker::{Comms, OpRecord, Worker, WorkerRun};

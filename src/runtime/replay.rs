@@ -36,6 +36,9 @@ pub struct Clock {
     pub dp_comm: Vec<f64>,
     /// Seconds the step is longer because of data-parallel communication.
     pub exposed_dp: f64,
+    /// Per device, per op of its program: (start, end) on the device clock. A send spans its
+    /// time on the link, a receive its wait, a collective its whole group's time.
+    pub spans: Vec<Vec<(f64, f64)>>,
 }
 
 impl Clock {
@@ -88,6 +91,11 @@ fn run(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free_dp: bool) -> Result<Clo
         busy: vec![0.0; n],
         passes_end: vec![0.0; n],
         dp_comm: vec![0.0; n],
+        spans: plan
+            .programs
+            .iter()
+            .map(|p| vec![(0.0, 0.0); p.ops.len()])
+            .collect(),
         ..Clock::default()
     };
     let mut link_free: HashMap<(usize, usize), f64> = HashMap::new();
@@ -108,23 +116,35 @@ fn run(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free_dp: bool) -> Result<Clo
                             let at = gathered.get(&(d, action.chunk, block)).copied();
                             compute[d] = compute[d].max(at.unwrap_or(0.0));
                         }
+                        clock.spans[d][pc[d]] = (compute[d], compute[d] + c);
                         compute[d] += c;
                         clock.busy[d] += c;
                         clock.passes_end[d] = compute[d];
                     }
-                    Op::Optimizer => compute[d] = compute[d].max(comm[d]) + c,
+                    Op::Optimizer => {
+                        let start = compute[d].max(comm[d]);
+                        compute[d] = start + c;
+                        clock.spans[d][pc[d]] = (start, compute[d]);
+                    }
                     Op::Send { to, flow, .. } => {
                         let l = link_free.entry((d, *to)).or_insert(0.0);
-                        let done = l.max(compute[d]) + c;
-                        *l = done;
-                        arrivals.entry((d, *to, *flow)).or_default().push_back(done);
+                        let start = l.max(compute[d]);
+                        *l = start + c;
+                        clock.spans[d][pc[d]] = (start, start + c);
+                        arrivals
+                            .entry((d, *to, *flow))
+                            .or_default()
+                            .push_back(start + c);
                     }
                     Op::Recv { from, flow, .. } => {
                         match arrivals
                             .get_mut(&(*from, d, *flow))
                             .and_then(VecDeque::pop_front)
                         {
-                            Some(t) => compute[d] = compute[d].max(t),
+                            Some(t) => {
+                                clock.spans[d][pc[d]] = (compute[d], compute[d].max(t));
+                                compute[d] = compute[d].max(t);
+                            }
                             None => break,
                         }
                     }
@@ -147,6 +167,7 @@ fn run(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free_dp: bool) -> Result<Clo
                         let dur = g.iter().map(|&q| cost[q][pc[q]]).fold(0.0, f64::max);
                         let dur = if dp && free_dp { 0.0 } else { dur };
                         for &q in &g {
+                            clock.spans[q][pc[q]] = (start, start + dur);
                             if let Op::Unshard { chunk, block } = other {
                                 gathered.insert((q, *chunk, *block), start + dur);
                             }

@@ -1,5 +1,5 @@
 //! A runtime step seen as a pipeline step: one event per pass (F, B, W) of one replica, in the
-//! form the pipeline timeline reads ([`crate::pipeline::timeline::summarize`], the Chrome trace),
+//! form the wall-clock side of the pipeline summary reads ([`Runtime::summary`], the Chrome trace),
 //! and the per-op device times with scheduler noise taken out for the whole-step replay.
 //!
 //! ```text
