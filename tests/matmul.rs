@@ -10,6 +10,8 @@ use triaxis::{cpu, gpu, kernels::matmul as k, rng::Rng};
 
 /// Every operand f32.
 const F32: Linear = Linear::new(Precision::F32);
+/// Every operand f32, the texture kernel forced.
+const TEXTURE: Linear = F32.with(Kernel::Texture);
 const KERNELS: [Kernel; 2] = [Kernel::Buffer, Kernel::Texture];
 
 /// (n, c, oc). A workgroup covers 64 rows × 128 columns of the output; the last shapes span
@@ -259,17 +261,7 @@ fn texture_limit_falls_back() {
     assert!(k::texture_min_flops(&g).is_none_or(|min| 2 * n * c * oc >= min));
     let (x, w) = (rand(&mut rng, n * c), rand(&mut rng, oc * c));
     let (xb, wb, out) = (buf(&g, &x), buf(&g, &w), poisoned(&g, n * oc));
-    let tex = k::matmul_forward(
-        &g,
-        F32.with(Kernel::Texture),
-        &out,
-        &xb,
-        &wb,
-        None,
-        n,
-        c,
-        oc,
-    );
+    let tex = k::matmul_forward(&g, TEXTURE, &out, &xb, &wb, None, n, c, oc);
     assert!(tex.is_err());
     g.run(&k::matmul_forward(&g, F32, &out, &xb, &wb, None, n, c, oc).unwrap())
         .unwrap();
@@ -297,18 +289,7 @@ fn texture_operands_are_in_the_memory_ledger() {
     );
     let out = poisoned(&g, n * oc);
     let before = g.memory().current.workspace;
-    let ops = k::matmul_forward(
-        &g,
-        F32.with(Kernel::Texture),
-        &out,
-        &xb,
-        &wb,
-        None,
-        n,
-        c,
-        oc,
-    )
-    .unwrap();
+    let ops = k::matmul_forward(&g, TEXTURE, &out, &xb, &wb, None, n, c, oc).unwrap();
     let kt = c.div_ceil(4);
     let texels = kt * n.next_multiple_of(16) + oc.div_ceil(4).next_multiple_of(4) * 4 * kt;
     assert_eq!(
