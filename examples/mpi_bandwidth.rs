@@ -75,18 +75,10 @@ type Checked = (Vec<usize>, Vec<usize>, Option<PathBuf>);
 
 fn main() {
     let a = Args::parse();
-    let checked = validate(&a).unwrap_or_else(|e| {
-        eprintln!("error: {e:#}");
-        std::process::exit(2);
-    });
-    let done = match a.child {
+    flags::exit_status(validate(&a), |checked| match a.child {
         true => child(&a, &checked.0),
         false => parent(&a, checked),
-    };
-    if let Err(e) = done {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
-    }
+    });
 }
 
 /// Every flag, and what the mode needs (mpirun, the train binary); the output directory last.

@@ -88,15 +88,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    // a refused flag exits 2 (before any device work), a failed run 1
-    let checked = validate(&args).unwrap_or_else(|e| {
-        eprintln!("error: {e:#}");
-        std::process::exit(2);
-    });
-    if let Err(e) = run(&args, checked) {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
-    }
+    flags::exit_status(validate(&args), |checked| run(&args, checked));
 }
 
 /// The flags, checked and parsed.

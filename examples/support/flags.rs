@@ -44,6 +44,22 @@ pub const MAX_TFLOPS: f64 = 1e6;
 /// Gradient bucket size in MB (`--bucket-mb`): 1 TB.
 pub const MAX_BUCKET_MB: f64 = 1e6;
 
+/// An example's end as its exit status: flags that `checked` refused exit 2 (before any device
+/// work), a failed `run` 1, each with its error (and its causes) printed.
+pub fn exit_status<C, E: std::fmt::Display, F: std::fmt::Display>(
+    checked: std::result::Result<C, E>,
+    run: impl FnOnce(C) -> std::result::Result<(), F>,
+) {
+    let checked = checked.unwrap_or_else(|e| {
+        eprintln!("error: {e:#}");
+        std::process::exit(2);
+    });
+    if let Err(e) = run(checked) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
 fn bad(msg: String) -> Error {
     Error::Config(msg)
 }
