@@ -1,5 +1,5 @@
-// bf16 bit rules, shared by bf16.wgsl and every packed_*.wgsl (the kernel registry prepends
-// this file to each). The `half` crate (2.x) is the specification, followed by the CPU twins:
+// bf16 bit rules, shared by bf16.wgsl, store_bf16.wgsl (the bf16 prelude of every family
+// written once) and packed_attention.wgsl (the kernel registry prepends this file to each). The `half` crate (2.x) is the specification, followed by the CPU twins:
 //   narrow: NaN -> (bits >> 16) | 0x0040 (quiet NaN, sign and high payload kept);
 //           else round to nearest even on the f32 bits, (x + 0x7fff + ((x >> 16) & 1)) >> 16
 //           (carries into the exponent as needed: f32::MAX -> inf).

@@ -1,7 +1,7 @@
 // Global gradient norm and AdamW, one body for both precisions behind the storage prelude
 // (store_f32.wgsl / store_bf16.wgsl): gradients and parameters are words of the run's
 // precision; the master weights and Adam moments are always f32 words. Under f32 the master
-// weights are the parameters, bound twice.
+// weights are the parameters (the in-place entries).
 //
 //   norm_partials (scratch | grads)    partial p sums the squares of one contiguous chunk of
 //                                      the leading units → scratch[p]. A unit is four f32
@@ -9,20 +9,26 @@
 //                                      two halves, then zeros); partials sum lane-wise.
 //   norm_final    (out, scratch | grads)  one workgroup: the elements past the last whole unit
 //                                      (f32: n % 4) plus the partials, in a fixed tree → out[0]
-//   adamw (params, master, m, v, grads | hp, norm_sq)  thread per parameter word
+//   adamw (params, master, m, v, grads | hp, norm_sq)  mixed precision: thread per parameter word
+//   adamw_in_place[4] (params, grads, m, v | hp, norm_sq)  f32: the parameters are the master
+//                                      weights; four elements a thread, then the tail
 //
 // Contiguous chunks per thread stream through memory (8 sequential streams per SIMD row on the
 // software adapter, ~3× faster than a strided partition there). The partition depends only on
 // the length, so the norm repeats bit for bit. Gradients are bound read_write only so that they
 // may share one buffer with the views written by the same dispatch.
 
-struct Dims { n: u32, parts: u32, decay_end: u32, _pad: u32 }
+struct Dims { n: u32, parts: u32, decay_end: u32, start: u32 }
 @group(0) @binding(0) var<uniform> d: Dims;
 
 const WG: u32 = 256u;
 // Words and elements of one norm unit.
 const UNIT_WORDS: u32 = 4u / (LANES * LANES);
 const UNIT: u32 = UNIT_WORDS * LANES;
+
+fn f(w: u32) -> f32 {
+    return bitcast<f32>(w);
+}
 
 // ---- grad norm ----
 @group(0) @binding(1) var<storage, read_write> n_scratch: array<u32>;
@@ -85,14 +91,6 @@ fn norm_final(@builtin(local_invocation_index) l: u32) {
 // Hyper-parameters of this step (cpu::AdamW), uploaded every step; t counts from 1.
 struct Hyper { lr: f32, beta1: f32, beta2: f32, eps: f32, weight_decay: f32, t: u32, clip: f32, _pad: u32 }
 
-@group(0) @binding(1) var<storage, read_write> a_params: array<u32>;
-@group(0) @binding(2) var<storage, read_write> a_master: array<u32>;
-@group(0) @binding(3) var<storage, read_write> a_m: array<u32>;
-@group(0) @binding(4) var<storage, read_write> a_v: array<u32>;
-@group(0) @binding(5) var<storage, read_write> a_grads: array<u32>;
-@group(0) @binding(6) var<storage, read> hp: Hyper;
-@group(0) @binding(7) var<storage, read> norm_sq: array<u32>;
-
 // a^b by square-and-multiply: the same f32 steps as Rust's f32::powi.
 fn powi(a0: f32, b0: u32) -> f32 {
     var a = a0;
@@ -110,42 +108,103 @@ fn powi(a0: f32, b0: u32) -> f32 {
 // The per-step constants every thread derives from hp and the norm.
 struct Step { scale: f32, bc1: f32, bc2: f32 }
 
-fn step_constants(h: Hyper) -> Step {
+fn step_constants(h: Hyper, norm_sq: u32) -> Step {
     // Clip: scale = clip / ‖g‖ when clip > 0 and ‖g‖ > clip (cpu::AdamW::clip_scale).
-    let norm = sqrt(bitcast<f32>(norm_sq[0]));
+    let norm = sqrt(bitcast<f32>(norm_sq));
     let scale = select(1.0, h.clip / norm, h.clip > 0.0 && norm > h.clip);
     return Step(scale, 1.0 - powi(h.beta1, h.t), 1.0 - powi(h.beta2, h.t));
 }
 
-// Element i: the f32 steps of cpu::adamw on its master weight and moments; returns the new
-// master weight.
-fn update(i: u32, g0: f32, k: Step, h: Hyper) -> f32 {
+// Element i with gradient g0, moments m0, v0 and master weight p: the f32 steps of cpu::adamw.
+// Returns (m, v, the new master weight).
+fn adam(i: u32, g0: f32, m0: f32, v0: f32, p: f32, k: Step, h: Hyper) -> vec3<f32> {
     let g = g0 * k.scale;
-    let m = h.beta1 * bitcast<f32>(a_m[i]) + (1.0 - h.beta1) * g;
-    let v = h.beta2 * bitcast<f32>(a_v[i]) + (1.0 - h.beta2) * g * g;
-    a_m[i] = bitcast<u32>(m);
-    a_v[i] = bitcast<u32>(v);
+    let m = h.beta1 * m0 + (1.0 - h.beta1) * g;
+    let v = h.beta2 * v0 + (1.0 - h.beta2) * g * g;
     let mhat = m / k.bc1;
     let vhat = v / k.bc2;
     let wd = select(0.0, h.weight_decay, i < d.decay_end);
-    let p = bitcast<f32>(a_master[i]);
-    let q = p - h.lr * (mhat / (sqrt(vhat) + h.eps) + wd * p);
-    a_master[i] = bitcast<u32>(q);
-    return q;
+    return vec3<f32>(m, v, p - h.lr * (mhat / (sqrt(vhat) + h.eps) + wd * p));
 }
+
+// Mixed precision: f32 master weights beside the parameters, which receive them rounded.
+//   adamw (params, master, m, v, grads | hp, norm_sq)   thread per parameter word
+@group(0) @binding(1) var<storage, read_write> a_params: array<u32>;
+@group(0) @binding(2) var<storage, read_write> a_master: array<u32>;
+@group(0) @binding(3) var<storage, read_write> a_m: array<u32>;
+@group(0) @binding(4) var<storage, read_write> a_v: array<u32>;
+@group(0) @binding(5) var<storage, read_write> a_grads: array<u32>;
+@group(0) @binding(6) var<storage, read> a_hp: Hyper;
+@group(0) @binding(7) var<storage, read> a_norm_sq: array<u32>;
 
 @compute @workgroup_size(256)
 fn adamw(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let w = gid.x + gid.y * nwg.x * WG;
     if (LANES * w >= d.n) { return; }
-    let h = hp;
-    let k = step_constants(h);
+    let h = a_hp;
+    let k = step_constants(h, a_norm_sq[0]);
     let gw = a_grads[w];
     var q = vec2<f32>(0.0);
     for (var j = 0u; j < LANES; j++) {
         let i = LANES * w + j;
-        if (i < d.n) { q[j] = update(i, lane(gw, j), k, h); }
+        if (i < d.n) {
+            let r = adam(i, lane(gw, j), f(a_m[i]), f(a_v[i]), f(a_master[i]), k, h);
+            a_m[i] = bitcast<u32>(r.x);
+            a_v[i] = bitcast<u32>(r.y);
+            a_master[i] = bitcast<u32>(r.z);
+            q[j] = r.z;
+        }
     }
-    // f32: the master weights are the parameters, already written
-    if (LANES > 1u) { a_params[w] = word(w, q, d.n); }
+    a_params[w] = word(w, q, d.n);
+}
+
+// f32: the parameters are the master weights, updated in place.
+//   adamw_in_place4 (params, grads, m, v | hp, norm_sq)  thread per four elements of the leading n/4·4
+//   adamw_in_place  (params, grads, m, v | hp, norm_sq)  thread per element from d.start (the tail)
+@group(0) @binding(1) var<storage, read_write> p_params: array<u32>;
+@group(0) @binding(2) var<storage, read_write> p_grads: array<u32>;
+@group(0) @binding(3) var<storage, read_write> p_m: array<u32>;
+@group(0) @binding(4) var<storage, read_write> p_v: array<u32>;
+@group(0) @binding(5) var<storage, read> p_hp: Hyper;
+@group(0) @binding(6) var<storage, read> p_norm_sq: array<u32>;
+
+@compute @workgroup_size(256)
+fn adamw_in_place(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = d.start + gid.x + gid.y * nwg.x * WG;
+    if (i >= d.n) { return; }
+    let h = p_hp;
+    let k = step_constants(h, p_norm_sq[0]);
+    let r = adam(i, f(p_grads[i]), f(p_m[i]), f(p_v[i]), f(p_params[i]), k, h);
+    p_m[i] = bitcast<u32>(r.x);
+    p_v[i] = bitcast<u32>(r.y);
+    p_params[i] = bitcast<u32>(r.z);
+}
+
+@group(0) @binding(1) var<storage, read_write> p4_params: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read_write> p4_grads: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read_write> p4_m: array<vec4<u32>>;
+@group(0) @binding(4) var<storage, read_write> p4_v: array<vec4<u32>>;
+
+@compute @workgroup_size(256)
+fn adamw_in_place4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let q = gid.x + gid.y * nwg.x * WG;
+    if (q >= d.n / 4u) { return; }
+    let h = p_hp;
+    let k = step_constants(h, p_norm_sq[0]);
+    let g = p4_grads[q];
+    let m = p4_m[q];
+    let v = p4_v[q];
+    let p = p4_params[q];
+    var om = vec4<u32>(0u);
+    var ov = vec4<u32>(0u);
+    var op = vec4<u32>(0u);
+    for (var j = 0u; j < 4u; j++) {
+        let r = adam(4u * q + j, f(g[j]), f(m[j]), f(v[j]), f(p[j]), k, h);
+        om[j] = bitcast<u32>(r.x);
+        ov[j] = bitcast<u32>(r.y);
+        op[j] = bitcast<u32>(r.z);
+    }
+    p4_m[q] = om;
+    p4_v[q] = ov;
+    p4_params[q] = op;
 }

@@ -188,8 +188,8 @@ impl Engine {
         self.rt.opts.serial = serial;
     }
 
-    /// The last step of replica 0 as a pipeline report (one event per pass), for the pipeline
-    /// timeline on both clocks and its Chrome trace; `None` before the first step.
+    /// The last step of replica 0 as a pipeline report (one event per pass on the wall clock);
+    /// `None` before the first step.
     pub fn report(&self) -> Result<Option<StepReport>> {
         match &self.last {
             Some(run) => Ok(Some(self.rt.report(run, 0)?)),

@@ -221,6 +221,12 @@ fn bad_arguments_are_errors() {
     let Some(g) = gpu::test_gpu() else { return };
     let (a, small) = (g.buffer("a", 64), g.buffer("small", 3));
     assert!(k::matmul_forward(&g, F32, &a, &a, &a, None, 0, 4, 4).is_err());
+    assert!(k::matmul_forward(&g, F32, &a, &a, &a, None, 2, 4, 4).is_ok());
+    let bf16_io = Linear {
+        io: Precision::Bf16,
+        ..F32
+    };
+    assert!(k::matmul_forward(&g, bf16_io, &a, &a, &a, None, 2, 4, 4).is_err());
     assert!(k::matmul_forward(&g, F32, &small, &a, &a, None, 2, 4, 4).is_err());
     assert!(k::matmul_backward(&g, F32, &a, &a, Some(&small), &a, &a, &a, 2, 4, 4).is_err());
     assert!(k::matmul_backward(&g, F32, &a, &small, None, &a, &a, &a, 2, 4, 4).is_err());

@@ -288,4 +288,23 @@ fn bad_layouts_are_clear_errors() {
     assert!(e.to_string().contains("accumulates 4"), "{e}");
     let e = triaxis::model::Micro::of(10, 4, 8).unwrap_err();
     assert!(e.to_string().contains("do not divide"), "{e}");
+    // a link model that cannot price a message (the device clock would be inf or NaN)
+    for link in [
+        triaxis::pipeline::Link::measured(0.0, 1e-6),
+        triaxis::pipeline::Link::measured(1e9, f64::NAN),
+    ] {
+        let opts = RuntimeOptions {
+            link,
+            ..RuntimeOptions::default()
+        };
+        let e = engine(
+            &gpus,
+            cfg(2),
+            pipeline(ScheduleKind::OneFOneB, 2, 2, 1),
+            opts,
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("positive bandwidth"), "{e}");
+    }
 }

@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 
-use super::ledger::{Entry, Kind, Ledger, Stamp};
+use super::ledger::{Entry, EntryKind, Ledger, Stamp};
 use super::ring::{even_bounds, Phases, Ring};
 use super::{check_bufs, Opts};
 use crate::error::{Error, Result};
@@ -53,7 +53,7 @@ pub(super) fn tree_sum(bufs: &mut [Vec<f32>], average: bool, stamp: &Stamp) -> V
                 for (a, x) in lo[r].iter_mut().zip(&hi[0]) {
                     *a += *x;
                 }
-                let kind = Kind::Hop {
+                let kind = EntryKind::Hop {
                     to: r,
                     round: level,
                 };
@@ -71,7 +71,7 @@ pub(super) fn tree_sum(bufs: &mut [Vec<f32>], average: bool, stamp: &Stamp) -> V
     for (i, x) in rest.iter_mut().enumerate() {
         let t = Instant::now();
         x.copy_from_slice(&first[0]);
-        let kind = Kind::Hop {
+        let kind = EntryKind::Hop {
             to: i + 1,
             round: level,
         };
@@ -90,7 +90,7 @@ pub(super) fn naive_sum(bufs: &mut [Vec<f32>], average: bool, stamp: &Stamp) -> 
         for (a, x) in acc.iter_mut().zip(x) {
             *a += *x;
         }
-        let kind = Kind::Hop { to: 0, round: 0 };
+        let kind = EntryKind::Hop { to: 0, round: 0 };
         entries.push(stamp.entry(r, kind, bytes, t.elapsed().as_secs_f64()));
     }
     if average {
@@ -100,7 +100,7 @@ pub(super) fn naive_sum(bufs: &mut [Vec<f32>], average: bool, stamp: &Stamp) -> 
     for (r, x) in bufs.iter_mut().enumerate().skip(1) {
         let t = Instant::now();
         x.copy_from_slice(&acc);
-        let kind = Kind::Hop { to: r, round: 1 };
+        let kind = EntryKind::Hop { to: r, round: 1 };
         entries.push(stamp.entry(0, kind, bytes, t.elapsed().as_secs_f64()));
     }
     bufs[0] = acc;
@@ -185,7 +185,7 @@ pub(super) fn broadcast_copy(bufs: &mut [Vec<f32>], root: usize, stamp: &Stamp) 
     for (r, x) in others {
         let t = Instant::now();
         x.copy_from_slice(src);
-        let kind = Kind::Hop { to: r, round: 0 };
+        let kind = EntryKind::Hop { to: r, round: 0 };
         entries.push(stamp.entry(root, kind, bytes, t.elapsed().as_secs_f64()));
     }
     entries

@@ -25,7 +25,7 @@ use crate::link::Link;
 
 /// What one ledger entry moved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum EntryKind {
     /// Device `rank` → host (staging in).
     Download,
     /// Host rank `from` → host rank `to` during `round` of the algorithm: the transfer a
@@ -50,7 +50,7 @@ pub struct Entry {
     pub group: Vec<usize>,
     /// The sending rank for `Hop` and `Download`, the receiving rank for `Upload`.
     pub rank: usize,
-    pub kind: Kind,
+    pub kind: EntryKind,
     pub bytes: u64,
     /// Measured seconds: staging copy time, or for a ring hop from the sender's send to the
     /// receiver taking the chunk (includes waiting for a slow peer).
@@ -62,15 +62,15 @@ pub struct Entry {
 
 impl Entry {
     pub fn is_hop(&self) -> bool {
-        matches!(self.kind, Kind::Hop { .. })
+        matches!(self.kind, EntryKind::Hop { .. })
     }
     /// Sort key that makes ledgers independent of thread timing:
     /// call, then downloads, hops by round, uploads, then rank (and receiver).
     pub(crate) fn order(&self) -> (usize, usize, usize, usize, usize) {
         let (k, round, to) = match self.kind {
-            Kind::Download => (0, 0, 0),
-            Kind::Hop { round, to } => (1, round, to),
-            Kind::Upload => (2, 0, 0),
+            EntryKind::Download => (0, 0, 0),
+            EntryKind::Hop { round, to } => (1, round, to),
+            EntryKind::Upload => (2, 0, 0),
         };
         (self.call, k, round, self.rank, to)
     }
@@ -153,7 +153,7 @@ impl Ledger {
     pub fn link_clock(&self) -> f64 {
         let mut rounds: Vec<((usize, usize), f64)> = Vec::new();
         for e in &self.entries {
-            if let Kind::Hop { round, .. } = e.kind {
+            if let EntryKind::Hop { round, .. } = e.kind {
                 match rounds.iter_mut().find(|(k, _)| *k == (e.call, round)) {
                     Some((_, t)) => *t = t.max(e.link_time),
                     None => rounds.push(((e.call, round), e.link_time)),
@@ -250,9 +250,9 @@ pub(crate) struct Stamp<'a> {
 }
 
 impl Stamp<'_> {
-    pub fn entry(&self, rank: usize, kind: Kind, bytes: u64, wall: f64) -> Entry {
+    pub fn entry(&self, rank: usize, kind: EntryKind, bytes: u64, wall: f64) -> Entry {
         let link_time = match kind {
-            Kind::Hop { .. } => self.link.transfer_time(bytes),
+            EntryKind::Hop { .. } => self.link.transfer_time(bytes),
             _ => 0.0,
         };
         Entry {

@@ -43,7 +43,7 @@ use std::time::Duration;
 pub(crate) use ledger::Stamp;
 pub use ledger::{
     chunk, ring_all_gather_rank_bytes, ring_all_reduce_bytes, ring_all_reduce_group_bytes,
-    ring_all_reduce_rank_bytes, ring_reduce_scatter_rank_bytes, Entry, Kind, Ledger,
+    ring_all_reduce_rank_bytes, ring_reduce_scatter_rank_bytes, Entry, EntryKind, Ledger,
 };
 pub use ring::{even_bounds, rounds, Phases, Round};
 

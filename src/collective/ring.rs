@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
-use super::ledger::{chunk, Entry, Kind, Stamp};
+use super::ledger::{chunk, Entry, EntryKind, Stamp};
 use super::Opts;
 use crate::error::{Error, Result};
 use crate::rng::Rng;
@@ -323,7 +323,7 @@ impl Ring<'_> {
         for r in 0..d {
             let left = (r + d - 1) % d;
             for rd in rounds(r, d, self.phases) {
-                let kind = Kind::Hop {
+                let kind = EntryKind::Hop {
                     to: r,
                     round: rd.round,
                 };

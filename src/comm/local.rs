@@ -18,7 +18,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use super::early::Early;
 use super::wait::Switch;
 use super::{check_bounds, Communicator, Tag};
-use crate::collective::{self, host, Algo, Entry, Kind, Ledger, Opts, Phases};
+use crate::collective::{self, host, Algo, Entry, EntryKind, Ledger, Opts, Phases};
 use crate::error::{Error, Result};
 use crate::link::Link;
 
@@ -355,7 +355,7 @@ impl Communicator for LocalComm {
         let stamp = l.begin("send", self.size(), &self.link)?;
         let e = stamp.entry(
             self.rank,
-            Kind::Hop { to, round: 0 },
+            EntryKind::Hop { to, round: 0 },
             bytes,
             t.elapsed().as_secs_f64(),
         );

@@ -15,7 +15,7 @@
 
 use std::time::Instant;
 
-use crate::collective::{rounds, Entry, Kind, Phases, Stamp};
+use crate::collective::{rounds, Entry, EntryKind, Phases, Stamp};
 use crate::error::Result;
 
 /// The two ordered streams from one rank to another.
@@ -124,7 +124,7 @@ pub(crate) fn ring(
             own.iter_mut().zip(floats).for_each(|(x, v)| *x = v);
         }
         wire.recycle(got);
-        let kind = Kind::Hop {
+        let kind = EntryKind::Hop {
             to: right,
             round: round.round,
         };
@@ -150,7 +150,7 @@ pub(crate) fn ring_hops(
         .iter()
         .map(|x| {
             let bytes = 4 * (bounds[x.send + 1] - bounds[x.send]) as u64;
-            let kind = Kind::Hop {
+            let kind = EntryKind::Hop {
                 to: (r + 1) % d,
                 round: x.round,
             };
@@ -177,7 +177,7 @@ pub(crate) fn broadcast(
     for to in (0..d).filter(|&q| q != root) {
         let t = Instant::now();
         wire.put(Lane::Coll, to, bytes.clone())?;
-        let kind = Kind::Hop { to, round: 0 };
+        let kind = EntryKind::Hop { to, round: 0 };
         entries.push(stamp.entry(r, kind, bytes.len() as u64, t.elapsed().as_secs_f64()));
     }
     Ok(entries)

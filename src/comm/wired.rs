@@ -19,7 +19,7 @@ use std::time::Instant;
 use super::early::Early;
 use super::p2p::{self, from_bytes, to_bytes, Lane, Wire};
 use super::{check_bounds, Communicator, Tag};
-use crate::collective::{self, host, Algo, Entry, Kind, Ledger, Opts, Phases, Stamp};
+use crate::collective::{self, host, Algo, Entry, EntryKind, Ledger, Opts, Phases, Stamp};
 use crate::error::{Error, Result};
 use crate::link::Link;
 
@@ -152,7 +152,7 @@ impl<W> WireComm<W> {
         let mut entries = Vec::new();
         if r != 0 {
             self.wire.put(Lane::Coll, 0, to_bytes(buf))?;
-            entries.push(stamp.entry(r, Kind::Hop { to: 0, round: 0 }, bytes, 0.0));
+            entries.push(stamp.entry(r, EntryKind::Hop { to: 0, round: 0 }, bytes, 0.0));
             *buf = from_bytes(&self.wire.take(Lane::Coll, 0)?);
         } else if d > 1 {
             let mut bufs = vec![std::mem::take(buf)];
@@ -171,7 +171,7 @@ impl<W> WireComm<W> {
             for (q, b) in bufs.iter().enumerate().skip(1) {
                 self.wire.put(Lane::Coll, q, to_bytes(b))?;
                 let wall = t.elapsed().as_secs_f64();
-                entries.push(stamp.entry(0, Kind::Hop { to: q, round: 1 }, bytes, wall));
+                entries.push(stamp.entry(0, EntryKind::Hop { to: q, round: 1 }, bytes, wall));
             }
             *buf = bufs.swap_remove(0);
         }
@@ -314,7 +314,7 @@ impl<W: Transport> Communicator for WireComm<W> {
                     // what `p2p::broadcast` records: the root's hop to every other rank
                     let peers: Vec<usize> = (0..d).filter(|&q| q != root && r == root).collect();
                     let each = wall / peers.len().max(1) as f64;
-                    let hop = |to| stamp.entry(r, Kind::Hop { to, round: 0 }, bytes, each);
+                    let hop = |to| stamp.entry(r, EntryKind::Hop { to, round: 0 }, bytes, each);
                     peers.into_iter().map(hop).collect()
                 },
             );
@@ -348,7 +348,7 @@ impl<W: Transport> Communicator for WireComm<W> {
         let bytes = 4 * data.len() as u64;
         let e = stamp.entry(
             self.rank,
-            Kind::Hop { to, round: 0 },
+            EntryKind::Hop { to, round: 0 },
             bytes,
             t.elapsed().as_secs_f64(),
         );

@@ -268,8 +268,14 @@ fn product(
     }
 }
 
-/// Rejects empty or oversized dimensions (every padded index must fit a u32 in the shader).
-fn check_dims(n: usize, c: usize, oc: usize) -> Result<()> {
+/// Rejects a `Linear` no shader runs (an f32 layer's output in bf16), and empty or oversized
+/// dimensions (every padded index must fit a u32 in the shader).
+fn check_dims(l: Linear, n: usize, c: usize, oc: usize) -> Result<()> {
+    if l.p == Precision::F32 && l.io == Precision::Bf16 {
+        return Err(Error::Config(
+            "matmul: an f32 layer's output and dout are f32 (bf16 io needs bf16 weights)".into(),
+        ));
+    }
     if n == 0 || c == 0 || oc == 0 {
         return Err(Error::Config(format!(
             "matmul: dimensions must be ≥ 1 (n={n}, c={c}, oc={oc})"
@@ -324,7 +330,7 @@ pub fn matmul_forward(
     oc: usize,
 ) -> Result<Vec<Op>> {
     let (e, p) = ("matmul_forward", l.p);
-    check_dims(n, c, oc)?;
+    check_dims(l, n, c, oc)?;
     even_rows(e, "out", "oc", l.io, n, oc)?;
     need(e, "out", out, l.io, n * oc)?;
     need(e, "inp", inp, p, n * c)?;
@@ -377,7 +383,7 @@ pub fn matmul_backward_input(
     oc: usize,
 ) -> Result<Vec<Op>> {
     let (e, p) = ("matmul_backward_input", l.p);
-    check_dims(n, c, oc)?;
+    check_dims(l, n, c, oc)?;
     even_rows(e, "dinp", "c", p, n, c)?;
     need(e, "dinp", dinp, p, n * c)?;
     need(e, "dout", dout, l.io, n * oc)?;
@@ -402,7 +408,7 @@ pub fn matmul_backward_weight(
     oc: usize,
 ) -> Result<Vec<Op>> {
     let (e, p) = ("matmul_backward_weight", l.p);
-    check_dims(n, c, oc)?;
+    check_dims(l, n, c, oc)?;
     even_rows(e, "dweight", "c", p, oc, c)?;
     need(e, "dweight", dweight, p, oc * c)?;
     need(e, "dout", dout, l.io, n * oc)?;

@@ -11,7 +11,8 @@
 //! `scratch[p]`, then one workgroup adds the elements past the last whole chunk unit (`n % 4`
 //! under f32) and the `P` partials in a fixed tree. The partition depends only on `n`, so the
 //! result repeats bit for bit.
-//! `adamw` is one thread per parameter word; its hyper-parameters come from a small storage
+//! `adamw` is one thread per four f32 elements (and one per tail element), or per packed bf16
+//! word; its hyper-parameters come from a small storage
 //! buffer (`hyper_words`, uploaded every step) so the recorded ops can be replayed, and the clip
 //! factor is computed on the device from the norm, so no read-back is needed.
 
@@ -126,10 +127,11 @@ pub fn hyper_words(h: &cpu::AdamW) -> [u32; 8] {
 /// One AdamW step over `n = m.len` elements, twin `cpu::adamw` (f32) or
 /// `cpu::packed::optim::adamw_bf16` with `grad_scale = h.clip_scale(sqrt(norm_sq[0]))`.
 /// `params` and `grads` are exactly `p.words(n)` words of precision `p`; `m`, `v` and the
-/// `master` weights are `n` f32 elements. Under f32 `master` is `None` (the parameters are the
-/// master weights); under bf16 it is required and `params` receive it rounded. `hp` holds
-/// `hyper_words` (8 words); elements with index < `decay_end` get weight decay. grads is bound
-/// read_write so that every view may live in one buffer.
+/// `master` weights are `n` f32 elements. Under f32 `master` is `None`: the parameters are the
+/// master weights, updated in place (a thread per four elements, and one for each of the
+/// `n % 4` tail elements). Under bf16 it is required and `params` receive it rounded (a thread
+/// per parameter word). `hp` holds `hyper_words` (8 words); elements with index < `decay_end`
+/// get weight decay. grads is bound read_write so that every view may live in one buffer.
 #[allow(clippy::too_many_arguments)]
 pub fn adamw(
     g: &Gpu,
@@ -144,9 +146,8 @@ pub fn adamw(
     decay_end: usize,
 ) -> Result<Vec<Op>> {
     let n = m.len;
-    let master = match (p, master) {
-        (Precision::F32, None) => params,
-        (Precision::Bf16, Some(w)) => w,
+    match (p, master) {
+        (Precision::F32, None) | (Precision::Bf16, Some(_)) => {}
         (_, w) => {
             return Err(Error::Config(format!(
                 "adamw {p}: master weights {} (f32 updates its parameters in place, bf16 \
@@ -154,8 +155,8 @@ pub fn adamw(
                 if w.is_some() { "given" } else { "missing" }
             )))
         }
-    };
-    for (name, x) in [("master", master), ("v", v)] {
+    }
+    for (name, x) in [("master", master.unwrap_or(v)), ("v", v)] {
         if x.len != n {
             return Err(Error::Config(format!(
                 "adamw {p}: {name} has {} elements, m {n}",
@@ -167,24 +168,59 @@ pub fn adamw(
     exact(p, "adamw grads", grads, n)?;
     need("adamw hp", hp, 8)?;
     need("adamw norm_sq", norm_sq, 1)?;
-    if n == 0 {
-        return Ok(Vec::new());
-    }
     let (hp, norm_sq) = (hp.slice(0, 8), norm_sq.slice(0, 1));
-    Ok(vec![op(
-        g,
-        shader(p),
-        "adamw",
-        &dims("adamw", n, 0, decay_end)?,
-        &[
-            Arg::W(params),
-            Arg::W(master),
-            Arg::W(m),
-            Arg::W(v),
-            Arg::W(grads),
-            Arg::R(&hp),
-            Arg::R(&norm_sq),
-        ],
-        groups_1d(params.len),
-    )?])
+    let mut ops = Vec::new();
+    if let Some(master) = master {
+        if n > 0 {
+            ops.push(op(
+                g,
+                shader(p),
+                "adamw",
+                &dims("adamw", n, 0, decay_end)?,
+                &[
+                    Arg::W(params),
+                    Arg::W(master),
+                    Arg::W(m),
+                    Arg::W(v),
+                    Arg::W(grads),
+                    Arg::R(&hp),
+                    Arg::R(&norm_sq),
+                ],
+                groups_1d(params.len),
+            )?);
+        }
+        return Ok(ops);
+    }
+    // f32 in place: the leading n/4 vec4s, then the tail
+    let body = n / 4 * 4;
+    let mut d = dims("adamw", n, 0, decay_end)?;
+    for (entry, vec4, len) in [
+        ("adamw_in_place4", true, body),
+        ("adamw_in_place", false, n - body),
+    ] {
+        if len == 0 {
+            continue;
+        }
+        // the vec4 entry binds the leading vec4s, a thread each; the tail entry the whole
+        // views, a thread per element from `body`
+        let (threads, start) = if vec4 { (body / 4, 0) } else { (len, body) };
+        d[3] = start as u32;
+        let s = |x: &View| if vec4 { x.slice(0, body) } else { x.clone() };
+        ops.push(op(
+            g,
+            shader(p),
+            entry,
+            &d,
+            &[
+                Arg::W(&s(params)),
+                Arg::W(&s(grads)),
+                Arg::W(&s(m)),
+                Arg::W(&s(v)),
+                Arg::R(&hp),
+                Arg::R(&norm_sq),
+            ],
+            groups_1d(threads),
+        )?);
+    }
+    Ok(ops)
 }

@@ -100,6 +100,10 @@ pub(super) fn validate(
 ) -> Result<()> {
     cfg.validate()?;
     mesh.validate(&cfg.model, cfg.micro.b, cfg.micro.t, devices)?;
+    prices("link", &opts.link)?;
+    prices("tensor-parallel link", &opts.tp_link)?;
+    opts.link.validate("the link model")?;
+    opts.tp_link.validate("the tensor-parallel link model")?;
     if cfg.grad_accum != mesh.microbatches {
         return Err(Error::Config(format!(
             "the configuration accumulates {} microbatches but the layout runs {} per replica; \
@@ -119,6 +123,21 @@ pub(super) fn validate(
         tree_fits(mesh, opts.dp_algo)?;
     }
     Ok(())
+}
+
+/// Whether link model `l` prices every message of the device clock: a bandwidth > 0 (infinite:
+/// the ideal link) and a finite latency ≥ 0.
+fn prices(what: &str, l: &Link) -> Result<()> {
+    let bandwidth_ok = l.bandwidth_bytes_per_s > 0.0; // false for NaN
+    let latency_ok = l.latency_s >= 0.0 && l.latency_s.is_finite();
+    if bandwidth_ok && latency_ok {
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "the {what} model {:?} needs a positive bandwidth and a finite latency ≥ 0, got {} B/s \
+         and {} s",
+        l.name, l.bandwidth_bytes_per_s, l.latency_s
+    )))
 }
 
 /// Whether pairwise-tree accumulation can give layout-invariant bits on `mesh`: unsharded

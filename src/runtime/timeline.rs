@@ -5,7 +5,7 @@
 //! - **device clock**: the runtime's one replay of the step ([`Runtime::clock`]): every op at
 //!   its measured kernel time (each pass at the median of its kind on its device), every
 //!   message and collective at its link-model time, each device an independent resource —
-//!   what independent devices would do. The bubble in [`crate::step::StepCosts`] is the same
+//!   what independent devices would do. The bubble in [`crate::engine::StepCosts`] is the same
 //!   replay.
 //!
 //! Bubble, as the formula means it: the idle share of the *busiest* device's time over the
@@ -148,7 +148,9 @@ impl Runtime {
             let Some(d) = self.at_position(pos).next() else {
                 continue;
             };
-            for (op, &(a, e)) in self.plan.programs[d].ops.iter().zip(&clock.spans[d]) {
+            let records = &run.runs[d].records;
+            let ops = self.plan.programs[d].ops.iter().zip(&clock.spans[d]);
+            for ((op, &(a, e)), rec) in ops.zip(records) {
                 match op {
                     Op::Compute { action, .. } => {
                         ev.push(
@@ -161,7 +163,7 @@ impl Runtime {
                         let tid = 100 + pos * s.p + to;
                         ev.push(json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": tid, "args": {"name": format!("link {pos}→{to}")}}));
                         ev.push(
-                            json!({"ph": "X", "pid": 0, "tid": tid, "name": s.label(pos, action),
+                            json!({"ph": "X", "pid": 0, "tid": tid, "name": format!("{} {} B", s.label(pos, action), rec.bytes),
                             "cat": "transfer", "ts": us(a), "dur": us(e - a)}),
                         );
                     }

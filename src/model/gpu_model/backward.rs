@@ -145,10 +145,10 @@ impl GpuModel {
             if self.recompute == Recompute::Full {
                 // the layer's forward again, up to gelu, into the shared workspace
                 let cut = lo.cut.map(|i| (i, a.attproj.clone()));
-                self.replay(&mut ops, Some(&mut cuts), &lo.upto_gelu, cut.clone())?;
+                self.recompute(&mut ops, Some(&mut cuts), &lo.upto_gelu, cut.clone())?;
                 if self.split {
                     // W runs later, after other passes reused the workspace: again there
-                    self.replay(&mut wops, None, &lo.upto_gelu, cut)?;
+                    self.recompute(&mut wops, None, &lo.upto_gelu, cut)?;
                 }
             }
             let w = |x: &str| p(&format!("h{l}.{x}"));
@@ -232,7 +232,7 @@ impl GpuModel {
             ready.push((ops.len(), names(&["attprojw", "attprojb"])));
             if self.recompute == Recompute::Selective {
                 // attention's probabilities again, from the kept qkv
-                self.replay(&mut ops, None, &lo.attention, None)?;
+                self.recompute(&mut ops, None, &lo.attention, None)?;
             }
             ops.extend(
                 kern.attention_backward(dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, ct, ht)?,
@@ -299,7 +299,7 @@ impl GpuModel {
 
     /// Appends the forward's ops `r` to `ops` (a recomputation); the forward's tensor-parallel
     /// cut `cut` = (op index, view), when inside `r`, becomes a cut of `ops`'s pass.
-    fn replay(
+    fn recompute(
         &self,
         ops: &mut Vec<Op>,
         mut cuts: Option<&mut Cuts>,
