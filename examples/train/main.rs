@@ -92,7 +92,7 @@ fn main() {
     let code = match run(&a) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            report::eprint_whole(&format!("error: {e:#}\n"));
             2
         }
     };
@@ -346,19 +346,21 @@ fn run(a: &Args) -> anyhow::Result<i32> {
             Ok(sig.exit_code())
         }
         _ => {
-            eprintln!(
-                "error: {}{}",
+            // one write: ranks sharing a pipe or terminal must not interleave inside a line
+            let mut text = format!(
+                "error: {}{}\nstopped at step {}\n",
                 report::rank_label(),
-                error.unwrap_or_default()
+                error.unwrap_or_default(),
+                st.step
             );
-            eprintln!("stopped at step {}", st.step);
-            match st.last_checkpoint {
-                Some(k) => eprintln!(
-                    "the last good checkpoint ({}, step {k}) is intact",
+            text += &match st.last_checkpoint {
+                Some(k) => format!(
+                    "the last good checkpoint ({}, step {k}) is intact\n",
                     a.checkpoint.display()
                 ),
-                None => eprintln!("no checkpoint had been written"),
-            }
+                None => "no checkpoint had been written\n".to_string(),
+            };
+            report::eprint_whole(&text);
             if report::is_lead() {
                 eprintln!("run record written to {}", a.record.display());
             }

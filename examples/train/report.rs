@@ -50,6 +50,13 @@ pub fn rank_label() -> &'static str {
     RANK_LABEL.get().map_or("", String::as_str)
 }
 
+/// Writes `text` to stderr in one call, so that the lines of ranks sharing a pipe or terminal
+/// do not interleave inside a line.
+pub fn eprint_whole(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
 /// Whether this process writes the run record: the only process, or MPI rank 0.
 pub fn is_lead() -> bool {
     !FOLLOWER.load(std::sync::atomic::Ordering::Relaxed)
