@@ -102,8 +102,6 @@ pub(super) fn validate(
     mesh.validate(&cfg.model, cfg.micro.b, cfg.micro.t, devices)?;
     prices("link", &opts.link)?;
     prices("tensor-parallel link", &opts.tp_link)?;
-    opts.link.validate("the link model")?;
-    opts.tp_link.validate("the tensor-parallel link model")?;
     if cfg.grad_accum != mesh.microbatches {
         return Err(Error::Config(format!(
             "the configuration accumulates {} microbatches but the layout runs {} per replica; \
