@@ -23,6 +23,7 @@ use crate::model::Block;
 use crate::pipeline::event::StepReport;
 use crate::pipeline::theory::theory;
 use crate::pipeline::Schedule;
+use crate::runtime::replay::Clock;
 pub use crate::runtime::RuntimeOptions;
 use crate::runtime::{Runtime, RuntimeStep};
 use crate::step::{ModelState, StepStats, TrainConfig};
@@ -76,8 +77,8 @@ pub struct Engine {
     rt: Box<Runtime>,
     schedule: Schedule,
     placement: Vec<Placement>,
-    /// The runtime's last step (for its pipeline report).
-    last: Option<RuntimeStep>,
+    /// The runtime's last step and its device clock (for its pipeline report and summary).
+    last: Option<(RuntimeStep, Clock)>,
 }
 
 impl Engine {
@@ -192,7 +193,7 @@ impl Engine {
     /// `None` before the first step.
     pub fn report(&self) -> Result<Option<StepReport>> {
         match &self.last {
-            Some(run) => Ok(Some(self.rt.report(run, 0)?)),
+            Some((run, _)) => Ok(Some(self.rt.report(run, 0)?)),
             None => Ok(None),
         }
     }
@@ -200,7 +201,7 @@ impl Engine {
     /// The last step, replica 0's, on both clocks next to theory; `tokens` per step.
     pub fn summary(&self, tokens: usize) -> Result<Option<crate::runtime::Summary>> {
         match &self.last {
-            Some(run) => Ok(Some(self.rt.summary(run, tokens)?)),
+            Some((run, clock)) => Ok(Some(self.rt.summary(run, clock, tokens)?)),
             None => Ok(None),
         }
     }
@@ -208,7 +209,7 @@ impl Engine {
     /// The last step as a Chrome trace (device clock and wall clock).
     pub fn chrome_trace(&self) -> Result<Option<serde_json::Value>> {
         match &self.last {
-            Some(run) => Ok(Some(self.rt.chrome_trace(run)?)),
+            Some((run, clock)) => Ok(Some(self.rt.chrome_trace(run, clock)?)),
             None => Ok(None),
         }
     }
@@ -218,10 +219,11 @@ impl Engine {
         let t0 = std::time::Instant::now();
         let run = self.rt.step(batches, s)?;
         let wall = t0.elapsed().as_secs_f64();
-        let mut c = costs(&self.rt, &run, &self.schedule)?;
+        let clock = self.rt.clock(&run)?;
+        let mut c = costs(&self.rt, &run, &clock, &self.schedule)?;
         c.wall = wall;
         c.memory = run.runs.iter().map(|w| w.memory.clone()).collect();
-        self.last = Some(run);
+        self.last = Some((run, clock));
         Ok(c)
     }
 
@@ -250,9 +252,8 @@ impl Engine {
 /// The configuration accumulates what the layout runs per replica.
 /// The per-axis costs of a runtime step: the device-clock replay of every program (the bubble
 /// over replica 0's passes, the whole step, exposed data-parallel comm) and the ledgers' bytes.
-fn costs(rt: &Runtime, run: &RuntimeStep, schedule: &Schedule) -> Result<StepCosts> {
+fn costs(rt: &Runtime, run: &RuntimeStep, clock: &Clock, schedule: &Schedule) -> Result<StepCosts> {
     let mesh = rt.mesh;
-    let clock = rt.clock(run)?;
     let per_replica = mesh.pp * mesh.tp;
     let (bubble, bubble_theory) = if mesh.pp > 1 {
         (Some(clock.bubble(0..per_replica)), Some(theory(schedule)))

@@ -76,10 +76,7 @@ impl Storage<'_> {
 
     /// Elements per u32 word of `params` and `grads`.
     fn div(&self) -> usize {
-        match self.precision() {
-            Precision::F32 => 1,
-            Precision::Bf16 => 2,
-        }
+        self.precision().per_word()
     }
 
     /// Words (or elements) of `len` elements of `params` or `grads`.

@@ -172,8 +172,8 @@ fn device_clock(s: &Schedule, pass: &dyn Fn(&Action) -> f64, send: f64) -> (Plan
     (plan, clock)
 }
 
-/// Per device, the device-clock spans of its passes in list order.
-fn pass_spans(plan: &Plan, clock: &Clock) -> Vec<Vec<(f64, f64)>> {
+/// Per device, in program order, the device-clock spans of the ops `pick` selects.
+fn spans(plan: &Plan, clock: &Clock, pick: fn(&Op) -> bool) -> Vec<Vec<(f64, f64)>> {
     plan.programs
         .iter()
         .zip(&clock.spans)
@@ -181,11 +181,16 @@ fn pass_spans(plan: &Plan, clock: &Clock) -> Vec<Vec<(f64, f64)>> {
             p.ops
                 .iter()
                 .zip(spans)
-                .filter(|(op, _)| matches!(op, Op::Compute { .. }))
+                .filter(|(op, _)| pick(op))
                 .map(|(_, &s)| s)
                 .collect()
         })
         .collect()
+}
+
+/// Per device, the device-clock spans of its passes in list order.
+fn pass_spans(plan: &Plan, clock: &Clock) -> Vec<Vec<(f64, f64)>> {
+    spans(plan, clock, |op| matches!(op, Op::Compute { .. }))
 }
 
 #[test]
@@ -261,19 +266,7 @@ fn slow_link_on_two_stages_by_hand() {
             vec![(3.5, 4.5), (4.5, 5.5), (6.0, 7.0), (7.0, 8.0)],
         ]
     );
-    let sends: Vec<Vec<(f64, f64)>> = plan
-        .programs
-        .iter()
-        .zip(&clock.spans)
-        .map(|(p, spans)| {
-            p.ops
-                .iter()
-                .zip(spans)
-                .filter(|(op, _)| matches!(op, Op::Send { .. }))
-                .map(|(_, &s)| s)
-                .collect()
-        })
-        .collect();
+    let sends = spans(&plan, &clock, |op| matches!(op, Op::Send { .. }));
     assert_eq!(
         sends,
         [vec![(1.0, 3.5), (3.5, 6.0)], vec![(5.5, 8.0), (8.0, 10.5)]]

@@ -156,7 +156,8 @@ pub fn adamw(
             )))
         }
     }
-    for (name, x) in [("master", master.unwrap_or(v)), ("v", v)] {
+    let masters = master.map(|w| ("master", w));
+    for (name, x) in std::iter::once(("v", v)).chain(masters) {
         if x.len != n {
             return Err(Error::Config(format!(
                 "adamw {p}: {name} has {} elements, m {n}",

@@ -9,7 +9,7 @@
 //!   and leaves the fraction unchanged.) ZB-H1 with F = B = W = 1 is the paper's setting:
 //!   `3m+p−1` steps for `m ≥ p`, bubble `(p−1)/(3m+p−1)`.
 
-use super::schedule::{Action, Kind, Schedule};
+use super::schedule::{Kind, Schedule};
 use super::validate::{key, validate};
 use crate::error::{Error, Result};
 
@@ -33,13 +33,7 @@ pub struct SimResult {
 
 /// Run `s` with unit costs and free transfers. Errors if `s` is not a valid schedule.
 pub fn simulate_unit(s: &Schedule) -> Result<SimResult> {
-    let t = engine(s, &|_, _| 1.0)?;
-    let start: Vec<Vec<usize>> = t
-        .start
-        .iter()
-        .map(|r| r.iter().map(|&x| x as usize).collect())
-        .collect();
-    let makespan = t.makespan as usize;
+    let Timed { start, makespan } = engine(s)?;
     let busy: Vec<usize> = s.actions.iter().map(Vec::len).collect();
     let idle = s.p * makespan - busy.iter().sum::<usize>();
     let bubble = idle as f64 / (s.p * makespan) as f64;
@@ -77,25 +71,26 @@ pub fn peak_activations(s: &Schedule) -> Vec<usize> {
         .collect()
 }
 
-/// Start of every action (shaped like `Schedule::actions`) and the makespan.
+/// Start step of every action (shaped like `Schedule::actions`) and the makespan.
 struct Timed {
-    start: Vec<Vec<f64>>,
-    makespan: f64,
+    start: Vec<Vec<usize>>,
+    makespan: usize,
 }
 
-/// The engine: each device starts its next action, costing `cost(device, action)`, as soon as
-/// it is free and the action's inputs are there; messages arrive when their producer ends.
-fn engine(s: &Schedule, cost: &dyn Fn(usize, &Action) -> f64) -> Result<Timed> {
+/// The engine: each device starts its next action, one step long, as soon as it is free and the
+/// action's inputs are there; messages arrive when their producer ends.
+fn engine(s: &Schedule) -> Result<Timed> {
     validate(s, usize::MAX)?;
     let n = 3 * s.stages() * s.m;
-    let (mut ended, mut arrived) = (vec![f64::NAN; n], vec![f64::NAN; n]);
-    let mut start: Vec<Vec<f64>> = s
+    // when each (kind, stage, micro) ended; None: not yet
+    let mut ended: Vec<Option<usize>> = vec![None; n];
+    let mut start: Vec<Vec<usize>> = s
         .actions
         .iter()
         .map(|l| Vec::with_capacity(l.len()))
         .collect();
-    let mut free = vec![0.0f64; s.p];
-    let mut makespan = 0.0f64;
+    let mut free = vec![0usize; s.p];
+    let mut makespan = 0usize;
     loop {
         let mut progress = false;
         for d in 0..s.p {
@@ -108,36 +103,20 @@ fn engine(s: &Schedule, cost: &dyn Fn(usize, &Action) -> f64) -> Result<Timed> {
                     Kind::W => Some(Kind::B),
                 };
                 if let Some(k) = local {
-                    t = t.max(ended[key(s, k, stage, a.micro)]); // earlier in the list (rule 3)
+                    // earlier in the list (rule 3)
+                    t = t.max(ended[key(s, k, stage, a.micro)].unwrap_or(0));
                 }
                 if let Some(msg) = s.input(d, a) {
-                    let from = if msg.from == d { &ended } else { &arrived };
-                    let k = key(
-                        s,
-                        if a.kind == Kind::F { Kind::F } else { Kind::B },
-                        msg.stage,
-                        a.micro,
-                    );
-                    if from[k].is_nan() {
-                        break;
+                    let kind = if a.kind == Kind::F { Kind::F } else { Kind::B };
+                    match ended[key(s, kind, msg.stage, a.micro)] {
+                        Some(e) => t = t.max(e),
+                        None => break,
                     }
-                    t = t.max(from[k]);
                 }
-                let c = cost(d, a);
-                if !(c >= 0.0 && c.is_finite()) {
-                    return Err(Error::Config(format!(
-                        "cost of {} is {c}; expected finite seconds ≥ 0",
-                        s.label(d, a)
-                    )));
-                }
-                let k = key(s, a.kind, stage, a.micro);
-                ended[k] = t + c;
-                if s.output(d, a).is_some_and(|m| m.to != d) {
-                    arrived[k] = t + c;
-                }
+                ended[key(s, a.kind, stage, a.micro)] = Some(t + 1);
                 start[d].push(t);
-                free[d] = t + c;
-                makespan = makespan.max(t + c);
+                free[d] = t + 1;
+                makespan = makespan.max(t + 1);
                 progress = true;
             }
         }

@@ -72,9 +72,9 @@ impl Runtime {
         })
     }
 
-    /// Replica 0's step on both clocks; `tokens` per step (all replicas).
-    pub fn summary(&self, run: &RuntimeStep, tokens: usize) -> Result<Summary> {
-        let clock = self.clock(run)?;
+    /// Replica 0's step `run` on both clocks, `clock` its device clock ([`Runtime::clock`]);
+    /// `tokens` per step (all replicas).
+    pub fn summary(&self, run: &RuntimeStep, clock: &Clock, tokens: usize) -> Result<Summary> {
         let r = self.report(run, 0)?;
         let p = self.mesh.pp;
         let mut wall_busy = vec![0.0; p];
@@ -128,8 +128,7 @@ impl Runtime {
 
     /// A Chrome trace of replica 0's step: process 0 = device clock (one thread per device,
     /// plus one per link direction), process 1 = wall clock (one thread per device).
-    pub fn chrome_trace(&self, run: &RuntimeStep) -> Result<serde_json::Value> {
-        let clock: Clock = self.clock(run)?;
+    pub fn chrome_trace(&self, run: &RuntimeStep, clock: &Clock) -> Result<serde_json::Value> {
         let r = self.report(run, 0)?;
         let s = &self.schedule;
         let us = |t: f64| t * 1e6;
