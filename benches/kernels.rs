@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
 use triaxis::gpu::{AdapterChoice, Gpu, View};
 use triaxis::kernels::matmul::{self, Kernel, Linear};
-use triaxis::kernels::Op;
+use triaxis::kernels::Dispatch;
 use triaxis::precision::Precision;
 use triaxis::rng::Rng;
 
@@ -64,7 +64,14 @@ fn upload(g: &Gpu, rng: &mut Rng, len: usize) -> View {
 }
 
 /// Benchmarks one pass of `ops` (`flops` in total) as `name`.
-fn bench_gpu(group: &mut Group, g: &Gpu, name: &str, n: usize, ops: &[Op], flops: f64) -> Rates {
+fn bench_gpu(
+    group: &mut Group,
+    g: &Gpu,
+    name: &str,
+    n: usize,
+    ops: &[Dispatch],
+    flops: f64,
+) -> Rates {
     g.run(ops).expect("warm-up"); // compiles the pipelines outside the measurement
     g.sync().expect("sync");
     let mut r = Rates {
@@ -145,7 +152,7 @@ fn bench_cpu(group: &mut Group, rng: &mut Rng, n: usize) -> Rates {
 }
 
 /// `ops` repeated until the pass holds `BATCH` matmuls (`per` matmuls in one copy of `ops`).
-fn batch(ops: &[Op], per: usize) -> Vec<Op> {
+fn batch(ops: &[Dispatch], per: usize) -> Vec<Dispatch> {
     let copies = BATCH.div_ceil(per);
     ops.iter()
         .cycle()

@@ -302,7 +302,7 @@ fn overhead(gpus: &[Gpu], corpus: &Corpus) -> anyhow::Result<()> {
         Ok(median(v))
     };
     let up = floor(&mut || Ok(g.upload(&probe, &host).and_then(|_| g.sync())?))?;
-    let none: &[triaxis::kernels::Op] = &[];
+    let none: &[triaxis::kernels::Dispatch] = &[];
     let run = floor(&mut || Ok(g.run(none).and_then(|_| g.sync())?))?;
     let timed = floor(&mut || Ok(g.run_timed(none).map(drop)?))?;
     let down = floor(&mut || Ok(g.download::<f32>(&probe).map(drop)?))?;

@@ -1,18 +1,25 @@
-// Causal multi-head self-attention, forward and backward. Twins: cpu::attention_{forward,backward}.
+// Causal multi-head self-attention, forward and backward, one source for f32 and packed bf16 (a
+// storage prelude, store_f32.wgsl or store_bf16.wgsl, comes first). Twins:
+// cpu::attention_{forward,backward} in f32, cpu::packed::attention in bf16.
 //
 // qkv [B,T,3C] = q | k | v per token; head h owns channels h*hs..(h+1)*hs of each (hs = C/NH).
-// att, scratch [B,NH,T,T]: one row per query token t, entries t2 <= t used (causal).
+// out, dout [B,T,C], dqkv [B,T,3C] and att [B,NH,T,T] are words of the storage type (under bf16
+// hs is even, so a head slice owns whole words). rows [B,NH,T,T] is f32 in both precisions, one
+// row per query token t, entries t2 <= t used (causal): the forward's scores and probabilities
+// (under f32 this is att itself; under bf16 an f32 scratch the caller packs into att afterwards,
+// so out is summed from the f32 probabilities), the backward's dpre.
 //
-//   forward         one thread per row (b,h,t): scores → max → exp → normalise → Σ att·v
+//   forward         one thread per row (b,h,t): scores → max → exp → normalise → Σ p·v
 //   backward_rows   one thread per row (b,h,t): datt = dy·v, dpre = att⊙(datt − Σatt·datt)·scale
-//                   into scratch, dq[t] = Σ_t2 dpre[t,t2]·k[t2]
+//                   into rows, dq[t] = Σ_t2 dpre[t,t2]·k[t2]
 //   backward_cols   one thread per column (b,h,t2): dk[t2] = Σ_{t≥t2} dpre[t,t2]·q[t],
 //                   dv[t2] = Σ_{t≥t2} att[t,t2]·dy[t]   (a gather: no scattered +=)
 //
-// Every sum runs in a fixed order, so results are bit-identical run to run. Each kernel comes
-// twice: the plain one (one thread per token of a head, 256 a group, scalar loads) handles any
-// hs; the `_vec4` one (hs % 4 == 0; one thread per 4 tokens of a head, 64 a group) loads
-// q/k/v/dy as vec4 into 4×4 register tiles, since storage loads dominate on software adapters.
+// All arithmetic is f32 and every sum runs in one fixed order, the same in both precisions, so
+// results are bit-identical run to run. Each kernel comes twice: the plain one (one thread per
+// token of a head, 256 a group, a word of LANES elements at a time) handles any hs; the `_vec4`
+// one (hs % 4 == 0; one thread per 4 tokens of a head, 64 a group) loads q/k/v/dy as Quads into
+// 4×4 register tiles, since storage loads dominate on software adapters.
 // Thread index: gid.x + gid.y * nwg.x * WG (groups folded over y), bounds-checked.
 
 struct Dims { b: u32, t: u32, c: u32, nh: u32, hs: u32, scale: f32, _a: u32, _b: u32 }
@@ -30,19 +37,33 @@ fn n_rows() -> u32 {
     return d.b * d.nh * d.t;
 }
 
-// ---- scalar bindings (any hs) ----
-@group(0) @binding(1) var<storage, read_write> out_s: array<f32>;   // out [B,T,C] or dqkv [B,T,3C]
-@group(0) @binding(2) var<storage, read_write> rows: array<f32>;    // att (forward) or scratch (backward)
-@group(0) @binding(3) var<storage, read> qkv_s: array<f32>;         // forward: qkv
-@group(0) @binding(3) var<storage, read> dout_s: array<f32>;        // backward: dout [B,T,C]
-@group(0) @binding(4) var<storage, read> bqkv_s: array<f32>;        // backward: qkv
-@group(0) @binding(5) var<storage, read> att: array<f32>;           // backward: att
+// ---- word bindings (any hs) ----
+@group(0) @binding(1) var<storage, read_write> out_w: array<u32>;   // out [B,T,C] or dqkv [B,T,3C]
+@group(0) @binding(2) var<storage, read_write> rows: array<f32>;    // probabilities or dpre, f32
+@group(0) @binding(3) var<storage, read> qkv_w: array<u32>;         // forward: qkv
+@group(0) @binding(3) var<storage, read> dout_w: array<u32>;        // backward: dout [B,T,C]
+@group(0) @binding(4) var<storage, read> bqkv_w: array<u32>;        // backward: qkv
+@group(0) @binding(5) var<storage, read> att: array<u32>;           // backward: att
 
-// ---- vec4 bindings (hs % 4 == 0) ----
-@group(0) @binding(1) var<storage, read_write> out_v: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> qkv_v: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> dout_v: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read> bqkv_v: array<vec4<f32>>;
+// ---- Quad bindings (hs % 4 == 0) ----
+@group(0) @binding(1) var<storage, read_write> out_q: array<Quad>;
+@group(0) @binding(3) var<storage, read> qkv_q: array<Quad>;
+@group(0) @binding(3) var<storage, read> dout_q: array<Quad>;
+@group(0) @binding(4) var<storage, read> bqkv_q: array<Quad>;
+
+// Element e of att, widened.
+fn att_at(e: u32) -> f32 {
+    return lanes(att[e / LANES])[e % LANES];
+}
+
+// s + Σ x·y over a word's lanes, in element order.
+fn fma_lanes(x: vec2<f32>, y: vec2<f32>, s: f32) -> f32 {
+    let r = fma(x.x, y.x, s);
+    if (LANES == 1u) {
+        return r;
+    }
+    return fma(x.y, y.y, r);
+}
 
 // Softmax of the scores already in rows[a0..=a0+t] (max-subtracted), zeros above the diagonal.
 fn softmax_row(a0: u32, t: u32, m: f32) {
@@ -65,7 +86,7 @@ fn softmax_row(a0: u32, t: u32, m: f32) {
 fn att_dot_row(a0: u32, t: u32) -> f32 {
     var dot = 0.0;
     for (var t2 = 0u; t2 <= t; t2++) {
-        dot = fma(att[a0 + t2], rows[a0 + t2], dot);
+        dot = fma(att_at(a0 + t2), rows[a0 + t2], dot);
     }
     return dot;
 }
@@ -73,102 +94,106 @@ fn att_dot_row(a0: u32, t: u32) -> f32 {
 // dpre = att ⊙ (datt − dot) · scale, in place over the datt in rows[a0..=a0+t].
 fn dpre_row(a0: u32, t: u32, dot: f32) {
     for (var t2 = 0u; t2 <= t; t2++) {
-        rows[a0 + t2] = att[a0 + t2] * (rows[a0 + t2] - dot) * d.scale;
+        rows[a0 + t2] = att_at(a0 + t2) * (rows[a0 + t2] - dot) * d.scale;
     }
 }
 
-// ---- attention_forward(out, att, qkv), any hs ----
+// Word offsets of row r's head slice: words per token of a [B,T,C] tensor, of qkv, and the
+// slice's first word of q (of dy/out: `btc`).
+struct Words { cw: u32, c3: u32, hw: u32, q: u32, btc: u32 }
+
+fn words_of(r: Row) -> Words {
+    let cw = d.c / LANES;
+    let hw = d.hs / LANES;
+    return Words(cw, 3u * cw, hw, (r.b * d.t + r.t) * 3u * cw + r.h * hw, (r.b * d.t + r.t) * cw + r.h * hw);
+}
+
+// ---- attention_forward(out, rows, qkv), any hs ----
 @compute @workgroup_size(256)
 fn attention_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 256u;
     if (i >= n_rows()) { return; }
     let r = row_of(i);
-    let c3 = 3u * d.c;
-    let q0 = (r.b * d.t + r.t) * c3 + r.h * d.hs;
-    let k_base = r.b * d.t * c3 + d.c + r.h * d.hs;   // k of token t2 at k_base + t2*c3
-    let v_base = k_base + d.c;
+    let w = words_of(r);
+    let k_base = r.b * d.t * w.c3 + w.cw + r.h * w.hw;   // k of token t2 at k_base + t2*c3
+    let v_base = k_base + w.cw;
     var m = -3.0e38;
     for (var t2 = 0u; t2 <= r.t; t2++) {
-        let k0 = k_base + t2 * c3;
+        let k0 = k_base + t2 * w.c3;
         var s = 0.0;
-        for (var j = 0u; j < d.hs; j++) {
-            s = fma(qkv_s[q0 + j], qkv_s[k0 + j], s);
+        for (var j = 0u; j < w.hw; j++) {
+            s = fma_lanes(lanes(qkv_w[w.q + j]), lanes(qkv_w[k0 + j]), s);
         }
         s *= d.scale;
         rows[r.a0 + t2] = s;
         m = max(m, s);
     }
     softmax_row(r.a0, r.t, m);
-    let o0 = (r.b * d.t + r.t) * d.c + r.h * d.hs;
-    for (var j = 0u; j < d.hs; j++) {
-        var acc = 0.0;
+    for (var j = 0u; j < w.hw; j++) {
+        var acc = vec2<f32>(0.0);
         for (var t2 = 0u; t2 <= r.t; t2++) {
-            acc = fma(rows[r.a0 + t2], qkv_s[v_base + t2 * c3 + j], acc);
+            acc = fma(vec2<f32>(rows[r.a0 + t2]), lanes(qkv_w[v_base + t2 * w.c3 + j]), acc);
         }
-        out_s[o0 + j] = acc;
+        out_w[w.btc + j] = pack(acc);
     }
 }
 
-// ---- attention_backward_rows(dqkv, scratch, dout, qkv, att), any hs: dpre rows and dq ----
+// ---- attention_backward_rows(dqkv, rows, dout, qkv, att), any hs: dpre rows and dq ----
 @compute @workgroup_size(256)
 fn attention_backward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 256u;
     if (i >= n_rows()) { return; }
     let r = row_of(i);
-    let c3 = 3u * d.c;
-    let dy0 = (r.b * d.t + r.t) * d.c + r.h * d.hs;
-    let k_base = r.b * d.t * c3 + d.c + r.h * d.hs;
-    let v_base = k_base + d.c;
+    let w = words_of(r);
+    let k_base = r.b * d.t * w.c3 + w.cw + r.h * w.hw;
+    let v_base = k_base + w.cw;
     for (var t2 = 0u; t2 <= r.t; t2++) {
-        let v0 = v_base + t2 * c3;
+        let v0 = v_base + t2 * w.c3;
         var da = 0.0;
-        for (var j = 0u; j < d.hs; j++) {
-            da = fma(dout_s[dy0 + j], bqkv_s[v0 + j], da);
+        for (var j = 0u; j < w.hw; j++) {
+            da = fma_lanes(lanes(dout_w[w.btc + j]), lanes(bqkv_w[v0 + j]), da);
         }
         rows[r.a0 + t2] = da;
     }
     dpre_row(r.a0, r.t, att_dot_row(r.a0, r.t));
-    let q0 = (r.b * d.t + r.t) * c3 + r.h * d.hs;
-    for (var j = 0u; j < d.hs; j++) {
-        var acc = 0.0;
+    for (var j = 0u; j < w.hw; j++) {
+        var acc = vec2<f32>(0.0);
         for (var t2 = 0u; t2 <= r.t; t2++) {
-            acc = fma(rows[r.a0 + t2], bqkv_s[k_base + t2 * c3 + j], acc);
+            acc = fma(vec2<f32>(rows[r.a0 + t2]), lanes(bqkv_w[k_base + t2 * w.c3 + j]), acc);
         }
-        out_s[q0 + j] = acc;
+        out_w[w.q + j] = pack(acc);
     }
 }
 
-// ---- attention_backward_cols(dqkv, scratch, dout, qkv, att), any hs: dk and dv ----
+// ---- attention_backward_cols(dqkv, rows, dout, qkv, att), any hs: dk and dv ----
 @compute @workgroup_size(256)
 fn attention_backward_cols(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 256u;
     if (i >= n_rows()) { return; }
     let r = row_of(i);   // r.t is the key/value token t2; rows of this head start at (i - r.t)*T
-    let c3 = 3u * d.c;
-    let head0 = (i - r.t) * d.t;               // scratch/att element [t,t2] at head0 + t*T + t2
-    let q_base = r.b * d.t * c3 + r.h * d.hs;  // q of token t at q_base + t*c3
-    let dy_base = r.b * d.t * d.c + r.h * d.hs;
-    let k0 = (r.b * d.t + r.t) * c3 + d.c + r.h * d.hs;
-    for (var j = 0u; j < d.hs; j++) {
-        var dk = 0.0;
-        var dv = 0.0;
+    let w = words_of(r);
+    let head0 = (i - r.t) * d.t;                 // rows/att element [t,t2] at head0 + t*T + t2
+    let q_base = r.b * d.t * w.c3 + r.h * w.hw;  // q of token t at q_base + t*c3
+    let dy_base = r.b * d.t * w.cw + r.h * w.hw;
+    let k0 = w.q + w.cw;
+    for (var j = 0u; j < w.hw; j++) {
+        var dk = vec2<f32>(0.0);
+        var dv = vec2<f32>(0.0);
         for (var t = r.t; t < d.t; t++) {
             let a = head0 + t * d.t + r.t;
-            dk = fma(rows[a], bqkv_s[q_base + t * c3 + j], dk);
-            dv = fma(att[a], dout_s[dy_base + t * d.c + j], dv);
+            dk = fma(vec2<f32>(rows[a]), lanes(bqkv_w[q_base + t * w.c3 + j]), dk);
+            dv = fma(vec2<f32>(att_at(a)), lanes(dout_w[dy_base + t * w.cw + j]), dv);
         }
-        out_s[k0 + j] = dk;
-        out_s[k0 + d.c + j] = dv;
+        out_w[k0 + j] = pack(dk);
+        out_w[k0 + w.cw + j] = pack(dv);
     }
 }
-
-
-// ======== register-tiled vec4 path (hs % 4 == 0); offsets count vec4s ========
+// ======== register-tiled vec4 path (hs % 4 == 0); offsets count Quads (4 channels) ========
 // A thread owns 4 consecutive tokens t0..t0+3 of one head: query rows in attention_forward_vec4
 // and attention_backward_rows_vec4, key/value columns in attention_backward_cols_vec4.
 //
-//   dot tile   s[u][r] = Σ_j q[t0+r][j]·k[k0+u][j]       8 vec4 loads per 64 FMAs (Qᵀ·K)
-//   sum tile   a_r[jj] = Σ_t2 p[t0+r][t2]·v[t2][j0+jj]   4 scalar + 4 vec4 loads per 64 FMAs
+//   dot tile   s[u][r] = Σ_j q[t0+r][j]·k[k0+u][j]       8 Quad loads per 64 FMAs (Qᵀ·K)
+//   sum tile   a_r[jj] = Σ_t2 p[t0+r][t2]·v[t2][j0+jj]   4 scalar + 4 Quad loads per 64 FMAs
 //
 // Tokens past T are clamped to T−1 for loading and never stored.
 
@@ -209,24 +234,24 @@ fn btc_at(b: u32, h: u32, tk: vec4<u32>) -> vec4<u32> {
 
 // Channel chunk j of 4 tokens (columns = tokens).
 fn tok_qkv(o: vec4<u32>, j: u32) -> mat4x4<f32> {
-    return mat4x4<f32>(qkv_v[o.x + j], qkv_v[o.y + j], qkv_v[o.z + j], qkv_v[o.w + j]);
+    return mat4x4<f32>(quad(qkv_q[o.x + j]), quad(qkv_q[o.y + j]), quad(qkv_q[o.z + j]), quad(qkv_q[o.w + j]));
 }
 fn tok_bqkv(o: vec4<u32>, j: u32) -> mat4x4<f32> {
-    return mat4x4<f32>(bqkv_v[o.x + j], bqkv_v[o.y + j], bqkv_v[o.z + j], bqkv_v[o.w + j]);
+    return mat4x4<f32>(quad(bqkv_q[o.x + j]), quad(bqkv_q[o.y + j]), quad(bqkv_q[o.z + j]), quad(bqkv_q[o.w + j]));
 }
 fn tok_dout(o: vec4<u32>, j: u32) -> mat4x4<f32> {
-    return mat4x4<f32>(dout_v[o.x + j], dout_v[o.y + j], dout_v[o.z + j], dout_v[o.w + j]);
+    return mat4x4<f32>(quad(dout_q[o.x + j]), quad(dout_q[o.y + j]), quad(dout_q[o.z + j]), quad(dout_q[o.w + j]));
 }
 
 // Channel chunks jc of one token at o (columns = chunks).
 fn chunks_qkv(o: u32, jc: vec4<u32>) -> mat4x4<f32> {
-    return mat4x4<f32>(qkv_v[o + jc.x], qkv_v[o + jc.y], qkv_v[o + jc.z], qkv_v[o + jc.w]);
+    return mat4x4<f32>(quad(qkv_q[o + jc.x]), quad(qkv_q[o + jc.y]), quad(qkv_q[o + jc.z]), quad(qkv_q[o + jc.w]));
 }
 fn chunks_bqkv(o: u32, jc: vec4<u32>) -> mat4x4<f32> {
-    return mat4x4<f32>(bqkv_v[o + jc.x], bqkv_v[o + jc.y], bqkv_v[o + jc.z], bqkv_v[o + jc.w]);
+    return mat4x4<f32>(quad(bqkv_q[o + jc.x]), quad(bqkv_q[o + jc.y]), quad(bqkv_q[o + jc.z]), quad(bqkv_q[o + jc.w]));
 }
 fn chunks_dout(o: u32, jc: vec4<u32>) -> mat4x4<f32> {
-    return mat4x4<f32>(dout_v[o + jc.x], dout_v[o + jc.y], dout_v[o + jc.z], dout_v[o + jc.w]);
+    return mat4x4<f32>(quad(dout_q[o + jc.x]), quad(dout_q[o + jc.y]), quad(dout_q[o + jc.z]), quad(dout_q[o + jc.w]));
 }
 
 // Chunks j0..j0+3 (clamped) and the store of one token's sum tile, chunks past hs/4 dropped.
@@ -235,10 +260,10 @@ fn chunk_ids(j0: u32) -> vec4<u32> {
 }
 fn store_chunks(o: u32, j0: u32, a: mat4x4<f32>) {
     let hs4 = d.hs / 4u;
-    out_v[o + j0] = a[0];
-    if (j0 + 1u < hs4) { out_v[o + j0 + 1u] = a[1]; }
-    if (j0 + 2u < hs4) { out_v[o + j0 + 2u] = a[2]; }
-    if (j0 + 3u < hs4) { out_v[o + j0 + 3u] = a[3]; }
+    out_q[o + j0] = quad_pack(a[0]);
+    if (j0 + 1u < hs4) { out_q[o + j0 + 1u] = quad_pack(a[1]); }
+    if (j0 + 2u < hs4) { out_q[o + j0 + 2u] = quad_pack(a[2]); }
+    if (j0 + 3u < hs4) { out_q[o + j0 + 3u] = quad_pack(a[3]); }
 }
 fn store_tile(o: vec4<u32>, ok: vec4<bool>, j0: u32, a0: mat4x4<f32>, a1: mat4x4<f32>, a2: mat4x4<f32>, a3: mat4x4<f32>) {
     if (ok.x) { store_chunks(o.x, j0, a0); }
@@ -268,11 +293,11 @@ fn put_datt(ar: vec4<u32>, tk: vec4<u32>, ok: vec4<bool>, t2: u32, s: vec4<f32>,
     let keep = causal(tk, ok, t2);
     put_col(ar, keep, t2, s);
     let c = min(t2, d.t - 1u);
-    let a = vec4<f32>(att[ar.x + c], att[ar.y + c], att[ar.z + c], att[ar.w + c]);
+    let a = vec4<f32>(att_at(ar.x + c), att_at(ar.y + c), att_at(ar.z + c), att_at(ar.w + c));
     return select(dot, fma(a, s, dot), keep);
 }
 
-// ---- attention_forward_vec4(out, att, qkv) ----
+// ---- attention_forward_vec4(out, rows, qkv) ----
 @compute @workgroup_size(64)
 fn attention_forward_vec4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 64u;
@@ -280,7 +305,7 @@ fn attention_forward_vec4(@builtin(global_invocation_id) gid: vec3<u32>, @builti
     let tl = tile_of(i);
     let tk = toks(tl.t0);
     let ok = real(tl.t0);
-    let ar = vec4<u32>(tl.a_head) + tk * d.t;   // att rows
+    let ar = vec4<u32>(tl.a_head) + tk * d.t;   // rows of the 4 queries
     let hs4 = d.hs / 4u;
     let qo = qkv_at(tl.b, tl.h, 0u, tk);
     var m = vec4<f32>(-3.0e38);
@@ -300,7 +325,7 @@ fn attention_forward_vec4(@builtin(global_invocation_id) gid: vec3<u32>, @builti
     if (ok.y) { softmax_row(ar.y, tk.y, m.y); }
     if (ok.z) { softmax_row(ar.z, tk.z, m.z); }
     if (ok.w) { softmax_row(ar.w, tk.w, m.w); }
-    // out = att · v; att is zero above the diagonal, so every row runs to the tile's last token
+    // out = p · v; p is zero above the diagonal, so every row runs to the tile's last token
     let c34 = 3u * (d.c / 4u);
     let vb = qkv_at(tl.b, tl.h, 2u, vec4<u32>(0u)).x;
     for (var j0 = 0u; j0 < hs4; j0 += 4u) {
@@ -320,7 +345,7 @@ fn attention_forward_vec4(@builtin(global_invocation_id) gid: vec3<u32>, @builti
     }
 }
 
-// ---- attention_backward_rows_vec4(dqkv, scratch, dout, qkv, att): dpre rows and dq ----
+// ---- attention_backward_rows_vec4(dqkv, rows, dout, qkv, att): dpre rows and dq ----
 @compute @workgroup_size(64)
 fn attention_backward_rows_vec4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 64u;
@@ -328,7 +353,7 @@ fn attention_backward_rows_vec4(@builtin(global_invocation_id) gid: vec3<u32>, @
     let tl = tile_of(i);
     let tk = toks(tl.t0);
     let ok = real(tl.t0);
-    let ar = vec4<u32>(tl.a_head) + tk * d.t;   // scratch / att rows
+    let ar = vec4<u32>(tl.a_head) + tk * d.t;   // rows / att rows
     let hs4 = d.hs / 4u;
     let dyo = btc_at(tl.b, tl.h, tk);
     var dot = vec4<f32>(0.0);
@@ -347,7 +372,7 @@ fn attention_backward_rows_vec4(@builtin(global_invocation_id) gid: vec3<u32>, @
     if (ok.y) { dpre_row(ar.y, tk.y, dot.y); }
     if (ok.z) { dpre_row(ar.z, tk.z, dot.z); }
     if (ok.w) { dpre_row(ar.w, tk.w, dot.w); }
-    // dq = dpre · k; scratch above the diagonal is unwritten, so mask it
+    // dq = dpre · k; rows above the diagonal are unwritten, so mask them
     let c34 = 3u * (d.c / 4u);
     let kb = qkv_at(tl.b, tl.h, 1u, vec4<u32>(0u)).x;
     for (var j0 = 0u; j0 < hs4; j0 += 4u) {
@@ -369,7 +394,7 @@ fn attention_backward_rows_vec4(@builtin(global_invocation_id) gid: vec3<u32>, @
     }
 }
 
-// ---- attention_backward_cols_vec4(dqkv, scratch, dout, qkv, att): dk and dv ----
+// ---- attention_backward_cols_vec4(dqkv, rows, dout, qkv, att): dk and dv ----
 @compute @workgroup_size(64)
 fn attention_backward_cols_vec4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 64u;
@@ -407,7 +432,7 @@ fn attention_backward_cols_vec4(@builtin(global_invocation_id) gid: vec3<u32>, @
         for (var t = tl.t0; t < d.t; t++) {
             let e = vec4<u32>(tl.a_head + t * d.t) + tk;
             let live = tk <= vec4<u32>(t);
-            let p = select(vec4<f32>(0.0), vec4<f32>(att[e.x], att[e.y], att[e.z], att[e.w]), live);
+            let p = select(vec4<f32>(0.0), vec4<f32>(att_at(e.x), att_at(e.y), att_at(e.z), att_at(e.w)), live);
             let dy = chunks_dout(dyb + t * c4, jc);
             a0 += p.x * dy;
             a1 += p.y * dy;

@@ -174,8 +174,8 @@ pub fn find_adapter(choice: &AdapterChoice) -> Result<wgpu::Adapter> {
 }
 
 /// Something recorded into a compute pass: one dispatch with its pipeline and bindings
-/// (the kernels' `Op`). The device runs a list of them as one pass.
-pub trait Dispatch {
+/// (the kernels' `Dispatch`). The device runs a list of them as one pass.
+pub trait Record {
     fn record(&self, pass: &mut wgpu::ComputePass<'_>);
 }
 
@@ -404,7 +404,7 @@ impl Gpu {
     }
 
     /// Records `ops` into one compute pass and submits it (does not wait).
-    pub fn run(&self, ops: &[impl Dispatch]) -> Result<()> {
+    pub fn run(&self, ops: &[impl Record]) -> Result<()> {
         let mut enc = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -425,7 +425,7 @@ impl Gpu {
 
     /// Runs `ops` and returns their device duration: GPU timestamps around the pass where the
     /// adapter has them, else the wall time from submit to completion (device otherwise idle).
-    pub fn run_timed(&self, ops: &[impl Dispatch]) -> Result<Duration> {
+    pub fn run_timed(&self, ops: &[impl Record]) -> Result<Duration> {
         if !self.has_timestamps() {
             self.sync()?;
             let t0 = std::time::Instant::now();

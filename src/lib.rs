@@ -11,7 +11,7 @@
 //!      │                                       microbatches; the first failure is the error
 //!      └ Worker::exec   src/runtime/worker.rs  its device's program (src/runtime/ir.rs), op by
 //!        │                                     op: compute, or download → communicator → upload
-//!        └ dispatch     src/kernels/           kernels::Op: one recorded wgpu dispatch of a
+//!        └ dispatch     src/kernels/           kernels::Dispatch: one recorded wgpu dispatch of a
 //!                                              WGSL pipeline built once (shaders/*.wgsl)
 //! ```
 //!
@@ -34,7 +34,7 @@
 //! error        the one error type
 //! eval         forward-only evaluation of a whole model: validation loss, generation, accuracy
 //! gpu          adapters, virtual devices (several wgpu::Device on one adapter), transfers
-//! kernels      WGSL op families → pipelines built once → Op = one dispatch, replayed
+//! kernels      WGSL op families → pipelines built once → a Dispatch each, replayed
 //! link         the link model (bandwidth, latency, presets) every clock and cost uses
 //! measure      device timings for the cost model: a planned layout trained, block times
 //! memory       the memory ledger: every buffer by category, current and peak per device

@@ -20,7 +20,7 @@ use std::ops::Range;
 use crate::cpu::AdamW;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
-use crate::kernels::{elementwise as ke, optim as ko, Op};
+use crate::kernels::{elementwise as ke, optim as ko, Dispatch};
 use crate::params::{Buffers, Layout, ALIGN};
 use crate::precision::Precision;
 
@@ -96,9 +96,9 @@ pub struct Optimizer {
     parts: Vec<(String, usize)>,
     /// Σg² of part i at element i·ALIGN.
     sq: View,
-    norm_ops: Vec<Op>,
-    zero_grads: Op,
-    adam_ops: Vec<Op>,
+    norm_ops: Vec<Dispatch>,
+    zero_grads: Dispatch,
+    adam_ops: Vec<Dispatch>,
     hp: View,
     norm_sq: View,
 }

@@ -6,7 +6,7 @@
 //! bf16         bf16        bf16       bf16         f32             f32         2 + 2 + 12 = 16
 //! ```
 //!
-//! bf16 tensors are packed two per u32 word ([`crate::kernels::packed`]); layernorm statistics,
+//! bf16 tensors are packed two per u32 word ([`crate::cpu::pack_bf16`]); layernorm statistics,
 //! per-token losses and the logits with their gradient stay f32, and every kernel computes in
 //! f32 between a widening load and a rounding store (round to nearest even, as `half`).
 

@@ -18,7 +18,7 @@ use crate::data::Corpus;
 use crate::error::{Error, Result};
 use crate::eval;
 use crate::gpu::Gpu;
-use crate::kernels::Op;
+use crate::kernels::Dispatch;
 use crate::model::gpu_model::{BuildOptions, GpuModel};
 use crate::model::{cpu_model, fit, Precision};
 use crate::optim::{global_norm_sq, Optimizer};
@@ -30,7 +30,7 @@ use crate::step::{checksum, ModelState, StepStats, TrainConfig};
 pub struct Trainer {
     pub cfg: TrainConfig,
     pub model: GpuModel,
-    step_ops: Vec<Op>,
+    step_ops: Vec<Dispatch>,
     optim: Optimizer,
     /// Tensor names in the model's canonical order (for the layout-invariant norm).
     canonical: Vec<String>,

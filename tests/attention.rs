@@ -3,7 +3,11 @@
 //! bad shapes give errors.
 mod common;
 use common::*;
+use triaxis::precision::Precision;
 use triaxis::{cpu, gpu, kernels::attention as k, rng::Rng, Error, View};
+
+/// f32 writes its probabilities straight into att: the rows argument is unused.
+const P: Precision = Precision::F32;
 
 /// (b, t, c, nh): hs = c / nh.
 const SHAPES: [(usize, usize, usize, usize); 12] = [
@@ -58,7 +62,7 @@ fn forward_backward_match_twin() {
         let dout = buf(&g, &want.dout);
         let out = poisoned(&g, b * t * c);
         let att = poisoned(&g, b * nh * t * t);
-        g.run(&k::attention_forward(&g, &out, &att, &qkv, b, t, c, nh).unwrap())
+        g.run(&k::attention_forward(&g, P, &out, &att, &att, &qkv, b, t, c, nh).unwrap())
             .unwrap();
         check(
             &format!("{name} out"),
@@ -74,7 +78,7 @@ fn forward_backward_match_twin() {
         );
         let dqkv = poisoned(&g, b * t * 3 * c);
         let scratch = poisoned(&g, b * nh * t * t);
-        let ops = k::attention_backward(&g, &dqkv, &scratch, &dout, &qkv, &att, b, t, c, nh);
+        let ops = k::attention_backward(&g, P, &dqkv, &scratch, &dout, &qkv, &att, b, t, c, nh);
         g.run(&ops.unwrap()).unwrap();
         check(
             &format!("{name} dqkv"),
@@ -105,9 +109,9 @@ fn views_inside_larger_buffers() {
         let att = poisoned(&g, 64 + n_att + 64).slice(64, n_att + 64);
         let dqkv = poisoned(&g, 64 + n_qkv + 64).slice(64, n_qkv + 64);
         let scratch = poisoned(&g, 64 + n_att + 64).slice(64, n_att + 64);
-        let mut ops = k::attention_forward(&g, &out, &att, &qkv, b, t, c, nh).unwrap();
+        let mut ops = k::attention_forward(&g, P, &out, &att, &att, &qkv, b, t, c, nh).unwrap();
         ops.extend(
-            k::attention_backward(&g, &dqkv, &scratch, &dout, &qkv, &att, b, t, c, nh).unwrap(),
+            k::attention_backward(&g, P, &dqkv, &scratch, &dout, &qkv, &att, b, t, c, nh).unwrap(),
         );
         g.run(&ops).unwrap();
         let name = format!("attention offset b={b} t={t} c={c} nh={nh}");
@@ -142,9 +146,10 @@ fn repeat_is_bit_identical() {
             let att = poisoned(&g, b * nh * t * t);
             let dqkv = poisoned(&g, b * t * 3 * c);
             let scratch = poisoned(&g, b * nh * t * t);
-            let mut ops = k::attention_forward(&g, &out, &att, &qkv, b, t, c, nh).unwrap();
+            let mut ops = k::attention_forward(&g, P, &out, &att, &att, &qkv, b, t, c, nh).unwrap();
             ops.extend(
-                k::attention_backward(&g, &dqkv, &scratch, &dout, &qkv, &att, b, t, c, nh).unwrap(),
+                k::attention_backward(&g, P, &dqkv, &scratch, &dout, &qkv, &att, b, t, c, nh)
+                    .unwrap(),
             );
             g.run(&ops).unwrap();
             [out, att, dqkv].map(|v| {
@@ -166,10 +171,10 @@ fn bad_shapes_are_errors() {
     let big = g.buffer("big", 1024);
     let small = g.buffer("small", 8);
     let fwd = |out: &View, att: &View, qkv: &View, nh| {
-        k::attention_forward(&g, out, att, qkv, b, t, c, nh).err()
+        k::attention_forward(&g, P, out, att, att, qkv, b, t, c, nh).err()
     };
     let bwd = |dqkv: &View, scratch: &View, nh| {
-        k::attention_backward(&g, dqkv, scratch, &big, &big, &big, b, t, c, nh).err()
+        k::attention_backward(&g, P, dqkv, scratch, &big, &big, &big, b, t, c, nh).err()
     };
     for nh in [0, 5, 24] {
         let e = fwd(&big, &big, &big, nh).expect("bad nh accepted by forward");

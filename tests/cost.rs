@@ -11,7 +11,7 @@ use triaxis::cost::pipeline::{bubble, label};
 use triaxis::cost::plan::{enumerate, SIMPLICITY_MARGIN};
 use triaxis::cost::step::estimate;
 use triaxis::cost::{
-    plan, Cluster, Convention, Family, Link, MeshCost, ModelShape, Overlap, PlanRequest, Precision,
+    plan, Cluster, Convention, Family, Footprint, Link, MeshCost, ModelShape, Overlap, PlanRequest,
     ZeroStage, GB,
 };
 use triaxis::mesh::Mesh;
@@ -42,7 +42,7 @@ fn cluster(nodes: usize, mem: f64) -> Cluster {
 fn request(model: ModelShape, cluster: Cluster, global_batch: usize) -> PlanRequest {
     PlanRequest {
         model,
-        precision: Precision::mixed_adam(),
+        precision: Footprint::mixed_adam(),
         cluster,
         global_batch,
         overlap: Overlap::Backward,
@@ -165,8 +165,8 @@ fn golden_zero_rows() {
         assert!(close(f(ZeroStage::Stage2), 4.0 * n + 12.0 * n / pf, 1e-14));
         assert!(close(f(ZeroStage::Stage3), 16.0 * n / pf, 1e-14));
     }
-    assert_eq!(Precision::mixed_adam().total(), 16.0);
-    assert_eq!(Precision::f32_adam().total(), 16.0);
+    assert_eq!(Footprint::mixed_adam().total(), 16.0);
+    assert_eq!(Footprint::f32_adam().total(), 16.0);
 }
 
 #[test]
@@ -218,7 +218,7 @@ fn step_estimate_terms() {
     };
     let st = estimate(
         &m,
-        &Precision::mixed_adam(),
+        &Footprint::mixed_adam(),
         &c,
         &layout,
         64,
@@ -239,7 +239,7 @@ fn step_estimate_terms() {
     );
     assert!(close(st.step, compute, 1e-12));
     // Without overlap the whole DP traffic adds to the step.
-    let none = estimate(&m, &Precision::mixed_adam(), &c, &layout, 64, Overlap::None).unwrap();
+    let none = estimate(&m, &Footprint::mixed_adam(), &c, &layout, 64, Overlap::None).unwrap();
     assert!(close(none.step, compute + none.dp_comm, 1e-12));
     // A pipeline multiplies its work by 1/(1 − bubble).
     let pl = Mesh {
@@ -251,7 +251,7 @@ fn step_estimate_terms() {
         tp: 1,
         chunks: 1,
     };
-    let st = estimate(&m, &Precision::mixed_adam(), &c, &pl, 64, Overlap::None).unwrap();
+    let st = estimate(&m, &Footprint::mixed_adam(), &c, &pl, 64, Overlap::None).unwrap();
     let work = st.compute + st.tp_comm + st.pp_comm;
     assert!(close(st.bubble, 3.0 / 11.0, 1e-15));
     assert!(close(st.step, work / (1.0 - st.bubble) + st.dp_comm, 1e-12));
@@ -431,7 +431,7 @@ fn more_devices_never_raise_zero3_memory() {
             ..Mesh::data_parallel(d, 1)
         };
         let b = layout.validate_on(&m, &c, d).unwrap();
-        let mem = layout.memory(&m, &Precision::mixed_adam(), b).total;
+        let mem = layout.memory(&m, &Footprint::mixed_adam(), b).total;
         assert!(mem <= last, "{nodes} nodes: {mem} > {last}");
         last = mem;
     }
@@ -509,11 +509,11 @@ fn bad_inputs_are_config_errors_that_say_what_to_change() {
         Cluster::new(1, 8, 80.0, Link::gbps(400.0), Link::gbps(25.0), 0.0).unwrap_err(),
         "--tflops",
     );
-    let mut prec = Precision::mixed_adam();
+    let mut prec = Footprint::mixed_adam();
     prec.optim = -1.0;
     is_config(prec.validate().unwrap_err(), "(K)");
 
-    let (m, c, mixed) = (seven_b(), cluster(1, 80.0), Precision::mixed_adam());
+    let (m, c, mixed) = (seven_b(), cluster(1, 80.0), Footprint::mixed_adam());
     let est = |l: Mesh, batch| estimate(&m, &mixed, &c, &l, batch, Overlap::Backward).unwrap_err();
     is_config(est(Mesh::data_parallel(4, 1), 64), "product is 8");
     is_config(

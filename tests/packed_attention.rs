@@ -1,20 +1,23 @@
-//! Packed-bf16 attention kernels vs their twins (the f32 twins on unpacked values), compared as
-//! bf16 values: at least 99 % bit-identical and every element within 1 bf16 ulp (see
-//! `check_bf16` for the near-zero floor). Shapes cover both paths (register-tiled, hs % 4 == 0;
-//! scalar, hs = 2, 6), T = 2, T not a multiple of 4 (the tile) nor of the workgroups, row pairs
-//! and rows spilling past one workgroup, a partial chunk tile and GPT-2's heads. Outputs and
-//! scratch are poisoned first; views inside larger buffers; a bit-identical repeat; odd T, odd
-//! head sizes and short views are refused.
+//! Attention in bf16 vs its twins (the f32 twins on unpacked values), compared as bf16 values:
+//! at least 99 % bit-identical and every element within 1 bf16 ulp (see `check_bf16` for the
+//! near-zero floor). Shapes cover both paths (register-tiled, hs % 4 == 0; scalar, hs = 2, 6),
+//! T = 2, odd T, T not a multiple of 4 (the tile) nor of the workgroups, rows spilling past one
+//! workgroup, a partial chunk tile and GPT-2's heads. Outputs and the f32 rows scratch are
+//! poisoned first; views inside larger buffers; a bit-identical repeat; odd head sizes and short
+//! views are refused.
 mod common;
 use common::*;
 use triaxis::cpu::packed::attention as twin;
-use triaxis::{cpu, gpu, kernels::packed::attention as k, rng::Rng, Error, View};
+use triaxis::precision::Precision;
+use triaxis::{cpu, gpu, kernels::attention as k, rng::Rng, Error, View};
+
+const P: Precision = Precision::Bf16;
 
 /// A word no kernel writes: both halves are signalling NaNs, which no rounding produces.
 const POISON_WORD: u32 = 0x7f81_ff81;
 
-/// (b, t, c, nh): hs = c / nh, even; t even.
-const SHAPES: [(usize, usize, usize, usize); 14] = [
+/// (b, t, c, nh): hs = c / nh, even.
+const SHAPES: [(usize, usize, usize, usize); 16] = [
     (1, 2, 2, 1),      // T = 2, hs 2
     (2, 2, 8, 2),      // T = 2, hs 4
     (1, 4, 4, 2),      // hs 2
@@ -24,10 +27,12 @@ const SHAPES: [(usize, usize, usize, usize); 14] = [
     (2, 66, 6, 3),     // hs 2
     (2, 100, 96, 2),   // hs 48
     (1, 258, 64, 1),   // rows past one workgroup, hs 64
-    (1, 514, 8, 2),    // row pairs past one workgroup (257 a head)
+    (1, 514, 8, 2),    // rows past one workgroup, two heads
+    (2, 7, 12, 3),     // odd T, hs 4
+    (1, 33, 6, 3),     // odd T, hs 2 (scalar path)
     (1, 128, 768, 12), // GPT-2 small heads
     (2, 18, 12, 2),    // hs 6 (scalar path)
-    (1, 514, 4, 2),    // hs 2, row pairs past one workgroup (scalar path)
+    (1, 514, 4, 2),    // hs 2, rows past one workgroup (scalar path)
     (3, 14, 24, 1),    // hs 24: 6 chunks, a partial chunk tile
 ];
 
@@ -117,7 +122,7 @@ fn case(rng: &mut Rng, (b, t, c, nh): (usize, usize, usize, usize)) -> Case {
     let qkv = rand_bf16(rng, b * t * 3 * c, 2.0);
     let dout = rand_bf16(rng, b * t * c, 1.0);
     let mut out = vec![0; b * t * c / 2];
-    let mut att = vec![0; b * nh * t * t / 2];
+    let mut att = vec![0; (b * nh * t * t).div_ceil(2)];
     twin::attention_forward_bf16(&mut out, &mut att, &qkv, b, t, c, nh);
     let mut dqkv = vec![0; b * t * 3 * c / 2];
     twin::attention_backward_bf16(&mut dqkv, &dout, &qkv, &att, b, t, c, nh);
@@ -144,7 +149,8 @@ fn forward_backward_match_twin() {
         let dout = words(&g, &want.dout);
         let out = poisoned_words(&g, want.out.len());
         let att = poisoned_words(&g, want.att.len());
-        g.run(&k::attention_forward_bf16(&g, &out, &att, &qkv, b, t, c, nh).unwrap())
+        let rows = buf(&g, &vec![f32::NAN; b * nh * t * t]);
+        g.run(&k::attention_forward(&g, P, &out, &att, &rows, &qkv, b, t, c, nh).unwrap())
             .unwrap();
         let got_att = g.download::<u32>(&att).unwrap();
         check_bf16(
@@ -156,8 +162,8 @@ fn forward_backward_match_twin() {
         // The backward on the twin's att, so its check does not inherit the forward's flips.
         let att = words(&g, &want.att);
         let dqkv = poisoned_words(&g, want.dqkv.len());
-        let scratch = poisoned_words(&g, want.att.len());
-        let ops = k::attention_backward_bf16(&g, &dqkv, &scratch, &dout, &qkv, &att, b, t, c, nh);
+        let scratch = buf(&g, &vec![f32::NAN; b * nh * t * t]);
+        let ops = k::attention_backward(&g, P, &dqkv, &scratch, &dout, &qkv, &att, b, t, c, nh);
         g.run(&ops.unwrap()).unwrap();
         check_bf16(
             &format!("{name} dqkv"),
@@ -188,11 +194,10 @@ fn views_inside_larger_buffers() {
         let out = outside(want.out.len());
         let att = outside(want.att.len());
         let dqkv = outside(want.dqkv.len());
-        let scratch = outside(want.att.len());
-        let mut ops = k::attention_forward_bf16(&g, &out, &att, &qkv, b, t, c, nh).unwrap();
+        let rows = outside(b * nh * t * t);
+        let mut ops = k::attention_forward(&g, P, &out, &att, &rows, &qkv, b, t, c, nh).unwrap();
         ops.extend(
-            k::attention_backward_bf16(&g, &dqkv, &scratch, &dout, &qkv, &att, b, t, c, nh)
-                .unwrap(),
+            k::attention_backward(&g, P, &dqkv, &rows, &dout, &qkv, &att, b, t, c, nh).unwrap(),
         );
         g.run(&ops).unwrap();
         let name = format!("attention_bf16 offset b={b} t={t} c={c} nh={nh}");
@@ -214,14 +219,7 @@ fn views_inside_larger_buffers() {
         // The GPU backward read the GPU att; the twin of that.
         let mut dqkv_want = vec![0; want.dqkv.len()];
         twin::attention_backward_bf16(&mut dqkv_want, &want.dout, &want.qkv, &got_att, b, t, c, nh);
-        let got_scratch = got(&scratch, want.att.len());
-        // Each head uses the first T(T−1)/2 of its T·T/2 scratch words; the rest stays put.
-        for (h, head) in got_scratch.chunks(t * t / 2).enumerate() {
-            assert!(
-                head[t * (t - 1) / 2..].iter().all(|&w| w == POISON_WORD),
-                "{name}: head {h}: scratch written past dpre's triangle"
-            );
-        }
+        got(&rows, b * nh * t * t);
         check_bf16(
             &format!("{name} dqkv"),
             &got(&dqkv, want.dqkv.len()),
@@ -236,18 +234,18 @@ fn repeat_is_bit_identical() {
         return;
     };
     let mut rng = Rng::new(19);
-    for (b, t, c, nh) in [(2, 70, 64, 4), (1, 40, 6, 3)] {
+    for (b, t, c, nh) in [(2, 70, 64, 4), (1, 41, 6, 3)] {
         let qkv = words(&g, &rand_bf16(&mut rng, b * t * 3 * c, 2.0));
         let dout = words(&g, &rand_bf16(&mut rng, b * t * c, 1.0));
         let run = || {
             let out = poisoned_words(&g, b * t * c / 2);
-            let att = poisoned_words(&g, b * nh * t * t / 2);
+            let att = poisoned_words(&g, (b * nh * t * t).div_ceil(2));
             let dqkv = poisoned_words(&g, b * t * 3 * c / 2);
-            let scratch = poisoned_words(&g, b * nh * t * t / 2);
-            let mut ops = k::attention_forward_bf16(&g, &out, &att, &qkv, b, t, c, nh).unwrap();
+            let rows = poisoned_words(&g, b * nh * t * t);
+            let mut ops =
+                k::attention_forward(&g, P, &out, &att, &rows, &qkv, b, t, c, nh).unwrap();
             ops.extend(
-                k::attention_backward_bf16(&g, &dqkv, &scratch, &dout, &qkv, &att, b, t, c, nh)
-                    .unwrap(),
+                k::attention_backward(&g, P, &dqkv, &rows, &dout, &qkv, &att, b, t, c, nh).unwrap(),
             );
             g.run(&ops).unwrap();
             [out, att, dqkv].map(|v| g.download::<u32>(&v).unwrap())
@@ -265,43 +263,54 @@ fn bad_shapes_are_errors() {
         return;
     };
     let big = g.buffer("big", 1024);
-    let fwd = |out: &View, att: &View, qkv: &View, t, c, nh| {
-        k::attention_forward_bf16(&g, out, att, qkv, 1, t, c, nh).err()
+    let fwd = |out: &View, att: &View, rows: &View, qkv: &View, t, c, nh| {
+        k::attention_forward(&g, P, out, att, rows, qkv, 1, t, c, nh).err()
     };
     let bwd = |views: [&View; 5], t, c, nh| {
-        let [dqkv, scratch, dout, qkv, att] = views;
-        k::attention_backward_bf16(&g, dqkv, scratch, dout, qkv, att, 1, t, c, nh).err()
+        let [dqkv, rows, dout, qkv, att] = views;
+        k::attention_backward(&g, P, dqkv, rows, dout, qkv, att, 1, t, c, nh).err()
     };
     let config = |e: Option<Error>, what: &str| match e {
         Some(Error::Config(m)) if m.contains(what) => {}
         other => panic!("expected a Config error naming {what:?}, got {other:?}"),
     };
-    // odd T, odd head size, heads not dividing C: refused by both directions
+    // odd head size, heads not dividing C: refused by both directions
     for (t, c, nh, what) in [
-        (3, 4, 1, "T = 3"),
-        (5, 8, 2, "T = 5"),
         (4, 6, 2, "must be even"),
         (4, 3, 1, "must be even"),
         (4, 12, 5, "multiple"),
     ] {
-        config(fwd(&big, &big, &big, t, c, nh), what);
+        config(fwd(&big, &big, &big, &big, t, c, nh), what);
         config(bwd([&big; 5], t, c, nh), what);
     }
-    // b=1, t=4, c=12, nh=3: out 24 words, att 24, qkv 72, scratch 24
+    // b=1, t=4, c=12, nh=3: out 24 words, att 24, qkv 72; rows 48 f32
     let (t, c, nh) = (4, 12, 3);
     let exact = |n: usize| big.slice(0, n);
     let short = |n: usize| big.slice(0, n - 1);
-    assert!(fwd(&exact(24), &exact(24), &exact(72), t, c, nh).is_none());
-    config(fwd(&short(24), &big, &big, t, c, nh), "bf16 out:");
-    config(fwd(&big, &short(24), &big, t, c, nh), "bf16 att:");
-    config(fwd(&big, &big, &short(72), t, c, nh), "bf16 qkv:");
-    let sizes = [72, 24, 24, 72, 24];
+    assert!(fwd(&exact(24), &exact(24), &exact(48), &exact(72), t, c, nh).is_none());
+    config(
+        fwd(&short(24), &big, &big, &big, t, c, nh),
+        "attention out:",
+    );
+    config(
+        fwd(&big, &short(24), &big, &big, t, c, nh),
+        "attention att:",
+    );
+    config(
+        fwd(&big, &big, &short(48), &big, t, c, nh),
+        "attention rows:",
+    );
+    config(
+        fwd(&big, &big, &big, &short(72), t, c, nh),
+        "attention qkv:",
+    );
+    let sizes = [72, 48, 24, 72, 24];
     let names = [
-        "bf16 dqkv:",
-        "bf16 scratch:",
-        "bf16 dout:",
-        "bf16 qkv:",
-        "bf16 att:",
+        "attention dqkv:",
+        "attention rows:",
+        "attention dout:",
+        "attention qkv:",
+        "attention att:",
     ];
     let views: Vec<View> = sizes.iter().map(|&n| exact(n)).collect();
     assert!(bwd(

@@ -21,7 +21,7 @@ use triaxis::precision::Precision;
 const BF16: Linear = Linear::new(Precision::Bf16);
 /// The LM head: bf16 weights and input, f32 logits / dlogits.
 const HEAD: Linear = BF16.head();
-use triaxis::kernels::Op;
+use triaxis::kernels::Dispatch;
 use triaxis::{cpu, gpu, rng::Rng};
 
 /// A word no kernel writes: both halves are signalling-NaN bf16, which no sum of finite
@@ -279,7 +279,7 @@ impl BackwardCase {
             buf_u32(g, &self.db0),
         );
         let db = bias.then_some(&dbb);
-        let ops: Vec<Op> = match (split, self.f32dout) {
+        let ops: Vec<Dispatch> = match (split, self.f32dout) {
             (false, false) => {
                 k::matmul_backward(g, BF16, &dinp, &dwb, db, &dyb, &xb, &wb, n, c, oc).unwrap()
             }
@@ -434,7 +434,7 @@ fn offset_views_match_twin() {
     );
 }
 
-fn config_error(r: triaxis::error::Result<Vec<Op>>) -> Option<String> {
+fn config_error(r: triaxis::error::Result<Vec<Dispatch>>) -> Option<String> {
     match r {
         Err(Error::Config(m)) => Some(m),
         _ => None,

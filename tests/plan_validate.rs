@@ -14,7 +14,7 @@ use triaxis::cost::validate::{
     calibrate, cluster, compare, expect, predicted_tp_bytes, ring_formula_dp_bytes, runnable,
     select, shape_of, step_flops, Conventions, Expected, Measured, Row,
 };
-use triaxis::cost::{plan, MeshCost, Overlap, PlanRequest, Precision};
+use triaxis::cost::{plan, Footprint, MeshCost, Overlap, PlanRequest};
 use triaxis::data::Corpus;
 use triaxis::gpu;
 use triaxis::measure::measure;
@@ -158,7 +158,7 @@ fn tensor_parallel_bytes_match_the_cost_model_and_zero_is_refused() {
         chunks: 1,
     };
     let shape = shape_of(&gpt()).unwrap();
-    let p = predicted_tp_bytes(&shape, &Precision::f32_adam(), &layout, 2);
+    let p = predicted_tp_bytes(&shape, &Footprint::f32_adam(), &layout, 2);
     assert_eq!(e.tp_bytes as f64, p);
     assert_eq!(layout, mesh);
     runnable(&layout).unwrap();
@@ -243,7 +243,7 @@ fn the_planners_top_layouts_run_and_send_the_predicted_bytes() {
     assert!(rate.is_finite() && rate > 0.0);
     let req = PlanRequest {
         model: shape.clone(),
-        precision: Precision::f32_adam(),
+        precision: Footprint::f32_adam(),
         cluster: cluster(4, &link, 80.0, rate).unwrap(),
         global_batch: global,
         overlap: Overlap::None,

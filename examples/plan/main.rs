@@ -40,8 +40,8 @@ use std::process::ExitCode;
 use triaxis::cost::comm::{fraction_lost, large_p_allreduce_bytes, ring_allreduce_bytes};
 use triaxis::cost::memory::zero_state_bytes;
 use triaxis::cost::{
-    pipeline, plan, Cluster, Convention, Link, MeshCost, ModelShape, Overlap, Plan, PlanRequest,
-    Precision, ZeroStage, GB,
+    pipeline, plan, Cluster, Convention, Footprint, Link, MeshCost, ModelShape, Overlap,
+    PlanRequest, Ranking, ZeroStage, GB,
 };
 use triaxis::pipeline::ScheduleKind;
 
@@ -219,8 +219,8 @@ fn request(cli: &Cli) -> anyhow::Result<PlanRequest> {
         cli.tflops.unwrap_or(300.0),
     )?;
     let precision = match cli.bytes.unwrap_or(Bytes::Bf16) {
-        Bytes::Bf16 => Precision::mixed_adam(),
-        Bytes::F32 => Precision::f32_adam(),
+        Bytes::Bf16 => Footprint::mixed_adam(),
+        Bytes::F32 => Footprint::f32_adam(),
     };
     let overlap = match cli.overlap {
         OverlapArg::None => Overlap::None,
@@ -306,7 +306,7 @@ fn rate(flops: f64) -> String {
     }
 }
 
-fn print_plan(req: &PlanRequest, plan: &Plan, top: usize) {
+fn print_plan(req: &PlanRequest, plan: &Ranking, top: usize) {
     let (m, c) = (&req.model, &req.cluster);
     println!(
         "model    {:.3e} params, {} layers × hidden {}, {} heads, seq {}, vocab {}; {} (P,G,K = {},{},{} B/param)",

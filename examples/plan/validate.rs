@@ -4,7 +4,7 @@
 use triaxis::cost::validate::{
     calibrate, cluster, compare, expect, select, shape_of, step_flops, Conventions, Row,
 };
-use triaxis::cost::{plan, Convention, MeshCost, Overlap, PlanRequest, Precision, GB};
+use triaxis::cost::{plan, Convention, Footprint, MeshCost, Overlap, PlanRequest, GB};
 use triaxis::data::Corpus;
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::measure::measure;
@@ -22,7 +22,7 @@ pub struct Setup {
     devices: usize,
     global: usize,
     dtype: triaxis::model::Precision,
-    bytes: Precision,
+    bytes: Footprint,
     link: PipeLink,
 }
 
@@ -41,8 +41,8 @@ pub fn setup(cli: &Cli) -> anyhow::Result<Setup> {
     corpus.check_context(seq)?;
     // the precision the layouts train in, and the cost model's bytes for it
     let (dtype, bytes) = match cli.bytes.unwrap_or(Bytes::F32) {
-        Bytes::F32 => (triaxis::model::Precision::F32, Precision::f32_adam()),
-        Bytes::Bf16 => (triaxis::model::Precision::Bf16, Precision::mixed_adam()),
+        Bytes::F32 => (triaxis::model::Precision::F32, Footprint::f32_adam()),
+        Bytes::Bf16 => (triaxis::model::Precision::Bf16, Footprint::mixed_adam()),
     };
     Ok(Setup {
         corpus,

@@ -10,7 +10,7 @@
 
 use super::cluster::Cluster;
 use super::memory::{activation_bytes_per_layer, zero_state_bytes, MemoryBreakdown, ZeroStage};
-use super::model::{ModelShape, Precision};
+use super::model::{Footprint, ModelShape};
 use super::pipeline;
 use crate::error::{Error, Result};
 use crate::mesh::Mesh;
@@ -49,7 +49,7 @@ pub trait MeshCost {
     /// buffer      = (P + G) · block / tp                        ZeRO-3 only
     /// activations = held(schedule, pp, m) · L/pp · act_layer(b, s, h, a, tp)
     /// ```
-    fn memory(&self, model: &ModelShape, prec: &Precision, b: usize) -> MemoryBreakdown;
+    fn memory(&self, model: &ModelShape, prec: &Footprint, b: usize) -> MemoryBreakdown;
 
     /// The planner's one-line name: "dp=4 tp=1 pp=2 zero=1 zb-h1 m=16" (the schedule only
     /// when pp > 1).
@@ -132,7 +132,7 @@ impl MeshCost for Mesh {
         (layers_here * model.block_params() + model.embedding_params()) / self.tp as f64
     }
 
-    fn memory(&self, model: &ModelShape, prec: &Precision, b: usize) -> MemoryBreakdown {
+    fn memory(&self, model: &ModelShape, prec: &Footprint, b: usize) -> MemoryBreakdown {
         let tp = self.tp as f64;
         let layers_here = model.layers as f64 / self.pp as f64;
         let params = self.device_params(model);

@@ -4,7 +4,7 @@
 //! every figure the trainer measures can be printed beside the figure theory predicts.
 //!
 //! ```text
-//! model      ModelShape (params, layers, hidden, heads, seq, vocab), Precision (P, G, K, act bytes)
+//! model      ModelShape (params, layers, hidden, heads, seq, vocab), Footprint (P, G, K, act bytes)
 //! comm       ring all-reduce 2(p−1)/p·S, link time S/β + α, step fraction lost, TP traffic per block
 //! pipeline   bubble per ScheduleKind (GPipe, 1F1B, interleaved v, ZB-H1), microbatches held
 //! memory     ZeRO 0–3 for any (P, G, K), GPT activations per layer (Korthikanti et al.)
@@ -50,8 +50,8 @@ pub use cluster::Cluster;
 pub use comm::{Convention, Link, Overlap};
 pub use layout::MeshCost;
 pub use memory::{MemoryBreakdown, ZeroStage};
-pub use model::{ModelShape, Precision};
-pub use plan::{plan, Candidate, Family, FamilyVerdict, Plan, PlanRequest};
+pub use model::{Footprint, ModelShape};
+pub use plan::{plan, Candidate, Family, FamilyVerdict, PlanRequest, Ranking};
 pub use step::StepEstimate;
 
 /// One gigabyte as docs/design.md counts it: 10⁹ bytes.

@@ -10,6 +10,7 @@
 
 use super::{at_least_one, positive};
 use crate::error::{Error, Result};
+use crate::precision::Precision;
 
 /// A GPT-style model: parameter count and the shape that sets activations and TP traffic.
 #[derive(Clone, Debug, PartialEq)]
@@ -140,9 +141,10 @@ impl ModelShape {
 }
 
 /// Bytes per parameter for parameters (P), gradients (G) and optimizer state (K), and bytes
-/// per stored activation element.
+/// per stored activation element: the planner's figures for a training precision
+/// ([`Footprint::of`]), or any other a what-if asks for.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Precision {
+pub struct Footprint {
     /// P: bytes of each working parameter.
     pub param: f64,
     /// G: bytes of each gradient (the all-reduced payload S = N·G).
@@ -155,28 +157,31 @@ pub struct Precision {
     pub name: &'static str,
 }
 
-impl Precision {
+impl Footprint {
+    /// Adam in precision `p`: (P, G, K) from [`Precision::pgk`], activations of its element size.
+    pub fn of(p: Precision) -> Self {
+        let (param, grad, optim) = p.pgk();
+        Footprint {
+            param,
+            grad,
+            optim,
+            act: p.element_bytes() as f64,
+            name: match p {
+                Precision::F32 => "f32 Adam",
+                Precision::Bf16 => "bf16 mixed-precision Adam",
+            },
+        }
+    }
+
     /// Mixed-precision Adam: bf16 params and grads, fp32 master + m + v: P=2, G=2, K=12; bf16
     /// activations. 16 bytes per parameter in all.
     pub fn mixed_adam() -> Self {
-        Precision {
-            param: 2.0,
-            grad: 2.0,
-            optim: 12.0,
-            act: 2.0,
-            name: "bf16 mixed-precision Adam",
-        }
+        Footprint::of(Precision::Bf16)
     }
 
     /// Plain f32 Adam: P=4, G=4, K=8 (m and v); f32 activations. 16 bytes per parameter.
     pub fn f32_adam() -> Self {
-        Precision {
-            param: 4.0,
-            grad: 4.0,
-            optim: 8.0,
-            act: 4.0,
-            name: "f32 Adam",
-        }
+        Footprint::of(Precision::F32)
     }
 
     /// P + G + K: bytes per parameter without sharding.

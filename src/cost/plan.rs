@@ -30,7 +30,7 @@ use super::comm::Overlap;
 use super::divisors;
 use super::layout::MeshCost;
 use super::memory::{MemoryBreakdown, ZeroStage};
-use super::model::{ModelShape, Precision};
+use super::model::{Footprint, ModelShape};
 use super::step::{estimate_unchecked, StepEstimate};
 use super::GB;
 use crate::error::{Error, Result};
@@ -48,7 +48,7 @@ pub const SIMPLICITY_MARGIN: f64 = 0.05;
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlanRequest {
     pub model: ModelShape,
-    pub precision: Precision,
+    pub precision: Footprint,
     pub cluster: Cluster,
     /// Sequences per optimizer step, over all replicas.
     pub global_batch: usize,
@@ -138,9 +138,9 @@ pub struct FamilyVerdict {
     pub reason: String,
 }
 
-/// The planner's answer.
+/// The planner's answer: every fitting layout ranked, and why each family won or lost.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
+pub struct Ranking {
     pub recommended: Candidate,
     /// Fitting layouts, the recommended first, then by step time; one entry per
     /// (dp, tp, pp, ZeRO stage): its best schedule and microbatch count.
@@ -227,7 +227,7 @@ pub fn enumerate(req: &PlanRequest) -> Result<Vec<Candidate>> {
 
 /// Plans a layout for `req`: the recommendation, a ranked list, and one verdict per family.
 /// Errors when no layout is possible or none fits (saying by how much memory).
-pub fn plan(req: &PlanRequest) -> Result<Plan> {
+pub fn plan(req: &PlanRequest) -> Result<Ranking> {
     let all = enumerate(req)?;
     let cluster = &req.cluster;
     let (model, devices) = (&req.model, cluster.devices());
@@ -273,7 +273,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan> {
         .iter()
         .map(|&f| verdict(f, chosen, &all, &fitting, &recommended, req))
         .collect();
-    Ok(Plan {
+    Ok(Ranking {
         recommended,
         ranked,
         verdicts,

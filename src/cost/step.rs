@@ -27,7 +27,7 @@ use super::cluster::Cluster;
 use super::comm::{exposed, ring_allreduce_time, ring_collective_time, tp_block_traffic, Overlap};
 use super::layout::MeshCost;
 use super::memory::ZeroStage;
-use super::model::{ModelShape, Precision};
+use super::model::{Footprint, ModelShape};
 use super::pipeline;
 use crate::error::Result;
 use crate::mesh::Mesh;
@@ -73,7 +73,7 @@ impl StepEstimate {
 /// Predicts the step time of `layout` for `global_batch` sequences; validates every input.
 pub fn estimate(
     model: &ModelShape,
-    prec: &Precision,
+    prec: &Footprint,
     cluster: &Cluster,
     layout: &Mesh,
     global_batch: usize,
@@ -97,7 +97,7 @@ pub fn estimate(
 /// [`estimate`] without validation, for the planner's enumeration (inputs already checked).
 pub(crate) fn estimate_unchecked(
     model: &ModelShape,
-    prec: &Precision,
+    prec: &Footprint,
     cluster: &Cluster,
     layout: &Mesh,
     b: usize,

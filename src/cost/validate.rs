@@ -34,8 +34,8 @@
 use super::cluster::Cluster;
 use super::comm::{ring_allreduce_bytes, tp_block_traffic, Link};
 use super::layout::MeshCost;
-use super::model::{ModelShape, Precision};
-use super::plan::{Candidate, Plan};
+use super::model::{Footprint, ModelShape};
+use super::plan::{Candidate, Ranking};
 use super::positive;
 use crate::collective::ring_all_reduce_bytes;
 use crate::error::{Error, Result};
@@ -313,7 +313,7 @@ pub fn expect(
 
 /// The cost model's tensor-parallel bytes per device per step: `m · L/pp` blocks of
 /// [`tp_block_traffic`] (ring volumes).
-pub fn predicted_tp_bytes(shape: &ModelShape, prec: &Precision, layout: &Mesh, b: usize) -> f64 {
+pub fn predicted_tp_bytes(shape: &ModelShape, prec: &Footprint, layout: &Mesh, b: usize) -> f64 {
     let per_block = tp_block_traffic(
         b,
         shape.seq_len,
@@ -338,7 +338,7 @@ pub fn ring_formula_dp_bytes(exp: &Expected, dp: usize) -> f64 {
 
 /// The layouts to run: the first `k` of the plan's ranking (recommended first) that the engine
 /// can run, and the ZeRO layouts skipped on the way (ranked no lower than the last one run).
-pub fn select(plan: &Plan, k: usize) -> (Vec<Candidate>, Vec<Candidate>) {
+pub fn select(plan: &Ranking, k: usize) -> (Vec<Candidate>, Vec<Candidate>) {
     let (mut run, mut skipped) = (Vec::new(), Vec::new());
     for c in &plan.ranked {
         if run.len() == k {
@@ -440,7 +440,7 @@ pub struct Row {
 pub fn compare(
     c: &Candidate,
     shape: &ModelShape,
-    prec: &Precision,
+    prec: &Footprint,
     mesh: &Mesh,
     exp: &Expected,
     got: &Measured,

@@ -4,9 +4,7 @@
 
 use super::memory::ZeroStage;
 use crate::error::{Error, Result};
-
-/// Bytes per parameter of this crate's f32 Adam: P = 4, G = 4, K = 8 (m and v).
-pub const F32_ADAM: (f64, f64, f64) = (4.0, 4.0, 8.0);
+use crate::precision::Precision;
 
 /// The ZeRO stage with index `stage`, or a clear error.
 pub fn stage(stage: usize) -> Result<ZeroStage> {
@@ -45,7 +43,7 @@ pub fn runtime_state_bytes(
 
 /// [`runtime_state_bytes`] in f32 Adam.
 pub fn formula_bytes(st: ZeroStage, n: usize, d: usize, slot: usize) -> f64 {
-    runtime_state_bytes(st, n, d, slot, F32_ADAM)
+    runtime_state_bytes(st, n, d, slot, Precision::F32.pgk())
 }
 
 /// Bytes the whole group sends rank to rank in one step of `stage` over a flat buffer of `n`

@@ -1,21 +1,37 @@
-//! Causal multi-head self-attention (shaders/attention.wgsl), forward and backward.
-//! Twins: `cpu::{attention_forward, attention_backward}`.
+//! Causal multi-head self-attention (shaders/attention.wgsl, one source for both precisions
+//! behind a storage prelude), forward and backward. Twins: `cpu::{attention_forward,
+//! attention_backward}` in f32, `cpu::packed::attention` in bf16.
 //!
 //! qkv `[B,T,3C]` holds q | k | v per token; head h owns channels h·hs..(h+1)·hs of each part
-//! (hs = C/NH, scale 1/√hs). The forward is one dispatch (threads own query rows), the backward
-//! two: rows (dpre into `scratch`, dq) then columns (dk, dv gathered over t ≥ t2), so no thread
-//! ever adds into another's output and every sum has a fixed order. When hs % 4 == 0 the `_vec4`
-//! entry points run: a thread owns 4 tokens of a head and loads q/k/v/dout as vec4 into 4×4
-//! register tiles (about 4× faster on lavapipe); otherwise a scalar kernel, one token per thread.
+//! (hs = C/NH, even under bf16, scale 1/√hs). out, dout, qkv, dqkv and att are words of
+//! precision `p`; the kernels' own rows (scores and probabilities in the forward, dpre in the
+//! backward) are f32 `[B,NH,T,T]` in both precisions, so every intermediate is f32 and every sum
+//! runs in the same fixed order whatever the storage.
+//!
+//! The forward is one dispatch (threads own query rows) writing f32 probabilities: into `att`
+//! itself under f32; under bf16 into the f32 `rows` scratch, which a second dispatch packs into
+//! `att` (out is summed from the f32 probabilities, as the twin does). The backward is two
+//! dispatches: rows (dpre into `rows`, dq) then columns (dk, dv gathered over t ≥ t2), so no
+//! thread ever adds into another's output. When hs % 4 == 0 the `_vec4` entry points run: a
+//! thread owns 4 tokens of a head and loads q/k/v/dout as Quads into 4×4 register tiles (about
+//! 4× faster on lavapipe); otherwise a scalar kernel, one token per thread.
 
-use super::{groups_1d, need, op, Arg, Op};
+use super::{bf16, groups_1d, need, need_in, op, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
+use crate::precision::Precision;
 
-const S: &str = "attention";
+/// The family's shader in precision `p`.
+fn shader(p: Precision) -> &'static str {
+    match p {
+        Precision::F32 => "attention",
+        Precision::Bf16 => "attention_bf16",
+    }
+}
 
-/// Checks the shape and returns hs = C/NH (also used by the packed variant).
-pub(crate) fn head_size(b: usize, t: usize, c: usize, nh: usize) -> Result<usize> {
+/// Checks the shape (under bf16 also an even head size: a head slice owns whole words) and
+/// returns hs = C/NH.
+fn head_size(p: Precision, b: usize, t: usize, c: usize, nh: usize) -> Result<usize> {
     if nh == 0 || c == 0 || !c.is_multiple_of(nh) {
         return Err(Error::Config(format!(
             "attention: channels c = {c} must be a positive multiple of the head count nh = {nh}"
@@ -31,11 +47,18 @@ pub(crate) fn head_size(b: usize, t: usize, c: usize, nh: usize) -> Result<usize
             "attention: B={b}, T={t}, C={c}, NH={nh} overflows 32-bit indices"
         )));
     }
-    Ok(c / nh)
+    let hs = c / nh;
+    if p == Precision::Bf16 && !hs.is_multiple_of(2) {
+        return Err(Error::Config(format!(
+            "attention bf16: head size C/NH = {c}/{nh} = {hs} must be even (a bf16 word holds \
+             two channels)"
+        )));
+    }
+    Ok(hs)
 }
 
-/// Uniform: b, t, c, nh, hs, scale (f32 bits) (also used by the packed variant).
-pub(crate) fn dims(b: usize, t: usize, c: usize, nh: usize, hs: usize) -> [u32; 8] {
+/// Uniform: b, t, c, nh, hs, scale (f32 bits).
+fn dims(b: usize, t: usize, c: usize, nh: usize, hs: usize) -> [u32; 8] {
     let scale = 1.0 / (hs as f32).sqrt();
     [
         b as u32,
@@ -74,52 +97,71 @@ fn pick(
 }
 
 /// qkv `[B,T,3C]` = q | k | v, head h uses channels h*hs..(h+1)*hs of each (hs = C/NH).
-/// att `[B,NH,T,T]` receives the softmax probabilities (zero above the diagonal), out `[B,T,C]`.
-/// Twin: cpu::attention_forward. Scale 1/sqrt(hs). One dispatch.
+/// att `[B,NH,T,T]` receives the softmax probabilities (zero above the diagonal), out `[B,T,C]`
+/// = att·v from the f32 probabilities; all three in words of `p`. rows: an f32 `[B,NH,T,T]`
+/// scratch, used under bf16 only (f32 writes its probabilities into att directly).
+/// Scale 1/sqrt(hs). One dispatch, plus the pack of att under bf16.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_forward(
     g: &Gpu,
+    p: Precision,
     out: &View,
     att: &View,
+    rows: &View,
     qkv: &View,
     b: usize,
     t: usize,
     c: usize,
     nh: usize,
-) -> Result<Vec<Op>> {
-    let hs = head_size(b, t, c, nh)?;
+) -> Result<Vec<Dispatch>> {
+    let hs = head_size(p, b, t, c, nh)?;
     let (n_out, n_att, n_qkv) = (b * t * c, b * nh * t * t, b * t * 3 * c);
-    need("attention out", out, n_out)?;
-    need("attention att", att, n_att)?;
-    need("attention qkv", qkv, n_qkv)?;
+    let w = |n: usize| p.words(n);
+    need_in(p, "attention out", out, w(n_out))?;
+    need_in(p, "attention att", att, w(n_att))?;
+    need_in(p, "attention qkv", qkv, w(n_qkv))?;
+    if p == Precision::Bf16 {
+        need("attention rows", rows, n_att)?;
+    }
     if b * t == 0 {
         return Ok(Vec::new());
     }
-    // Bind exactly the elements used (multiples of 4 on the vec4 path).
+    // Bind exactly the words used (whole Quads on the vec4 path).
     let (out, att, qkv) = (
-        out.slice(0, n_out),
-        att.slice(0, n_att),
-        qkv.slice(0, n_qkv),
+        out.slice(0, w(n_out)),
+        att.slice(0, w(n_att)),
+        qkv.slice(0, w(n_qkv)),
     );
+    let probs = match p {
+        Precision::F32 => att.clone(),
+        Precision::Bf16 => rows.slice(0, n_att),
+    };
     let (entry, groups) = pick("attention_forward_vec4", "attention_forward", b, t, nh, hs);
-    Ok(vec![op(
+    let args = [Arg::W(&out), Arg::W(&probs), Arg::R(&qkv)];
+    let mut ops = vec![op(
         g,
-        S,
+        shader(p),
         entry,
         &dims(b, t, c, nh, hs),
-        &[Arg::W(&out), Arg::W(&att), Arg::R(&qkv)],
+        &args,
         groups,
-    )?])
+    )?];
+    if p == Precision::Bf16 {
+        ops.push(bf16::pack(g, &att, &probs)?);
+    }
+    Ok(ops)
 }
 
 /// dqkv `[B,T,3C]` ASSIGNED (every element written, zeros where no gradient), from dout `[B,T,C]`,
-/// qkv and att. scratch: a `[B,NH,T,T]` buffer the kernel uses for dpreatt (its upper triangle is
-/// left untouched). Twin: cpu::attention_backward. Two dispatches (rows, then columns).
+/// qkv and att (the forward's stored probabilities), all in words of `p`. rows: an f32
+/// `[B,NH,T,T]` scratch the kernel uses for dpre (its upper triangle left untouched).
+/// Two dispatches (rows, then columns).
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward(
     g: &Gpu,
+    p: Precision,
     dqkv: &View,
-    scratch: &View,
+    rows: &View,
     dout: &View,
     qkv: &View,
     att: &View,
@@ -127,31 +169,32 @@ pub fn attention_backward(
     t: usize,
     c: usize,
     nh: usize,
-) -> Result<Vec<Op>> {
-    let hs = head_size(b, t, c, nh)?;
+) -> Result<Vec<Dispatch>> {
+    let hs = head_size(p, b, t, c, nh)?;
     let (n_out, n_att, n_qkv) = (b * t * c, b * nh * t * t, b * t * 3 * c);
-    need("attention dqkv", dqkv, n_qkv)?;
-    need("attention scratch", scratch, n_att)?;
-    need("attention dout", dout, n_out)?;
-    need("attention qkv", qkv, n_qkv)?;
-    need("attention att", att, n_att)?;
+    let w = |n: usize| p.words(n);
+    need_in(p, "attention dqkv", dqkv, w(n_qkv))?;
+    need("attention rows", rows, n_att)?;
+    need_in(p, "attention dout", dout, w(n_out))?;
+    need_in(p, "attention qkv", qkv, w(n_qkv))?;
+    need_in(p, "attention att", att, w(n_att))?;
     if b * t == 0 {
         return Ok(Vec::new());
     }
-    let dqkv = dqkv.slice(0, n_qkv);
-    let scratch = scratch.slice(0, n_att);
-    let dout = dout.slice(0, n_out);
-    let qkv = qkv.slice(0, n_qkv);
-    let att = att.slice(0, n_att);
+    let dqkv = dqkv.slice(0, w(n_qkv));
+    let rows = rows.slice(0, n_att);
+    let dout = dout.slice(0, w(n_out));
+    let qkv = qkv.slice(0, w(n_qkv));
+    let att = att.slice(0, w(n_att));
     let args = [
         Arg::W(&dqkv),
-        Arg::W(&scratch),
+        Arg::W(&rows),
         Arg::R(&dout),
         Arg::R(&qkv),
         Arg::R(&att),
     ];
     let d = dims(b, t, c, nh, hs);
-    let (rows, groups) = pick(
+    let (row_entry, groups) = pick(
         "attention_backward_rows_vec4",
         "attention_backward_rows",
         b,
@@ -159,7 +202,7 @@ pub fn attention_backward(
         nh,
         hs,
     );
-    let (cols, _) = pick(
+    let (col_entry, _) = pick(
         "attention_backward_cols_vec4",
         "attention_backward_cols",
         b,
@@ -168,7 +211,7 @@ pub fn attention_backward(
         hs,
     );
     Ok(vec![
-        op(g, S, rows, &d, &args, groups)?,
-        op(g, S, cols, &d, &args, groups)?,
+        op(g, shader(p), row_entry, &d, &args, groups)?,
+        op(g, shader(p), col_entry, &d, &args, groups)?,
     ])
 }

@@ -7,7 +7,7 @@
 //! One invocation per word. The kernels only move bits (no float arithmetic), so the result is
 //! the same on every backend.
 
-use super::{groups_1d, op, Arg, Op};
+use super::{groups_1d, op, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 
@@ -32,7 +32,7 @@ fn dims(n: usize) -> Result<[u32; 4]> {
 
 /// `dst_u32[⌈n/2⌉]` = bf16 pairs of `src_f32[n]`, with `n = src_f32.len`.
 /// `dst_u32` must hold exactly `⌈n/2⌉` words.
-pub fn pack(g: &Gpu, dst_u32: &View, src_f32: &View) -> Result<Op> {
+pub fn pack(g: &Gpu, dst_u32: &View, src_f32: &View) -> Result<Dispatch> {
     let n = src_f32.len;
     check_words("pack", "dst", dst_u32.len, n)?;
     op(
@@ -48,7 +48,7 @@ pub fn pack(g: &Gpu, dst_u32: &View, src_f32: &View) -> Result<Op> {
 /// `dst_f32[n]` = f32 widening of the bf16 pairs in `src_u32[⌈n/2⌉]`, with `n = dst_f32.len`.
 /// `src_u32` must hold exactly `⌈n/2⌉` words; for an odd `n` the high half of its last word is
 /// ignored.
-pub fn unpack(g: &Gpu, dst_f32: &View, src_u32: &View) -> Result<Op> {
+pub fn unpack(g: &Gpu, dst_f32: &View, src_u32: &View) -> Result<Dispatch> {
     let n = dst_f32.len;
     check_words("unpack", "src", src_u32.len, n)?;
     op(

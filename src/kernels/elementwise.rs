@@ -9,7 +9,7 @@
 //! on whole views (all `2·len` halves under bf16). Arithmetic is f32 with one rounding per
 //! stored bf16 element.
 
-use super::{groups_1d, op, Arg, Op};
+use super::{groups_1d, op, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::precision::Precision;
@@ -51,7 +51,14 @@ fn need(p: Precision, op: &str, arg: &str, v: &View, n: usize) -> Result<()> {
 }
 
 /// One op of `n` elements over `args` (outputs first), one invocation per word.
-fn run(g: &Gpu, p: Precision, entry: &'static str, n: usize, v: f32, args: &[Arg]) -> Result<Op> {
+fn run(
+    g: &Gpu,
+    p: Precision,
+    entry: &'static str,
+    n: usize,
+    v: f32,
+    args: &[Arg],
+) -> Result<Dispatch> {
     op(
         g,
         shader(p),
@@ -63,7 +70,7 @@ fn run(g: &Gpu, p: Precision, entry: &'static str, n: usize, v: f32, args: &[Arg
 }
 
 /// `out[n]` = `gelu(inp[n])`
-pub fn gelu_forward(g: &Gpu, p: Precision, out: &View, inp: &View, n: usize) -> Result<Op> {
+pub fn gelu_forward(g: &Gpu, p: Precision, out: &View, inp: &View, n: usize) -> Result<Dispatch> {
     need(p, "gelu", "out", out, n)?;
     need(p, "gelu", "inp", inp, n)?;
     run(g, p, "gelu_forward", n, 0.0, &[Arg::W(out), Arg::R(inp)])
@@ -77,7 +84,7 @@ pub fn gelu_backward(
     inp: &View,
     dout: &View,
     n: usize,
-) -> Result<Op> {
+) -> Result<Dispatch> {
     need(p, "gelu", "dinp", dinp, n)?;
     need(p, "gelu", "inp", inp, n)?;
     need(p, "gelu", "dout", dout, n)?;
@@ -93,7 +100,7 @@ pub fn residual_forward(
     a: &View,
     b: &View,
     n: usize,
-) -> Result<Op> {
+) -> Result<Dispatch> {
     need(p, "residual", "out", out, n)?;
     need(p, "residual", "a", a, n)?;
     need(p, "residual", "b", b, n)?;
@@ -102,24 +109,24 @@ pub fn residual_forward(
 }
 
 /// out[..] = value (bf16: rounded once, both halves of every word)
-pub fn fill(g: &Gpu, p: Precision, out: &View, value: f32) -> Result<Op> {
+pub fn fill(g: &Gpu, p: Precision, out: &View, value: f32) -> Result<Dispatch> {
     run(g, p, "fill", whole(p, out), value, &[Arg::W(out)])
 }
 
 /// out[..] *= s
-pub fn scale(g: &Gpu, p: Precision, out: &View, s: f32) -> Result<Op> {
+pub fn scale(g: &Gpu, p: Precision, out: &View, s: f32) -> Result<Dispatch> {
     run(g, p, "scale", whole(p, out), s, &[Arg::W(out)])
 }
 
 /// out[..] += a
-pub fn add(g: &Gpu, p: Precision, out: &View, a: &View) -> Result<Op> {
+pub fn add(g: &Gpu, p: Precision, out: &View, a: &View) -> Result<Dispatch> {
     let n = whole(p, out);
     need(p, "add", "a", a, n)?;
     run(g, p, "add", n, 0.0, &[Arg::W(out), Arg::R(a)])
 }
 
 /// out[..] = a, word for word (bit-exact, NaN payloads included)
-pub fn copy(g: &Gpu, p: Precision, out: &View, a: &View) -> Result<Op> {
+pub fn copy(g: &Gpu, p: Precision, out: &View, a: &View) -> Result<Dispatch> {
     let n = whole(p, out);
     need(p, "copy", "a", a, n)?;
     run(g, p, "copy", n, 0.0, &[Arg::W(out), Arg::R(a)])

@@ -12,7 +12,7 @@
 //! the widened old values, rounding once). Both sums run in the CPU twin's order, so the GPU
 //! result equals the twin bit for bit.
 
-use super::{groups_1d, op, Arg, Op};
+use super::{groups_1d, op, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::precision::Precision;
@@ -80,7 +80,7 @@ pub fn encoder_forward(
     b: usize,
     t: usize,
     c: usize,
-) -> Result<Vec<Op>> {
+) -> Result<Vec<Dispatch>> {
     let (n, nw) = shape(p, b, t, c)?;
     let cw = p.words(c);
     let v = wte.len / cw;
@@ -127,7 +127,7 @@ pub fn encoder_backward(
     t: usize,
     c: usize,
     v: usize,
-) -> Result<Vec<Op>> {
+) -> Result<Vec<Dispatch>> {
     let (n, nw) = shape(p, b, t, c)?;
     let cw = p.words(c);
     let vc = v

@@ -4,7 +4,7 @@
 //! with vec4 loads when `v % 4 == 0`. Deterministic, and on the software adapter 5–50× faster
 //! than a workgroup per row with barriers. `dlogits` may be the same view as `logits` (in place).
 
-use super::{need, op, Arg, Op};
+use super::{need, op, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 
@@ -20,7 +20,7 @@ pub fn crossentropy_forward_backward(
     n: usize,
     v: usize,
     dloss: f32,
-) -> Result<Vec<Op>> {
+) -> Result<Vec<Dispatch>> {
     if v == 0 {
         return Err(Error::Config("crossentropy: v must be at least 1".into()));
     }

@@ -38,7 +38,7 @@
 //! are bit-identical run to run, and the split backward (`_input` + `_weight`) gives the same
 //! bits as the unsplit one (it is the same ops).
 
-use super::{groups_1d, need_in, op, Arg, Op};
+use super::{groups_1d, need_in, op, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::precision::Precision;
@@ -170,7 +170,7 @@ impl Mat {
 
 /// `m` with a row stride that is a multiple of 4: `m` itself, or a zero-padded copy (same
 /// storage) made by an op pushed onto `ops`.
-fn aligned(g: &Gpu, p: Precision, ops: &mut Vec<Op>, m: Mat) -> Result<Mat> {
+fn aligned(g: &Gpu, p: Precision, ops: &mut Vec<Dispatch>, m: Mat) -> Result<Mat> {
     if m.ld.is_multiple_of(4) {
         return Ok(m);
     }
@@ -199,7 +199,7 @@ fn aligned(g: &Gpu, p: Precision, ops: &mut Vec<Op>, m: Mat) -> Result<Mat> {
 fn buffer_product(
     g: &Gpu,
     p: Precision,
-    ops: &mut Vec<Op>,
+    ops: &mut Vec<Dispatch>,
     c: (&View, Precision),
     a: Mat,
     b: Mat,
@@ -235,7 +235,7 @@ fn buffer_product(
 fn product(
     g: &Gpu,
     l: Linear,
-    ops: &mut Vec<Op>,
+    ops: &mut Vec<Dispatch>,
     c: &View,
     c_ty: Precision,
     a: Mat,
@@ -328,7 +328,7 @@ pub fn matmul_forward(
     n: usize,
     c: usize,
     oc: usize,
-) -> Result<Vec<Op>> {
+) -> Result<Vec<Dispatch>> {
     let (e, p) = ("matmul_forward", l.p);
     check_dims(l, n, c, oc)?;
     even_rows(e, "out", "oc", l.io, n, oc)?;
@@ -361,7 +361,7 @@ pub fn matmul_backward(
     n: usize,
     c: usize,
     oc: usize,
-) -> Result<Vec<Op>> {
+) -> Result<Vec<Dispatch>> {
     let mut ops = matmul_backward_input(g, l, dinp, dout, weight, n, c, oc)?;
     ops.extend(matmul_backward_weight(
         g, l, dweight, dbias, dout, inp, n, c, oc,
@@ -381,7 +381,7 @@ pub fn matmul_backward_input(
     n: usize,
     c: usize,
     oc: usize,
-) -> Result<Vec<Op>> {
+) -> Result<Vec<Dispatch>> {
     let (e, p) = ("matmul_backward_input", l.p);
     check_dims(l, n, c, oc)?;
     even_rows(e, "dinp", "c", p, n, c)?;
@@ -406,7 +406,7 @@ pub fn matmul_backward_weight(
     n: usize,
     c: usize,
     oc: usize,
-) -> Result<Vec<Op>> {
+) -> Result<Vec<Dispatch>> {
     let (e, p) = ("matmul_backward_weight", l.p);
     check_dims(l, n, c, oc)?;
     even_rows(e, "dweight", "c", p, oc, c)?;

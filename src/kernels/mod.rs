@@ -1,8 +1,8 @@
 //! Kernel registry and dispatch: WGSL sources (one file per op family, `include_str!`),
-//! pipelines built once per device, and one dispatch function per op returning [`Op`]s.
+//! pipelines built once per device, and one dispatch function per op returning [`Dispatch`]s.
 //!
-//! An [`Op`] is a pipeline + bind group + workgroup count, built once and recorded into a
-//! compute pass as often as needed: a model builds its whole step as `Vec<Op>` at start-up and
+//! An [`Dispatch`] is a pipeline + bind group + workgroup count, built once and recorded into a
+//! compute pass as often as needed: a model builds its whole step as `Vec<Dispatch>` at start-up and
 //! replays it every step. Binding convention in every shader: `@binding(0)` is a uniform of
 //! u32/f32 dims, `@binding(1..)` are storage buffers in the order of the dispatch function's
 //! arguments (outputs first, then inputs, as in the CPU twins of [`crate::cpu`]).
@@ -21,14 +21,28 @@ pub mod loss;
 pub mod matmul;
 pub mod norm;
 pub mod optim;
-pub mod packed;
 
-/// Every shader source, by family name. The run record hashes these. bf16 packing and every
-/// packed family begin with the shared bit rules of `shaders/bf16_bits.wgsl`. A family written
-/// once for both precisions (`elementwise`, `encoder`, `matmul`, `norm`, `optim`) is its body behind a storage prelude:
-/// `store_f32.wgsl`, or `store_bf16.wgsl` after the bit rules (`<family>_bf16`).
+/// Every shader source, by family name. The run record hashes these. Each family that stores
+/// tensors of the model's precision (`attention`, `elementwise`, `encoder`, `matmul`, `norm`,
+/// `optim`) is one body behind a storage prelude: `store_f32.wgsl`, or `store_bf16.wgsl` after
+/// the bit rules of `bf16_bits.wgsl` (`<family>_bf16`); bf16 packing begins with the same bit
+/// rules, and `loss` works on f32 only.
 pub const SHADERS: &[(&str, &str)] = &[
-    ("attention", include_str!("../../shaders/attention.wgsl")),
+    (
+        "attention",
+        concat!(
+            include_str!("../../shaders/store_f32.wgsl"),
+            include_str!("../../shaders/attention.wgsl")
+        ),
+    ),
+    (
+        "attention_bf16",
+        concat!(
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/store_bf16.wgsl"),
+            include_str!("../../shaders/attention.wgsl")
+        ),
+    ),
     (
         "bf16",
         concat!(
@@ -112,13 +126,6 @@ pub const SHADERS: &[(&str, &str)] = &[
             include_str!("../../shaders/optim.wgsl")
         ),
     ),
-    (
-        "packed_attention",
-        concat!(
-            include_str!("../../shaders/bf16_bits.wgsl"),
-            include_str!("../../shaders/packed_attention.wgsl")
-        ),
-    ),
 ];
 
 /// Threads per workgroup of every 1-D kernel.
@@ -126,7 +133,7 @@ pub const WG: u32 = 256;
 
 /// One recorded dispatch.
 #[derive(Clone)]
-pub struct Op {
+pub struct Dispatch {
     pub label: &'static str,
     pipeline: wgpu::ComputePipeline,
     bind_group: wgpu::BindGroup,
@@ -139,7 +146,7 @@ pub struct Op {
     _memory: Vec<std::sync::Arc<crate::memory::Allocation>>,
 }
 
-impl crate::gpu::Dispatch for Op {
+impl crate::gpu::Record for Dispatch {
     fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
         pass.set_pipeline(&self.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);
@@ -242,7 +249,7 @@ pub fn op(
     dims: &[u32],
     args: &[Arg],
     groups: [u32; 3],
-) -> Result<Op> {
+) -> Result<Dispatch> {
     let max = gpu.limits.max_compute_workgroups_per_dimension;
     if groups.iter().any(|&g| g > max) {
         return Err(Error::Config(format!(
@@ -289,7 +296,7 @@ pub fn op(
         entries: &entries,
     });
     gpu.check()?;
-    Ok(Op {
+    Ok(Dispatch {
         label: entry,
         pipeline,
         bind_group,

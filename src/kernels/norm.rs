@@ -21,7 +21,7 @@
 //!        └─ …                                 ┘
 //! ```
 
-use super::{even_rows, groups_1d, need, need_in, op, Arg, Op};
+use super::{even_rows, groups_1d, need, need_in, op, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::precision::Precision;
@@ -99,7 +99,7 @@ pub fn layernorm_forward(
     bias: &View,
     n: usize,
     c: usize,
-) -> Result<Vec<Op>> {
+) -> Result<Vec<Dispatch>> {
     let nc = shape(p, n, c)?;
     let out = first(p, "out", out, nc)?;
     let mean = first_f32(p, "mean", mean, n)?;
@@ -144,7 +144,7 @@ pub fn layernorm_backward(
     rstd: &View,
     n: usize,
     c: usize,
-) -> Result<Vec<Op>> {
+) -> Result<Vec<Dispatch>> {
     let nc = shape(p, n, c)?;
     let dinp = first(p, "dinp", dinp, nc)?;
     let dweight = first(p, "dweight", dweight, c)?;

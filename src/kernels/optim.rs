@@ -16,7 +16,7 @@
 //! buffer (`hyper_words`, uploaded every step) so the recorded ops can be replayed, and the clip
 //! factor is computed on the device from the norm, so no read-back is needed.
 
-use super::{groups_1d, need, op, Arg, Op};
+use super::{groups_1d, need, op, Arg, Dispatch};
 use crate::cpu;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
@@ -72,7 +72,7 @@ pub fn grad_norm_squared(
     scratch: &View,
     grads: &View,
     n: usize,
-) -> Result<Vec<Op>> {
+) -> Result<Vec<Dispatch>> {
     exact(p, "grad_norm_squared grads", grads, n)?;
     let parts = norm_scratch_len(p, n);
     need("grad_norm_squared out", out, 1)?;
@@ -144,7 +144,7 @@ pub fn adamw(
     hp: &View,
     norm_sq: &View,
     decay_end: usize,
-) -> Result<Vec<Op>> {
+) -> Result<Vec<Dispatch>> {
     let n = m.len;
     match (p, master) {
         (Precision::F32, None) | (Precision::Bf16, Some(_)) => {}

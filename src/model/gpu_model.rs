@@ -1,5 +1,5 @@
 //! The model on one device: parameters for a contiguous range of blocks, activation buffers for
-//! one microbatch shape, and the forward and backward passes pre-built as `Vec<Op>` (built once,
+//! one microbatch shape, and the forward and backward passes pre-built as `Vec<Dispatch>` (built once,
 //! replayed every microbatch).
 //!
 //! Boundaries, so a pipeline stage can run any range:
@@ -26,13 +26,12 @@ use std::ops::Range;
 use super::{fit, Block, GptConfig, Micro, Precision, Recompute, TpRank};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
-use crate::kernels::Op;
+use crate::kernels::{matmul::Linear, Dispatch};
 use crate::params::Buffers;
 
 mod backward;
 mod checks;
 mod forward;
-mod kernels;
 mod options;
 mod recompute;
 
@@ -70,7 +69,7 @@ struct LayerActs {
     saved: Option<Saved>,
 }
 
-/// Op ranges of one layer's forward that a recomputing backward replays.
+/// Dispatch ranges of one layer's forward that a recomputing backward replays.
 #[derive(Clone, Debug)]
 struct LayerOps {
     /// `attention_forward` (writes atty and att).
@@ -93,12 +92,13 @@ struct HeadActs {
 }
 
 /// Gradient scratch shared by all layers of the range (activation gradients are assigned, so
-/// one set serves every layer in turn).
+/// one set serves every layer in turn). `datt` is attention's f32 rows in both precisions: dpre
+/// in the backward, and under bf16 the forward's probabilities before they are packed into att.
 struct Scratch {
     dln: View,       // [n, C]
     dqkv: View,      // [n, 3C]
     datty: View,     // [n, C]
-    datt: View,      // [B, NH, T, T]
+    datt: View,      // [B, NH, T, T] f32
     dfch: View,      // [n, 4C]
     dfch_gelu: View, // [n, 4C]
 }
@@ -127,14 +127,14 @@ pub struct GpuModel {
     pub precision: Precision,
     head: Option<HeadActs>,
     scratch: Scratch,
-    pub forward: Vec<Op>,
-    pub backward: Vec<Op>,
+    pub forward: Vec<Dispatch>,
+    pub backward: Vec<Dispatch>,
     /// Which ops of `forward` / `backward` belong to which block (for per-block timing).
     pub forward_blocks: BlockRanges,
     pub backward_blocks: BlockRanges,
     /// Zero-bubble split: `backward` computes input gradients only and `weight` (W) the
     /// parameter gradients of the linear layers. Empty when not split.
-    pub weight: Vec<Op>,
+    pub weight: Vec<Dispatch>,
     pub split: bool,
     /// Tensor-parallel rank of this replica.
     pub tp: TpRank,
@@ -334,7 +334,7 @@ impl GpuModel {
             dln: gpu.scratch("dln", w(n * c)),
             dqkv: gpu.scratch("dqkv", if has_layers { w(n * 3 * ct) } else { 1 }),
             datty: gpu.scratch("datty", if has_layers { w(n * ct) } else { 1 }),
-            datt: gpu.scratch("datt", if has_layers { w(att_len) } else { 1 }),
+            datt: gpu.scratch("datt", if has_layers { att_len } else { 1 }),
             dfch: gpu.scratch("dfch", if has_layers { w(n * ft) } else { 1 }),
             dfch_gelu: gpu.scratch("dfch_gelu", if has_layers { w(n * ft) } else { 1 }),
         };
@@ -408,11 +408,14 @@ impl GpuModel {
         self.resid.last().expect("resid is never empty")
     }
 
-    /// The kernels of this model's precision.
-    fn k(&self) -> kernels::Kernels<'_> {
-        kernels::Kernels {
-            g: &self.gpu,
-            p: self.precision,
+    /// A linear layer in this model's precision; `f32_io`: the LM head, whose logits and
+    /// dlogits stay f32.
+    fn linear(&self, f32_io: bool) -> Linear {
+        let l = Linear::new(self.precision);
+        if f32_io {
+            l.head()
+        } else {
+            l
         }
     }
 

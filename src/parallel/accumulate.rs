@@ -18,7 +18,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
-use crate::kernels::{elementwise as ke, Op};
+use crate::kernels::{elementwise as ke, Dispatch};
 use crate::memory::Category;
 use crate::precision::Precision;
 
@@ -36,10 +36,10 @@ pub enum Accumulation {
 pub struct TreeAccumulator {
     gpu: Gpu,
     /// Zeroes `grads` before each microbatch (its backward then leaves exactly g_i there).
-    pub zero: Op,
-    save: Vec<Op>,    // L[ℓ] = grads
-    merge: Vec<Op>,   // grads += L[ℓ]
-    restore: Vec<Op>, // grads = L[ℓ]
+    pub zero: Dispatch,
+    save: Vec<Dispatch>,    // L[ℓ] = grads
+    merge: Vec<Dispatch>,   // grads += L[ℓ]
+    restore: Vec<Dispatch>, // grads = L[ℓ]
     occupied: Vec<bool>,
     levels: Vec<View>,
 }

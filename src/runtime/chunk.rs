@@ -19,7 +19,7 @@ use std::ops::Range;
 use super::ir::{ChunkShape, Mark};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
-use crate::kernels::Op;
+use crate::kernels::Dispatch;
 use crate::memory::Category;
 use crate::model::gpu_model::{BuildOptions, GpuModel, Workspace};
 use crate::model::{Block, Precision, Recompute, TpRank};
@@ -99,10 +99,10 @@ pub(super) struct Chunk {
     pub unit_of: Vec<usize>,
     pub grid: Grid,
     pub optim: Optimizer,
-    pub zero_grads: Op,
+    pub zero_grads: Dispatch,
     /// Pairwise-tree accumulation of the microbatch gradients (ZeRO 0 only).
     pub tree: Option<TreeAccumulator>,
-    /// Op ranges of the segments of F, B and W.
+    /// Dispatch ranges of the segments of F, B and W.
     pub segments: [Vec<Range<usize>>; 3],
     pub shape: ChunkShape,
 }
@@ -279,7 +279,7 @@ impl Chunk {
     }
 
     /// The kernels of segments `segs` of pass `kind` of slot `slot`.
-    pub fn ops(&self, slot: usize, kind: Kind, segs: &Range<usize>) -> Result<Cow<'_, [Op]>> {
+    pub fn ops(&self, slot: usize, kind: Kind, segs: &Range<usize>) -> Result<Cow<'_, [Dispatch]>> {
         let m = &self.slots[slot];
         let all = match kind {
             Kind::F => &m.forward,

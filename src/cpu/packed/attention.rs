@@ -1,8 +1,8 @@
-//! Twins of `kernels::packed::attention`: the f32 twins [`attention_forward`] and
+//! Twins of `kernels::attention` under bf16: the f32 twins [`attention_forward`] and
 //! [`attention_backward`] on the unpacked bf16 inputs, outputs packed (the specification, see
 //! [`super`]). The forward's `out` comes from the f32 probabilities before `att` is rounded, as
-//! in the GPU kernel. Slices are packed bf16 words: out `[B,T,C]`, att `[B,NH,T,T]`, qkv and
-//! dqkv `[B,T,3C]`, dout `[B,T,C]`.
+//! in the GPU kernel. Slices are packed bf16 words: out `[B,T,C]`, att `[B,NH,T,T]` (an odd
+//! element count leaves the last word's high half 0), qkv and dqkv `[B,T,3C]`, dout `[B,T,C]`.
 
 use crate::cpu::{attention_backward, attention_forward, pack_bf16, unpack_bf16};
 

@@ -1,4 +1,4 @@
-//! Twins of `kernels::packed::elementwise`: unpack, the f32 twin, pack. Slices of `n`-element
+//! Twins of `kernels::elementwise` under bf16: unpack, the f32 twin, pack. Slices of `n`-element
 //! ops hold exactly `⌈n/2⌉` words (an odd `n` leaves the high half of the last output word 0);
 //! fill / copy / add work on all `2·len` halves of their words.
 

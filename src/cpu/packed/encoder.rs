@@ -1,4 +1,4 @@
-//! Twins of `kernels::packed::encoder`: unpack, the f32 twin, pack. bf16 slices hold `rows·c/2`
+//! Twins of `kernels::encoder` under bf16: unpack, the f32 twin, pack. bf16 slices hold `rows·c/2`
 //! words (out/dout `[B·T,C]`, wte/dwte `[V,C]`, wpe/dwpe `[maxT,C]`); `c` must be even.
 
 use crate::cpu::{self, pack_bf16, unpack_bf16};

@@ -10,7 +10,7 @@ use wgpu::util::DeviceExt;
 use super::{Mat, WG_SIDE};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
-use crate::kernels::Op;
+use crate::kernels::Dispatch;
 use crate::memory::{Allocation, Category};
 use std::sync::Arc;
 
@@ -76,7 +76,7 @@ fn tex_op(
     dims: &[u32; 8],
     resources: &[wgpu::BindingResource],
     groups: [u32; 3],
-) -> Result<Op> {
+) -> Result<Dispatch> {
     let max = g.limits.max_compute_workgroups_per_dimension;
     if groups.iter().any(|&n| n > max) {
         return Err(Error::Config(format!(
@@ -107,7 +107,7 @@ fn tex_op(
         entries: &entries,
     });
     g.check()?;
-    Ok(Op {
+    Ok(Dispatch {
         label: entry,
         pipeline,
         bind_group,
@@ -136,7 +136,7 @@ fn binding(v: &View) -> Result<wgpu::BindingResource<'_>> {
 /// its 16 bytes per texel are in the memory ledger (workspace) while the returned entry lives.
 fn pack(
     g: &Gpu,
-    ops: &mut Vec<Op>,
+    ops: &mut Vec<Dispatch>,
     m: &Mat,
     (w, h): (usize, usize),
 ) -> Result<(wgpu::TextureView, Arc<Allocation>)> {
@@ -185,7 +185,7 @@ fn pack(
 /// C (= or +=) A·B (+ bias) with the texture kernel: two packs and one `matmul_tex`.
 pub(super) fn product(
     g: &Gpu,
-    ops: &mut Vec<Op>,
+    ops: &mut Vec<Dispatch>,
     c: &View,
     a: Mat,
     b: Mat,

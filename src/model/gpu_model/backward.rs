@@ -10,15 +10,17 @@ use super::{BlockRanges, Cuts, GpuModel};
 use crate::error::Error;
 use crate::error::Result;
 use crate::gpu::View;
-use crate::kernels::Op;
+use crate::kernels::{
+    attention as ka, elementwise as ke, encoder as kenc, matmul as km, norm as kn, Dispatch,
+};
 use crate::model::{Block, Recompute};
 
 /// What `build_backward` makes.
 pub(super) struct Backward {
-    pub(super) ops: Vec<Op>,
+    pub(super) ops: Vec<Dispatch>,
     pub(super) cuts: Cuts,
     pub(super) ranges: BlockRanges,
-    pub(super) weight: Vec<Op>,
+    pub(super) weight: Vec<Dispatch>,
     pub(super) ready: Vec<(usize, Vec<String>)>,
 }
 
@@ -44,7 +46,7 @@ impl GpuModel {
     /// (zero-bubble), B computes only input gradients and keeps each linear's output gradient
     /// in the slot (`Saved`) so W can form dweight/dbias later from the same bits.
     pub(super) fn build_backward(&self) -> Result<Backward> {
-        let kern = self.k();
+        let (g, prec) = (&self.gpu, self.precision);
         let (b, t) = (self.micro.b, self.micro.t);
         let (n, c, v) = (b * t, self.cfg.channels, self.cfg.vocab);
         let (ct, ht, ft) = self.local_dims();
@@ -56,53 +58,57 @@ impl GpuModel {
         let mut ready = Vec::new();
         let mut cuts = Vec::new();
         // one linear layer's backward: dinp = dout·W now; dW, db now or in W (from `keep`)
-        let linear = |ops: &mut Vec<Op>, wops: &mut Vec<Op>, lin: Linear| -> Result<()> {
-            match (self.split, lin.keep) {
-                (false, _) => ops.extend(kern.matmul_backward(
-                    lin.dinp,
-                    &lin.dw,
-                    lin.db.as_ref(),
-                    lin.dout,
-                    lin.inp,
-                    &lin.w,
-                    n,
-                    lin.c,
-                    lin.oc,
-                    lin.f32_dout,
-                )?),
-                (true, keep) => {
-                    let dout_w = match keep {
-                        Some(keep) => {
-                            ops.push(kern.copy(keep, lin.dout)?);
-                            keep
-                        }
-                        None => lin.dout,
-                    };
-                    ops.extend(kern.matmul_backward_input(
+        let linear =
+            |ops: &mut Vec<Dispatch>, wops: &mut Vec<Dispatch>, lin: Linear| -> Result<()> {
+                match (self.split, lin.keep) {
+                    (false, _) => ops.extend(km::matmul_backward(
+                        g,
+                        self.linear(lin.f32_dout),
                         lin.dinp,
+                        &lin.dw,
+                        lin.db.as_ref(),
                         lin.dout,
+                        lin.inp,
                         &lin.w,
                         n,
                         lin.c,
                         lin.oc,
-                        lin.f32_dout,
-                    )?);
-                    wops.extend(kern.matmul_backward_weight(
-                        &lin.dw,
-                        lin.db.as_ref(),
-                        dout_w,
-                        lin.inp,
-                        n,
-                        lin.c,
-                        lin.oc,
-                        lin.f32_dout,
-                    )?);
+                    )?),
+                    (true, keep) => {
+                        let dout_w = match keep {
+                            Some(keep) => {
+                                ops.push(ke::copy(g, prec, keep, lin.dout)?);
+                                keep
+                            }
+                            None => lin.dout,
+                        };
+                        ops.extend(km::matmul_backward_input(
+                            g,
+                            self.linear(lin.f32_dout),
+                            lin.dinp,
+                            lin.dout,
+                            &lin.w,
+                            n,
+                            lin.c,
+                            lin.oc,
+                        )?);
+                        wops.extend(km::matmul_backward_weight(
+                            g,
+                            self.linear(lin.f32_dout),
+                            &lin.dw,
+                            lin.db.as_ref(),
+                            dout_w,
+                            lin.inp,
+                            n,
+                            lin.c,
+                            lin.oc,
+                        )?);
+                    }
                 }
-            }
-            Ok(())
-        };
+                Ok(())
+            };
         if let Some(h) = &self.head {
-            ops.push(kern.fill(dx, 0.0)?);
+            ops.push(ke::fill(g, prec, dx, 0.0)?);
             let (dw, w) = (d("headw")?, p("headw")?);
             linear(
                 &mut ops,
@@ -123,7 +129,9 @@ impl GpuModel {
             ready.push((ops.len(), vec!["headw".to_string()]));
             let (lw, lb, lwp) = (d("lnfw")?, d("lnfb")?, p("lnfw")?);
             let x = self.output();
-            ops.extend(kern.layernorm_backward(
+            ops.extend(kn::layernorm_backward(
+                g,
+                prec,
                 dx,
                 &lw,
                 &lb,
@@ -177,7 +185,14 @@ impl GpuModel {
                 },
             )?;
             ready.push((ops.len(), names(&["fcprojw", "fcprojb"])));
-            ops.push(kern.gelu_backward(dfch, &a.fch, &s.dfch_gelu, n * ft)?);
+            ops.push(ke::gelu_backward(
+                g,
+                prec,
+                dfch,
+                &a.fch,
+                &s.dfch_gelu,
+                n * ft,
+            )?);
             linear(
                 &mut ops,
                 &mut wops,
@@ -199,7 +214,9 @@ impl GpuModel {
                 cuts.push((ops.len(), s.dln.clone()));
             }
             let (l2w, l2b, l2p) = (dw("ln2w")?, dw("ln2b")?, w("ln2w")?);
-            ops.extend(kern.layernorm_backward(
+            ops.extend(kn::layernorm_backward(
+                g,
+                prec,
                 dx,
                 &l2w,
                 &l2b,
@@ -234,9 +251,9 @@ impl GpuModel {
                 // attention's probabilities again, from the kept qkv
                 self.recompute(&mut ops, None, &lo.attention, None)?;
             }
-            ops.extend(
-                kern.attention_backward(dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, ct, ht)?,
-            );
+            ops.extend(ka::attention_backward(
+                g, prec, dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, ct, ht,
+            )?);
             linear(
                 &mut ops,
                 &mut wops,
@@ -258,7 +275,9 @@ impl GpuModel {
                 cuts.push((ops.len(), s.dln.clone()));
             }
             let (l1w, l1b, l1p) = (dw("ln1w")?, dw("ln1b")?, w("ln1w")?);
-            ops.extend(kern.layernorm_backward(
+            ops.extend(kn::layernorm_backward(
+                g,
+                prec,
                 dx,
                 &l1w,
                 &l1b,
@@ -275,7 +294,9 @@ impl GpuModel {
         }
         if self.blocks[0] == Block::Embedding {
             let start = ops.len();
-            ops.extend(kern.encoder_backward(
+            ops.extend(kenc::encoder_backward(
+                g,
+                prec,
                 &d("wte")?,
                 &d("wpe")?,
                 dx,
@@ -301,7 +322,7 @@ impl GpuModel {
     /// cut `cut` = (op index, view), when inside `r`, becomes a cut of `ops`'s pass.
     fn recompute(
         &self,
-        ops: &mut Vec<Op>,
+        ops: &mut Vec<Dispatch>,
         mut cuts: Option<&mut Cuts>,
         r: &Range<usize>,
         cut: Option<(usize, View)>,

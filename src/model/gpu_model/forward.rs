@@ -4,12 +4,15 @@
 
 use super::{BlockRanges, Cuts, GpuModel, LayerOps};
 use crate::error::Result;
-use crate::kernels::{loss as kl, Op};
+use crate::kernels::{
+    attention as ka, elementwise as ke, encoder as kenc, loss as kl, matmul as km, norm as kn,
+    Dispatch,
+};
 use crate::model::Block;
 
 /// What `build_forward` makes.
 pub(super) struct Forward {
-    pub(super) ops: Vec<Op>,
+    pub(super) ops: Vec<Dispatch>,
     pub(super) ranges: BlockRanges,
     pub(super) cuts: Cuts,
     /// Per layer: the op ranges a recomputing backward replays.
@@ -20,8 +23,7 @@ impl GpuModel {
     /// The forward pass, its ops per block, its tensor-parallel cuts, and what of each layer
     /// a recomputing backward replays.
     pub(super) fn build_forward(&self, dloss: f32) -> Result<Forward> {
-        let g = &self.gpu;
-        let kern = self.k();
+        let (g, prec) = (&self.gpu, self.precision);
         let (b, t) = (self.micro.b, self.micro.t);
         let (n, c, v) = (b * t, self.cfg.channels, self.cfg.vocab);
         let (ct, ht, ft) = self.local_dims();
@@ -32,7 +34,9 @@ impl GpuModel {
         let mut cuts = Vec::new();
         let mut layers = Vec::new();
         if self.blocks[0] == Block::Embedding {
-            ops.extend(kern.encoder_forward(
+            ops.extend(kenc::encoder_forward(
+                g,
+                prec,
                 &self.resid[0],
                 &self.tokens,
                 &p("wte")?,
@@ -48,7 +52,9 @@ impl GpuModel {
             let start = ops.len();
             let w = |x: &str| p(&format!("h{l}.{x}"));
             let (x, out) = (&self.resid[k], &self.resid[k + 1]);
-            ops.extend(kern.layernorm_forward(
+            ops.extend(kn::layernorm_forward(
+                g,
+                prec,
                 &a.ln1,
                 &a.ln1_mean,
                 &a.ln1_rstd,
@@ -58,7 +64,9 @@ impl GpuModel {
                 n,
                 c,
             )?);
-            ops.extend(kern.matmul_forward(
+            ops.extend(km::matmul_forward(
+                g,
+                self.linear(false),
                 &a.qkv,
                 &a.ln1,
                 &w("qkvw")?,
@@ -66,13 +74,25 @@ impl GpuModel {
                 n,
                 c,
                 3 * ct,
-                false,
             )?);
             let att_start = ops.len();
-            ops.extend(kern.attention_forward(&a.atty, &a.att, &a.qkv, b, t, ct, ht)?);
+            ops.extend(ka::attention_forward(
+                g,
+                prec,
+                &a.atty,
+                &a.att,
+                &self.scratch.datt,
+                &a.qkv,
+                b,
+                t,
+                ct,
+                ht,
+            )?);
             let attention = att_start..ops.len();
             let mut cut = None;
-            ops.extend(kern.matmul_forward(
+            ops.extend(km::matmul_forward(
+                g,
+                self.linear(false),
                 &a.attproj,
                 &a.atty,
                 &w("attprojw")?,
@@ -80,14 +100,15 @@ impl GpuModel {
                 n,
                 ct,
                 c,
-                false,
             )?);
             if tp {
                 cut = Some(ops.len());
                 cuts.push((ops.len(), a.attproj.clone()));
             }
-            ops.push(kern.residual_forward(&a.x2, x, &a.attproj, n * c)?);
-            ops.extend(kern.layernorm_forward(
+            ops.push(ke::residual_forward(g, prec, &a.x2, x, &a.attproj, n * c)?);
+            ops.extend(kn::layernorm_forward(
+                g,
+                prec,
                 &a.ln2,
                 &a.ln2_mean,
                 &a.ln2_rstd,
@@ -97,7 +118,9 @@ impl GpuModel {
                 n,
                 c,
             )?);
-            ops.extend(kern.matmul_forward(
+            ops.extend(km::matmul_forward(
+                g,
+                self.linear(false),
                 &a.fch,
                 &a.ln2,
                 &w("fcw")?,
@@ -105,15 +128,16 @@ impl GpuModel {
                 n,
                 c,
                 ft,
-                false,
             )?);
-            ops.push(kern.gelu_forward(&a.fch_gelu, &a.fch, n * ft)?);
+            ops.push(ke::gelu_forward(g, prec, &a.fch_gelu, &a.fch, n * ft)?);
             layers.push(LayerOps {
                 attention,
                 upto_gelu: start..ops.len(),
                 cut,
             });
-            ops.extend(kern.matmul_forward(
+            ops.extend(km::matmul_forward(
+                g,
+                self.linear(false),
                 &a.fcproj,
                 &a.fch_gelu,
                 &w("fcprojw")?,
@@ -121,18 +145,19 @@ impl GpuModel {
                 n,
                 ft,
                 c,
-                false,
             )?);
             if tp {
                 cuts.push((ops.len(), a.fcproj.clone()));
             }
-            ops.push(kern.residual_forward(out, &a.x2, &a.fcproj, n * c)?);
+            ops.push(ke::residual_forward(g, prec, out, &a.x2, &a.fcproj, n * c)?);
             ranges.push((Block::Layer(*l), start..ops.len()));
         }
         if let Some(h) = &self.head {
             let start = ops.len();
             let x = self.output();
-            ops.extend(kern.layernorm_forward(
+            ops.extend(kn::layernorm_forward(
+                g,
+                prec,
                 &h.lnf,
                 &h.lnf_mean,
                 &h.lnf_rstd,
@@ -142,7 +167,9 @@ impl GpuModel {
                 n,
                 c,
             )?);
-            ops.extend(kern.matmul_forward(
+            ops.extend(km::matmul_forward(
+                g,
+                self.linear(true), // the logits stay f32 for the loss
                 &h.logits,
                 &h.lnf,
                 &p("headw")?,
@@ -150,7 +177,6 @@ impl GpuModel {
                 n,
                 c,
                 v,
-                true, // the logits stay f32 for the loss
             )?);
             ops.extend(kl::crossentropy_forward_backward(
                 g,
