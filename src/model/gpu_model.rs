@@ -256,7 +256,7 @@ impl GpuModel {
                 "parameter buffers do not match the block range".into(),
             ));
         }
-        check_precision(&cfg, micro, tp.t, opts.precision, &buffers)?;
+        check_precision(&cfg, tp.t, opts.precision, &buffers)?;
         let ws = opts.workspace.as_ref();
         if let Some(w) = ws {
             w.check(&cfg, micro, tp.t, opts.precision)?;
