@@ -25,6 +25,6 @@
 //! (dp × tp × pp). This module holds the split itself: which rows or columns of which tensor
 //! a rank owns, and the shard / gather between the one-device and the rank-local layouts.
 
-pub mod shard;
+pub mod split;
 
-pub use shard::{combine_tensor_sq, gather, shard, split_of, Split};
+pub use split::{combine_tensor_sq, gather, shard, split_of, Split};
