@@ -176,55 +176,22 @@ impl GpuModel {
         // before the flat buffers: a size no device holds is refused, not allocated
         fit::check(&cfg, blocks, micro, 1, &gpu.limits)?;
         let buffers = Buffers::new(gpu, &cfg.layout(blocks));
-        GpuModel::with_buffers(gpu, cfg, blocks, micro, dloss, buffers, false)
-    }
-
-    /// Like [`GpuModel::new`] but on existing parameter buffers: several activation slots of
-    /// one pipeline stage share one set of parameters and gradients this way.
-    pub fn with_buffers(
-        gpu: &Gpu,
-        cfg: GptConfig,
-        blocks: &[Block],
-        micro: Micro,
-        dloss: f32,
-        buffers: Buffers,
-        split: bool,
-    ) -> Result<GpuModel> {
-        GpuModel::with_buffers_tp(
+        GpuModel::build(
             gpu,
             cfg,
             blocks,
             micro,
             dloss,
             buffers,
-            split,
-            TpRank::SINGLE,
+            &BuildOptions::default(),
         )
     }
 
-    /// Like [`GpuModel::with_buffers`] for tensor-parallel rank `tp`: `buffers` must be laid
-    /// out by `cfg.layout_tp(blocks, tp.t)`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn with_buffers_tp(
-        gpu: &Gpu,
-        cfg: GptConfig,
-        blocks: &[Block],
-        micro: Micro,
-        dloss: f32,
-        buffers: Buffers,
-        split: bool,
-        tp: TpRank,
-    ) -> Result<GpuModel> {
-        let opts = BuildOptions {
-            split,
-            tp,
-            ..BuildOptions::default()
-        };
-        GpuModel::build(gpu, cfg, blocks, micro, dloss, buffers, &opts)
-    }
-
-    /// The general constructor: [`GpuModel::with_buffers_tp`] with recomputation (`opts.workspace`
-    /// from [`Workspace::new`] for the same config, shape and tensor-parallel degree).
+    /// The general constructor, on existing parameter buffers (several activation slots of one
+    /// pipeline stage share one set of parameters and gradients this way), laid out by
+    /// `cfg.layout_tp(blocks, opts.tp.t)`: the zero-bubble split, the tensor-parallel rank,
+    /// precision and recomputation (`opts.workspace` from [`Workspace::new`] for the same
+    /// config, shape and tensor-parallel degree) as `opts` says.
     pub fn build(
         gpu: &Gpu,
         cfg: GptConfig,

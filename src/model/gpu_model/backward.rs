@@ -40,6 +40,32 @@ struct Linear<'a> {
     f32_dout: bool,
 }
 
+impl<'a> Linear<'a> {
+    /// A layer's linear with a bias, `dout` in the model's precision; `(w, dw, db)` its weight
+    /// and gradients.
+    fn layer(
+        dinp: &'a View,
+        dout: &'a View,
+        keep: Option<&'a View>,
+        inp: &'a View,
+        (w, dw, db): (View, View, View),
+        (c, oc): (usize, usize),
+    ) -> Linear<'a> {
+        Linear {
+            dinp,
+            dw,
+            db: Some(db),
+            dout,
+            keep,
+            inp,
+            w,
+            c,
+            oc,
+            f32_dout: false,
+        }
+    }
+}
+
 impl GpuModel {
     /// The backward pass, and (when `split`) the deferred weight-gradient ops W.
     /// Unsplit, each linear's `matmul_backward` computes dinp and dweight together. Split
@@ -54,6 +80,12 @@ impl GpuModel {
         let (p, d) = (|x: &str| self.buffers.p(x), |x: &str| self.buffers.g(x));
         let s = &self.scratch;
         let dx = &self.dresid;
+        // layernorm `x`'s backward (weight `{x}w`, bias `{x}b`): dx += dinp, dw and db +=
+        let ln = |x: &str, inp: &View, mean: &View, rstd: &View| {
+            let (xw, xb) = (format!("{x}w"), format!("{x}b"));
+            let (dw, db, w) = (d(&xw)?, d(&xb)?, p(&xw)?);
+            kn::layernorm_backward(g, prec, dx, &dw, &db, &s.dln, inp, &w, mean, rstd, n, c)
+        };
         let (mut ops, mut wops, mut ranges) = (Vec::new(), Vec::new(), Vec::new());
         let mut ready = Vec::new();
         let mut cuts = Vec::new();
@@ -127,22 +159,7 @@ impl GpuModel {
                 },
             )?;
             ready.push((ops.len(), vec!["headw".to_string()]));
-            let (lw, lb, lwp) = (d("lnfw")?, d("lnfb")?, p("lnfw")?);
-            let x = self.output();
-            ops.extend(kn::layernorm_backward(
-                g,
-                prec,
-                dx,
-                &lw,
-                &lb,
-                &s.dln,
-                x,
-                &lwp,
-                &h.lnf_mean,
-                &h.lnf_rstd,
-                n,
-                c,
-            )?);
+            ops.extend(ln("lnf", self.output(), &h.lnf_mean, &h.lnf_rstd)?);
             ready.push((ops.len(), vec!["lnfw".to_string(), "lnfb".to_string()]));
             ranges.push((Block::Head, 0..ops.len()));
         }
@@ -159,8 +176,11 @@ impl GpuModel {
                     self.recompute(&mut wops, None, &lo.upto_gelu, cut)?;
                 }
             }
-            let w = |x: &str| p(&format!("h{l}.{x}"));
-            let dw = |x: &str| d(&format!("h{l}.{x}"));
+            // layer linear `x`: (weight, its gradient, the bias gradient)
+            let wdb = |x: &str| -> Result<(View, View, View)> {
+                let (xw, xb) = (format!("h{l}.{x}w"), format!("h{l}.{x}b"));
+                Ok((p(&xw)?, d(&xw)?, d(&xb)?))
+            };
             let names = |xs: &[&str]| xs.iter().map(|x| format!("h{l}.{x}")).collect::<Vec<_>>();
             let x = &self.resid[k];
             let sv = la.saved.as_ref();
@@ -168,22 +188,10 @@ impl GpuModel {
             let dfch = sv.map_or(&s.dfch, |k| &k.fch);
             let dqkv = sv.map_or(&s.dqkv, |k| &k.qkv);
             // dx holds ∂L/∂out = ∂L/∂fcproj = ∂L/∂x2 (through the residual)
-            linear(
-                &mut ops,
-                &mut wops,
-                Linear {
-                    dinp: &s.dfch_gelu,
-                    dw: dw("fcprojw")?,
-                    db: Some(dw("fcprojb")?),
-                    dout: dx,
-                    keep: sv.map(|k| &k.fcproj),
-                    inp: &a.fch_gelu,
-                    w: w("fcprojw")?,
-                    c: ft,
-                    oc: c,
-                    f32_dout: false,
-                },
-            )?;
+            let keep = sv.map(|k| &k.fcproj);
+            let fcproj =
+                Linear::layer(&s.dfch_gelu, dx, keep, &a.fch_gelu, wdb("fcproj")?, (ft, c));
+            linear(&mut ops, &mut wops, fcproj)?;
             ready.push((ops.len(), names(&["fcprojw", "fcprojb"])));
             ops.push(ke::gelu_backward(
                 g,
@@ -193,59 +201,18 @@ impl GpuModel {
                 &s.dfch_gelu,
                 n * ft,
             )?);
-            linear(
-                &mut ops,
-                &mut wops,
-                Linear {
-                    dinp: &s.dln,
-                    dw: dw("fcw")?,
-                    db: Some(dw("fcb")?),
-                    dout: dfch,
-                    keep: None,
-                    inp: &a.ln2,
-                    w: w("fcw")?,
-                    c,
-                    oc: ft,
-                    f32_dout: false,
-                },
-            )?;
+            let fc = Linear::layer(&s.dln, dfch, None, &a.ln2, wdb("fc")?, (c, ft));
+            linear(&mut ops, &mut wops, fc)?;
             ready.push((ops.len(), names(&["fcw", "fcb"])));
             if tp {
                 cuts.push((ops.len(), s.dln.clone()));
             }
-            let (l2w, l2b, l2p) = (dw("ln2w")?, dw("ln2b")?, w("ln2w")?);
-            ops.extend(kn::layernorm_backward(
-                g,
-                prec,
-                dx,
-                &l2w,
-                &l2b,
-                &s.dln,
-                &a.x2,
-                &l2p,
-                &a.ln2_mean,
-                &a.ln2_rstd,
-                n,
-                c,
-            )?);
+            ops.extend(ln(&format!("h{l}.ln2"), &a.x2, &a.ln2_mean, &a.ln2_rstd)?);
             ready.push((ops.len(), names(&["ln2w", "ln2b"])));
             // dx now holds ∂L/∂x2 = ∂L/∂attproj
-            linear(
-                &mut ops,
-                &mut wops,
-                Linear {
-                    dinp: &s.datty,
-                    dw: dw("attprojw")?,
-                    db: Some(dw("attprojb")?),
-                    dout: dx,
-                    keep: sv.map(|k| &k.attproj),
-                    inp: &a.atty,
-                    w: w("attprojw")?,
-                    c: ct,
-                    oc: c,
-                    f32_dout: false,
-                },
-            )?;
+            let keep = sv.map(|k| &k.attproj);
+            let attproj = Linear::layer(&s.datty, dx, keep, &a.atty, wdb("attproj")?, (ct, c));
+            linear(&mut ops, &mut wops, attproj)?;
             ready.push((ops.len(), names(&["attprojw", "attprojb"])));
             if self.recompute == Recompute::Selective {
                 // attention's probabilities again, from the kept qkv
@@ -254,41 +221,13 @@ impl GpuModel {
             ops.extend(ka::attention_backward(
                 g, prec, dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, ct, ht,
             )?);
-            linear(
-                &mut ops,
-                &mut wops,
-                Linear {
-                    dinp: &s.dln,
-                    dw: dw("qkvw")?,
-                    db: Some(dw("qkvb")?),
-                    dout: dqkv,
-                    keep: None,
-                    inp: &a.ln1,
-                    w: w("qkvw")?,
-                    c,
-                    oc: 3 * ct,
-                    f32_dout: false,
-                },
-            )?;
+            let qkv = Linear::layer(&s.dln, dqkv, None, &a.ln1, wdb("qkv")?, (c, 3 * ct));
+            linear(&mut ops, &mut wops, qkv)?;
             ready.push((ops.len(), names(&["qkvw", "qkvb"])));
             if tp {
                 cuts.push((ops.len(), s.dln.clone()));
             }
-            let (l1w, l1b, l1p) = (dw("ln1w")?, dw("ln1b")?, w("ln1w")?);
-            ops.extend(kn::layernorm_backward(
-                g,
-                prec,
-                dx,
-                &l1w,
-                &l1b,
-                &s.dln,
-                x,
-                &l1p,
-                &a.ln1_mean,
-                &a.ln1_rstd,
-                n,
-                c,
-            )?);
+            ops.extend(ln(&format!("h{l}.ln1"), x, &a.ln1_mean, &a.ln1_rstd)?);
             ready.push((ops.len(), names(&["ln1w", "ln1b"])));
             ranges.push((Block::Layer(*l), start..ops.len()));
         }

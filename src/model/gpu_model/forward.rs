@@ -4,6 +4,7 @@
 
 use super::{BlockRanges, Cuts, GpuModel, LayerOps};
 use crate::error::Result;
+use crate::gpu::View;
 use crate::kernels::{
     attention as ka, elementwise as ke, encoder as kenc, loss as kl, matmul as km, norm as kn,
     Dispatch,
@@ -29,6 +30,14 @@ impl GpuModel {
         let (ct, ht, ft) = self.local_dims();
         let tp = self.tp.t > 1;
         let p = |name: &str| self.buffers.p(name);
+        // layernorm over rows of c with weight `wn` and bias `bn`
+        let ln = |out: &View, mean: &View, rstd: &View, inp: &View, wn: &str, bn: &str| {
+            kn::layernorm_forward(g, prec, out, mean, rstd, inp, &p(wn)?, &p(bn)?, n, c)
+        };
+        // a linear layer of the model's precision: out [n, oc] = inp [n, k] · wᵀ + bias
+        let mm = |out: &View, inp: &View, w: &View, bias: Option<&View>, k: usize, oc: usize| {
+            km::matmul_forward(g, self.linear(false), out, inp, w, bias, n, k, oc)
+        };
         let mut ops = Vec::new();
         let mut ranges = Vec::new();
         let mut cuts = Vec::new();
@@ -51,30 +60,12 @@ impl GpuModel {
             let a = &la.acts;
             let start = ops.len();
             let w = |x: &str| p(&format!("h{l}.{x}"));
+            let name = |x: &str| format!("h{l}.{x}");
             let (x, out) = (&self.resid[k], &self.resid[k + 1]);
-            ops.extend(kn::layernorm_forward(
-                g,
-                prec,
-                &a.ln1,
-                &a.ln1_mean,
-                &a.ln1_rstd,
-                x,
-                &w("ln1w")?,
-                &w("ln1b")?,
-                n,
-                c,
-            )?);
-            ops.extend(km::matmul_forward(
-                g,
-                self.linear(false),
-                &a.qkv,
-                &a.ln1,
-                &w("qkvw")?,
-                Some(&w("qkvb")?),
-                n,
-                c,
-                3 * ct,
-            )?);
+            let (ln1w, ln1b) = (name("ln1w"), name("ln1b"));
+            ops.extend(ln(&a.ln1, &a.ln1_mean, &a.ln1_rstd, x, &ln1w, &ln1b)?);
+            let qkvb = w("qkvb")?;
+            ops.extend(mm(&a.qkv, &a.ln1, &w("qkvw")?, Some(&qkvb), c, 3 * ct)?);
             let att_start = ops.len();
             ops.extend(ka::attention_forward(
                 g,
@@ -90,14 +81,12 @@ impl GpuModel {
             )?);
             let attention = att_start..ops.len();
             let mut cut = None;
-            ops.extend(km::matmul_forward(
-                g,
-                self.linear(false),
+            let bias = self.row_bias(&name("attprojb"))?;
+            ops.extend(mm(
                 &a.attproj,
                 &a.atty,
                 &w("attprojw")?,
-                self.row_bias(&format!("h{l}.attprojb"))?.as_ref(),
-                n,
+                bias.as_ref(),
                 ct,
                 c,
             )?);
@@ -106,43 +95,22 @@ impl GpuModel {
                 cuts.push((ops.len(), a.attproj.clone()));
             }
             ops.push(ke::residual_forward(g, prec, &a.x2, x, &a.attproj, n * c)?);
-            ops.extend(kn::layernorm_forward(
-                g,
-                prec,
-                &a.ln2,
-                &a.ln2_mean,
-                &a.ln2_rstd,
-                &a.x2,
-                &w("ln2w")?,
-                &w("ln2b")?,
-                n,
-                c,
-            )?);
-            ops.extend(km::matmul_forward(
-                g,
-                self.linear(false),
-                &a.fch,
-                &a.ln2,
-                &w("fcw")?,
-                Some(&w("fcb")?),
-                n,
-                c,
-                ft,
-            )?);
+            let (ln2w, ln2b) = (name("ln2w"), name("ln2b"));
+            ops.extend(ln(&a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.x2, &ln2w, &ln2b)?);
+            let fcb = w("fcb")?;
+            ops.extend(mm(&a.fch, &a.ln2, &w("fcw")?, Some(&fcb), c, ft)?);
             ops.push(ke::gelu_forward(g, prec, &a.fch_gelu, &a.fch, n * ft)?);
             layers.push(LayerOps {
                 attention,
                 upto_gelu: start..ops.len(),
                 cut,
             });
-            ops.extend(km::matmul_forward(
-                g,
-                self.linear(false),
+            let bias = self.row_bias(&name("fcprojb"))?;
+            ops.extend(mm(
                 &a.fcproj,
                 &a.fch_gelu,
                 &w("fcprojw")?,
-                self.row_bias(&format!("h{l}.fcprojb"))?.as_ref(),
-                n,
+                bias.as_ref(),
                 ft,
                 c,
             )?);
@@ -155,18 +123,7 @@ impl GpuModel {
         if let Some(h) = &self.head {
             let start = ops.len();
             let x = self.output();
-            ops.extend(kn::layernorm_forward(
-                g,
-                prec,
-                &h.lnf,
-                &h.lnf_mean,
-                &h.lnf_rstd,
-                x,
-                &p("lnfw")?,
-                &p("lnfb")?,
-                n,
-                c,
-            )?);
+            ops.extend(ln(&h.lnf, &h.lnf_mean, &h.lnf_rstd, x, "lnfw", "lnfb")?);
             ops.extend(km::matmul_forward(
                 g,
                 self.linear(true), // the logits stay f32 for the loss
