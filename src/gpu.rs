@@ -537,10 +537,6 @@ pub struct Buffer {
 }
 
 impl Buffer {
-    /// Wraps a buffer made elsewhere (not counted by any ledger).
-    pub fn untracked(raw: wgpu::Buffer) -> Buffer {
-        Buffer { raw, alloc: None }
-    }
     /// The ledger category this buffer is counted in, if any.
     pub fn category(&self) -> Option<Category> {
         self.alloc.as_ref().map(|a| a.category)

@@ -138,15 +138,6 @@ impl Ledger {
             .sum()
     }
 
-    /// Measured wall seconds of host staging (downloads + uploads), summed over ranks.
-    pub fn staged_wall(&self) -> f64 {
-        self.entries
-            .iter()
-            .filter(|e| !e.is_hop())
-            .map(|e| e.wall)
-            .sum()
-    }
-
     /// Duration of all recorded collectives on the link model's device clock: calls and rounds
     /// run one after another, the hops of one round concurrently (each on its own link), so each
     /// round costs its slowest hop.

@@ -215,11 +215,6 @@ impl Runtime {
         self.control().is_none_or(|c| c.rank() == 0)
     }
 
-    /// Whether this process runs only some of the layout's devices.
-    pub fn is_distributed(&self) -> bool {
-        self.control.is_some()
-    }
-
     /// The communicator over every device's process, locked (distributed runs only).
     pub(super) fn control(&self) -> Option<std::sync::MutexGuard<'_, Box<dyn Communicator>>> {
         self.control

@@ -69,11 +69,6 @@ pub enum Op {
 }
 
 impl Op {
-    /// Whether the op talks to other devices (every op but compute and the optimizer).
-    pub fn is_comm(&self) -> bool {
-        !matches!(self, Op::Compute { .. } | Op::Optimizer)
-    }
-
     /// The printed form (see the module doc); `v` chunks per device, `segments` of the pass.
     pub fn label(&self, v: usize, segments: impl Fn(&Action) -> usize) -> String {
         let chunk = |c: usize| {
