@@ -629,9 +629,13 @@ fn sigint_to_one_rank_of_dp_pp_stops_every_rank_at_one_step_and_resumes() {
         .collect();
     a.extend(["--log-every", "1", "--steps", DP_PP_STEPS]);
     a.extend(DP_PP);
+    // a grace long enough for a loaded host: this test is about every rank stopping at one
+    // step, not about the grace timer (tests/run_end.rs holds that)
     a.extend([
         "--eval-every",
         "3",
+        "--stop-grace",
+        "60",
         "--checkpoint",
         "ck.safetensors",
         "--record",
