@@ -1,6 +1,6 @@
 //! The model on one device: parameters for a contiguous range of blocks, activation buffers for
-//! one microbatch shape, and the forward and backward passes pre-built as `Vec<Dispatch>` (built once,
-//! replayed every microbatch).
+//! one microbatch shape, and the forward and backward passes pre-built as `Vec<Dispatch>`
+//! (built once, replayed every microbatch).
 //!
 //! Boundaries, so a pipeline stage can run any range:
 //! - input: `tokens` [B·T] if the range starts with the embedding, else `resid[0]` [B·T, C]
@@ -92,13 +92,13 @@ struct HeadActs {
 }
 
 /// Gradient scratch shared by all layers of the range (activation gradients are assigned, so
-/// one set serves every layer in turn). `datt` is attention's f32 rows in both precisions: dpre
+/// one set serves every layer in turn). `att_rows` is attention's f32 rows in both precisions: dpre
 /// in the backward, and under bf16 the forward's probabilities before they are packed into att.
 struct Scratch {
     dln: View,       // [n, C]
     dqkv: View,      // [n, 3C]
     datty: View,     // [n, C]
-    datt: View,      // [B, NH, T, T] f32
+    att_rows: View,  // [B, NH, T, T] f32
     dfch: View,      // [n, 4C]
     dfch_gelu: View, // [n, 4C]
 }
@@ -301,7 +301,7 @@ impl GpuModel {
             dln: gpu.scratch("dln", w(n * c)),
             dqkv: gpu.scratch("dqkv", if has_layers { w(n * 3 * ct) } else { 1 }),
             datty: gpu.scratch("datty", if has_layers { w(n * ct) } else { 1 }),
-            datt: gpu.scratch("datt", if has_layers { att_len } else { 1 }),
+            att_rows: gpu.scratch("att_rows", if has_layers { att_len } else { 1 }),
             dfch: gpu.scratch("dfch", if has_layers { w(n * ft) } else { 1 }),
             dfch_gelu: gpu.scratch("dfch_gelu", if has_layers { w(n * ft) } else { 1 }),
         };

@@ -219,7 +219,17 @@ impl GpuModel {
                 self.recompute(&mut ops, None, &lo.attention, None)?;
             }
             ops.extend(ka::attention_backward(
-                g, prec, dqkv, &s.datt, &s.datty, &a.qkv, &a.att, b, t, ct, ht,
+                g,
+                prec,
+                dqkv,
+                &s.att_rows,
+                &s.datty,
+                &a.qkv,
+                &a.att,
+                b,
+                t,
+                ct,
+                ht,
             )?);
             let qkv = Linear::layer(&s.dln, dqkv, None, &a.ln1, wdb("qkv")?, (c, 3 * ct));
             linear(&mut ops, &mut wops, qkv)?;

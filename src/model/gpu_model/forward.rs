@@ -30,9 +30,10 @@ impl GpuModel {
         let (ct, ht, ft) = self.local_dims();
         let tp = self.tp.t > 1;
         let p = |name: &str| self.buffers.p(name);
-        // layernorm over rows of c with weight `wn` and bias `bn`
-        let ln = |out: &View, mean: &View, rstd: &View, inp: &View, wn: &str, bn: &str| {
-            kn::layernorm_forward(g, prec, out, mean, rstd, inp, &p(wn)?, &p(bn)?, n, c)
+        // layernorm `x` (weight `{x}w`, bias `{x}b`) over rows of c
+        let ln = |out: &View, mean: &View, rstd: &View, inp: &View, x: &str| {
+            let (w, b) = (p(&format!("{x}w"))?, p(&format!("{x}b"))?);
+            kn::layernorm_forward(g, prec, out, mean, rstd, inp, &w, &b, n, c)
         };
         // a linear layer of the model's precision: out [n, oc] = inp [n, k] · wᵀ + bias
         let mm = |out: &View, inp: &View, w: &View, bias: Option<&View>, k: usize, oc: usize| {
@@ -59,11 +60,10 @@ impl GpuModel {
         for (k, (l, la)) in self.layers.iter().enumerate() {
             let a = &la.acts;
             let start = ops.len();
-            let w = |x: &str| p(&format!("h{l}.{x}"));
             let name = |x: &str| format!("h{l}.{x}");
+            let w = |x: &str| p(&name(x));
             let (x, out) = (&self.resid[k], &self.resid[k + 1]);
-            let (ln1w, ln1b) = (name("ln1w"), name("ln1b"));
-            ops.extend(ln(&a.ln1, &a.ln1_mean, &a.ln1_rstd, x, &ln1w, &ln1b)?);
+            ops.extend(ln(&a.ln1, &a.ln1_mean, &a.ln1_rstd, x, &name("ln1"))?);
             let qkvb = w("qkvb")?;
             ops.extend(mm(&a.qkv, &a.ln1, &w("qkvw")?, Some(&qkvb), c, 3 * ct)?);
             let att_start = ops.len();
@@ -72,7 +72,7 @@ impl GpuModel {
                 prec,
                 &a.atty,
                 &a.att,
-                &self.scratch.datt,
+                &self.scratch.att_rows,
                 &a.qkv,
                 b,
                 t,
@@ -95,8 +95,7 @@ impl GpuModel {
                 cuts.push((ops.len(), a.attproj.clone()));
             }
             ops.push(ke::residual_forward(g, prec, &a.x2, x, &a.attproj, n * c)?);
-            let (ln2w, ln2b) = (name("ln2w"), name("ln2b"));
-            ops.extend(ln(&a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.x2, &ln2w, &ln2b)?);
+            ops.extend(ln(&a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.x2, &name("ln2"))?);
             let fcb = w("fcb")?;
             ops.extend(mm(&a.fch, &a.ln2, &w("fcw")?, Some(&fcb), c, ft)?);
             ops.push(ke::gelu_forward(g, prec, &a.fch_gelu, &a.fch, n * ft)?);
@@ -123,7 +122,7 @@ impl GpuModel {
         if let Some(h) = &self.head {
             let start = ops.len();
             let x = self.output();
-            ops.extend(ln(&h.lnf, &h.lnf_mean, &h.lnf_rstd, x, "lnfw", "lnfb")?);
+            ops.extend(ln(&h.lnf, &h.lnf_mean, &h.lnf_rstd, x, "lnf")?);
             ops.extend(km::matmul_forward(
                 g,
                 self.linear(true), // the logits stay f32 for the loss
