@@ -66,6 +66,9 @@ pub struct StepCosts {
     pub tp_comm: f64,
     /// Wall seconds of the step.
     pub wall: f64,
+    /// Queue submits and host waits for the device of the busiest device of this process.
+    pub submits: u64,
+    pub waits: u64,
     /// Per device: bytes held now and the peak of each memory-ledger category so far.
     pub memory: Vec<Usage>,
 }
@@ -290,6 +293,8 @@ fn costs(rt: &Runtime, run: &RuntimeStep, clock: &Clock, schedule: &Schedule) ->
         tp_bytes,
         tp_comm,
         wall: run.wall,
+        submits: run.runs.iter().map(|w| w.submits).max().unwrap_or(0),
+        waits: run.runs.iter().map(|w| w.waits).max().unwrap_or(0),
         memory: Vec::new(),
     })
 }

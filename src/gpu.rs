@@ -12,6 +12,9 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::memory::{Allocation, Category, MemoryLedger, Usage};
 
+mod timer;
+pub use timer::Counts;
+
 /// Which adapter to open. `backends = None` reads `WGPU_BACKEND` (default: all backends).
 #[derive(Clone, Debug, Default)]
 pub struct AdapterChoice {
@@ -194,8 +197,10 @@ pub struct Gpu {
     /// Label of this virtual device ("dev0", …), used in errors and timelines.
     pub label: String,
     errors: Arc<Mutex<Vec<String>>>,
-    /// Timestamp query set, resolve buffer and mapped readback of `run_timed`, made once.
-    timer: Arc<Mutex<Option<Timer>>>,
+    /// The pass timer of [`Gpu::run_stamped`] (shared by every clone).
+    timer: Arc<Mutex<timer::Timer>>,
+    /// Queue submits and host waits (shared by every clone).
+    counts: Arc<Counts>,
     /// Compute pipelines of this device, built on first use and kept (shared by every clone).
     pub(crate) pipelines: Arc<Pipelines>,
     /// Bytes allocated on this device, by category (shared by every clone).
@@ -252,6 +257,7 @@ impl Gpu {
             label: label.to_string(),
             errors,
             timer: Arc::default(),
+            counts: Arc::default(),
             memory: MemoryLedger::new(),
         })
     }
@@ -279,8 +285,14 @@ impl Gpu {
         Err(Error::Device(format!("{}: {msg}", self.label)))
     }
 
+    /// Queue submits and host waits of this device so far.
+    pub fn counts(&self) -> (u64, u64) {
+        self.counts.read()
+    }
+
     /// Blocks until all submitted work is done.
     pub fn sync(&self) -> Result<()> {
+        self.counts.wait();
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| Error::Device(format!("{}: poll: {e}", self.label)))?;
@@ -365,6 +377,7 @@ impl Gpu {
         let mut enc = self.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(&staging, 0, &dst.buf, dst.byte_offset(), dst.bytes());
         self.queue.submit([enc.finish()]);
+        self.counts.submit();
         self.check()
     }
 
@@ -384,6 +397,7 @@ impl Gpu {
         let mut enc = self.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(&src.buf, src.byte_offset(), &staging, 0, size);
         self.queue.submit([enc.finish()]);
+        self.counts.submit();
         let (tx, rx) = std::sync::mpsc::channel();
         staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
@@ -420,80 +434,8 @@ impl Gpu {
             }
         }
         self.queue.submit([enc.finish()]);
+        self.counts.submit();
         self.check()
-    }
-
-    /// Runs `ops` and returns their device duration: GPU timestamps around the pass where the
-    /// adapter has them, else the wall time from submit to completion (device otherwise idle).
-    pub fn run_timed(&self, ops: &[impl Record]) -> Result<Duration> {
-        if !self.has_timestamps() {
-            self.sync()?;
-            let t0 = std::time::Instant::now();
-            self.run(ops)?;
-            self.sync()?;
-            return Ok(t0.elapsed());
-        }
-        // the timestamps bracket the pass itself, so earlier queued work needs no wait; one
-        // query set, resolve buffer and readback per device, made on first use (this runs per
-        // action): one submit and one wait per timed pass
-        let mut timer = self
-            .timer
-            .lock()
-            .map_err(|_| Error::Device("timer poisoned".into()))?;
-        let t = timer.get_or_insert_with(|| Timer {
-            queries: self.device.create_query_set(&wgpu::QuerySetDescriptor {
-                label: Some("pass time"),
-                ty: wgpu::QueryType::Timestamp,
-                count: 2,
-            }),
-            resolve: self.buffer_with_usage("timestamps", 16, wgpu::BufferUsages::QUERY_RESOLVE),
-            readback: self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("timestamps readback"),
-                size: 16,
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            }),
-            _counted: Allocation::new(&self.memory, Category::Staging, 16),
-        });
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("timed ops"),
-                timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
-                    query_set: &t.queries,
-                    beginning_of_pass_write_index: Some(0),
-                    end_of_pass_write_index: Some(1),
-                }),
-            });
-            for op in ops {
-                op.record(&mut pass);
-            }
-        }
-        enc.resolve_query_set(&t.queries, 0..2, &t.resolve.buf, 0);
-        enc.copy_buffer_to_buffer(&t.resolve.buf, t.resolve.byte_offset(), &t.readback, 0, 16);
-        self.queue.submit([enc.finish()]);
-        let (tx, rx) = std::sync::mpsc::channel();
-        t.readback
-            .slice(..)
-            .map_async(wgpu::MapMode::Read, move |r| {
-                let _ = tx.send(r);
-            });
-        self.sync()?;
-        rx.recv_timeout(Duration::from_secs(60))
-            .map_err(|_| Error::Device(format!("{}: timestamps never read back", self.label)))?
-            .map_err(|e| Error::Device(format!("{}: map failed: {e}", self.label)))?;
-        let ticks: Vec<u64> = {
-            let view = t
-                .readback
-                .slice(..)
-                .get_mapped_range()
-                .map_err(|e| Error::Device(format!("{}: mapped range: {e}", self.label)))?;
-            bytemuck::cast_slice::<u8, u64>(&view).to_vec()
-        };
-        t.readback.unmap();
-        let ns =
-            ticks[1].saturating_sub(ticks[0]) as f64 * self.queue.get_timestamp_period() as f64;
-        Ok(Duration::from_nanos(ns as u64))
     }
 
     fn buffer_with_usage(&self, label: &str, bytes: u64, extra: wgpu::BufferUsages) -> View {
@@ -585,14 +527,4 @@ pub fn test_gpus(n: usize) -> Option<Vec<Gpu>> {
             None
         }
     }
-}
-
-/// What `run_timed` keeps per device: the query set, the buffer it resolves into, and a mapped
-/// readback the resolve is copied to in the same submit.
-struct Timer {
-    queries: wgpu::QuerySet,
-    resolve: View,
-    readback: wgpu::Buffer,
-    /// The readback's 16 bytes in the memory ledger.
-    _counted: Allocation,
 }

@@ -294,9 +294,20 @@ impl Optimizer {
 
     /// One AdamW step with hyper-parameters `h`, given the global Σg² (for clipping).
     pub fn step(&self, h: &AdamW, norm_sq: f32) -> Result<()> {
-        self.gpu.upload(&self.hp, &ko::hyper_words(h))?;
-        self.gpu.upload(&self.norm_sq, &[norm_sq])?;
+        self.load(h, norm_sq)?;
         self.gpu.run(&self.adam_ops)
+    }
+
+    /// [`Optimizer::step`] as one timed pass: returns the index of its device time in the
+    /// device's next [`Gpu::pass_times`](crate::gpu::Gpu::pass_times).
+    pub fn step_stamped(&self, h: &AdamW, norm_sq: f32) -> Result<usize> {
+        self.load(h, norm_sq)?;
+        self.gpu.run_stamped(&self.adam_ops)
+    }
+
+    fn load(&self, h: &AdamW, norm_sq: f32) -> Result<()> {
+        self.gpu.upload(&self.hp, &ko::hyper_words(h))?;
+        self.gpu.upload(&self.norm_sq, &[norm_sq])
     }
 }
 

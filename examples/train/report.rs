@@ -105,6 +105,8 @@ pub fn summarize_costs(costs: &[StepCosts]) -> serde_json::Value {
         "tp_bytes_per_rank": med(&|c| Some(c.tp_bytes as f64)),
         "tp_comm_s": med(&|c| Some(c.tp_comm)),
         "wall_step_s": med(&|c| Some(c.wall)),
+        "submits_per_step": med(&|c| Some(c.submits as f64)),
+        "host_waits_per_step": med(&|c| Some(c.waits as f64)),
     })
 }
 

@@ -85,6 +85,9 @@ pub struct WorkerRun {
     pub peaks: Vec<(usize, usize)>,
     /// The device's memory ledger after the step.
     pub memory: crate::memory::Usage,
+    /// Queue submits and host waits for the device in the step.
+    pub submits: u64,
+    pub waits: u64,
 }
 
 pub(super) struct Failure {
@@ -137,6 +140,9 @@ struct Scratch {
     norm_sq: f32,
     tensor_sq: Vec<(String, f32)>,
     mean_loss: f32,
+    /// Indices into the step's pass times of the op being run (its device time, read back
+    /// once after the step).
+    stamps: Vec<usize>,
 }
 
 impl Worker {
@@ -177,8 +183,13 @@ impl Worker {
     pub(super) fn run_step(&mut self, input: &StepIn) -> std::result::Result<WorkerRun, Failure> {
         let s = input.step;
         self.comms.set_step(s);
+        let (submits0, waits0) = self.gpu.counts();
         let mut sc = Scratch::default();
         let mut records = Vec::with_capacity(self.ops.len());
+        let mut timed: Vec<(usize, usize)> = Vec::new();
+        if let Err(e) = self.gpu.discard_pass_times() {
+            return Err(self.fail(&Op::Optimizer, s, true, e.to_string()));
+        }
         for c in &mut self.chunks {
             c.held.clear();
             if let Err(e) = self.gpu.run(std::slice::from_ref(&c.zero_grads)) {
@@ -193,6 +204,7 @@ impl Worker {
             }));
             let failed = match run {
                 Ok(Ok(rec)) => {
+                    timed.extend(sc.stamps.drain(..).map(|t| (records.len(), t)));
                     records.push(rec);
                     continue;
                 }
@@ -216,6 +228,18 @@ impl Worker {
         }
         self.ops = ops;
         result?;
+        // the step's one wait for its timings: every timed pass's device time
+        let times = match self.gpu.pass_times() {
+            Ok(t) => t,
+            Err(e) => return Err(self.fail(&Op::Optimizer, s, true, e.to_string())),
+        };
+        for (r, t) in timed {
+            let d = times.get(t).ok_or_else(|| Failure {
+                primary: true,
+                error: Error::Device(format!("{}: pass time {t} missing", self.gpu.label)),
+            })?;
+            records[r].device += d.as_secs_f64();
+        }
         let sent = |l: &Ledger| {
             let l = l.for_step(s);
             (
@@ -241,6 +265,8 @@ impl Worker {
             tp_link,
             peaks: self.chunks.iter().map(|c| (c.stage, c.peak)).collect(),
             memory: self.gpu.memory(),
+            submits: self.gpu.counts().0 - submits0,
+            waits: self.gpu.counts().1 - waits0,
         })
     }
 
@@ -271,7 +297,8 @@ impl Worker {
                 let _one = input
                     .serial
                     .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
-                rec.device = self.compute(action, segs.clone(), input, sc)?;
+                let t = self.compute(action, segs.clone(), input, sc)?;
+                sc.stamps.push(t);
             }
             Op::TpAllReduce { action, cut } => {
                 let c = &self.chunks[action.chunk];
@@ -328,12 +355,12 @@ impl Worker {
                     .serial
                     .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
                 let h = self.cfg.adam_at(input.step);
-                let t = Instant::now();
                 for c in &self.chunks {
-                    c.optim.step(&h, sc.norm_sq)?;
+                    sc.stamps.push(c.optim.step_stamped(&h, sc.norm_sq)?);
                 }
-                self.gpu.sync()?;
-                rec.device = t.elapsed().as_secs_f64();
+                if input.serial.is_some() {
+                    self.gpu.sync()?;
+                }
             }
             Op::Unshard { chunk, block } => rec.link = self.unshard(*chunk, *block)?,
             Op::GatherParams { chunk, bucket } => {

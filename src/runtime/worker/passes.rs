@@ -12,13 +12,14 @@ use crate::runtime::fault::FaultKind;
 
 impl Worker {
     /// Segments `segs` of `a`: inputs before the first, outputs and hooks after the last.
+    /// Returns the index of the pass's device time in the step's [`Gpu::pass_times`](crate::gpu::Gpu::pass_times).
     pub(super) fn compute(
         &mut self,
         a: &Action,
         segs: Range<usize>,
         input: &StepIn,
         sc: &mut Scratch,
-    ) -> Result<f64> {
+    ) -> Result<usize> {
         let stage = self.stage_of(a.chunk);
         let last_stage = stage + 1 == self.schedule.stages();
         let n = self.chunks[a.chunk].segments[pass(a.kind)].len();
@@ -48,10 +49,12 @@ impl Worker {
         }
         let c = &self.chunks[a.chunk];
         let slot = *c.held.get(&a.micro).ok_or_else(|| missing(a))?;
-        let t = self
-            .gpu
-            .run_timed(&c.ops(slot, a.kind, &segs)?)?
-            .as_secs_f64();
+        // timed on the device, read back after the step (see `Gpu::run_stamped`)
+        let t = self.gpu.run_stamped(&c.ops(slot, a.kind, &segs)?)?;
+        if input.serial.is_some() {
+            // one device at a time: the pass is done before the next device starts
+            self.gpu.sync()?;
+        }
         if segs.end == n {
             self.stage_out(a, slot, last_stage, sc)?;
             if fault.is_some_and(|f| f.action == sc.action && f.kind == FaultKind::Nan) {

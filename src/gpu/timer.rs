@@ -1,0 +1,207 @@
+//! Pass timing without a host wait per pass: every timed pass writes GPU timestamps at its start
+//! and end into the next pair of one query set per device, and the pairs are resolved and read
+//! back together when the caller asks for them ([`Gpu::pass_times`]) — once per training step.
+//! Where the adapter has no timestamp queries, the device clock falls back to the host's wall
+//! time from submit to completion, on an otherwise idle device (a wait before and after each
+//! timed pass, as the pass must run alone to be timed).
+//!
+//! Host round trips are counted ([`Gpu::counts`]): every queue submit, and every wait for the
+//! device (a download's, a [`Gpu::sync`], the timestamps' readback).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{Gpu, Record, View};
+use crate::error::{Error, Result};
+use crate::memory::{Allocation, Category};
+
+/// Timestamp pairs one query set holds; a device that times more passes before reading them
+/// back reads the first `PAIRS` early (one extra wait) and reuses the set.
+const PAIRS: u32 = 256;
+
+/// Submits and waits of one device (all its clones), since it was opened.
+#[derive(Default, Debug)]
+pub struct Counts {
+    submits: AtomicU64,
+    waits: AtomicU64,
+}
+
+impl Counts {
+    pub(super) fn submit(&self) {
+        self.submits.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(super) fn wait(&self) {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+    }
+    /// (queue submits, host waits for the device) so far.
+    pub fn read(&self) -> (u64, u64) {
+        (
+            self.submits.load(Ordering::Relaxed),
+            self.waits.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The query set, the buffer it resolves into, a mapped readback, and the pass times taken so
+/// far in this round (read back early, or measured on the wall where there are no timestamps).
+#[derive(Default)]
+pub(super) struct Timer {
+    set: Option<QuerySet>,
+    /// Pairs written into the query set and not yet read back.
+    pending: u32,
+    /// Pass times of this round that are already known, in the order the passes were timed.
+    done: Vec<Duration>,
+}
+
+struct QuerySet {
+    queries: wgpu::QuerySet,
+    resolve: View,
+    readback: wgpu::Buffer,
+    /// The readback's bytes in the memory ledger.
+    _counted: Allocation,
+}
+
+impl Gpu {
+    /// Records `ops` into one compute pass and submits it without waiting; returns the index
+    /// of its duration in what [`Gpu::pass_times`] returns next. Without timestamp queries
+    /// the pass runs alone and is timed on the host's wall clock (see the module's doc).
+    pub fn run_stamped(&self, ops: &[impl Record]) -> Result<usize> {
+        let mut timer = self
+            .timer
+            .lock()
+            .map_err(|_| Error::Device("timer poisoned".into()))?;
+        if !self.has_timestamps() {
+            self.sync()?;
+            let t0 = Instant::now();
+            self.run(ops)?;
+            self.sync()?;
+            timer.done.push(t0.elapsed());
+            return Ok(timer.done.len() - 1);
+        }
+        if timer.pending == PAIRS {
+            self.read_back(&mut timer)?;
+        }
+        let t = &mut *timer;
+        let set = t.set.get_or_insert_with(|| self.query_set());
+        let pair = t.pending;
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("timed ops"),
+                timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                    query_set: &set.queries,
+                    beginning_of_pass_write_index: Some(2 * pair),
+                    end_of_pass_write_index: Some(2 * pair + 1),
+                }),
+            });
+            for op in ops {
+                op.record(&mut pass);
+            }
+        }
+        self.queue.submit([enc.finish()]);
+        self.counts.submit();
+        self.check()?;
+        t.pending += 1;
+        Ok(t.done.len() + pair as usize)
+    }
+
+    /// The durations of every pass timed since the last call, in order; one wait for the
+    /// device (none if nothing is pending on the query set).
+    pub fn pass_times(&self) -> Result<Vec<Duration>> {
+        let mut timer = self
+            .timer
+            .lock()
+            .map_err(|_| Error::Device("timer poisoned".into()))?;
+        self.read_back(&mut timer)?;
+        Ok(std::mem::take(&mut timer.done))
+    }
+
+    /// Forgets every pass timed and not yet read (a step that failed part-way), without a wait.
+    pub fn discard_pass_times(&self) -> Result<()> {
+        let mut timer = self
+            .timer
+            .lock()
+            .map_err(|_| Error::Device("timer poisoned".into()))?;
+        timer.pending = 0;
+        timer.done.clear();
+        Ok(())
+    }
+
+    /// Runs `ops` alone and returns their device duration (reads back every pass timed
+    /// before it too, so it is for callers that time one pass at a time).
+    pub fn run_timed(&self, ops: &[impl Record]) -> Result<Duration> {
+        let i = self.run_stamped(ops)?;
+        self.pass_times()?
+            .get(i)
+            .copied()
+            .ok_or_else(|| Error::Device(format!("{}: pass time {i} missing", self.label)))
+    }
+
+    fn query_set(&self) -> QuerySet {
+        let bytes = 16 * PAIRS as u64;
+        QuerySet {
+            queries: self.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("pass times"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2 * PAIRS,
+            }),
+            resolve: self.buffer_with_usage("timestamps", bytes, wgpu::BufferUsages::QUERY_RESOLVE),
+            readback: self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("timestamps readback"),
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+            _counted: Allocation::new(&self.memory, Category::Staging, bytes),
+        }
+    }
+
+    /// Resolves the pending pairs, waits for them, appends their durations to `done`.
+    fn read_back(&self, t: &mut Timer) -> Result<()> {
+        let (n, Some(set)) = (t.pending, &t.set) else {
+            return Ok(());
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        let bytes = 16 * n as u64;
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.resolve_query_set(&set.queries, 0..2 * n, &set.resolve.buf, 0);
+        enc.copy_buffer_to_buffer(
+            &set.resolve.buf,
+            set.resolve.byte_offset(),
+            &set.readback,
+            0,
+            bytes,
+        );
+        self.queue.submit([enc.finish()]);
+        self.counts.submit();
+        let (tx, rx) = std::sync::mpsc::channel();
+        set.readback
+            .slice(..bytes)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send(r);
+            });
+        self.sync()?;
+        rx.recv_timeout(Duration::from_secs(60))
+            .map_err(|_| Error::Device(format!("{}: timestamps never read back", self.label)))?
+            .map_err(|e| Error::Device(format!("{}: map failed: {e}", self.label)))?;
+        let ticks: Vec<u64> = {
+            let view = set
+                .readback
+                .slice(..bytes)
+                .get_mapped_range()
+                .map_err(|e| Error::Device(format!("{}: mapped range: {e}", self.label)))?;
+            bytemuck::cast_slice::<u8, u64>(&view).to_vec()
+        };
+        set.readback.unmap();
+        let period = self.queue.get_timestamp_period() as f64;
+        t.done.extend(
+            ticks
+                .chunks(2)
+                .map(|p| Duration::from_nanos((p[1].saturating_sub(p[0]) as f64 * period) as u64)),
+        );
+        t.pending = 0;
+        Ok(())
+    }
+}
