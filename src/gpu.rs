@@ -396,29 +396,50 @@ impl Gpu {
         });
         let mut enc = self.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(&src.buf, src.byte_offset(), &staging, 0, size);
+        self.read_after(enc, &staging, size, "readback")
+    }
+
+    /// Submits `enc` (which fills `buf`'s first `bytes`), waits for it, and reads them back.
+    fn read_after<T: bytemuck::Pod>(
+        &self,
+        enc: wgpu::CommandEncoder,
+        buf: &wgpu::Buffer,
+        bytes: u64,
+        what: &str,
+    ) -> Result<Vec<T>> {
         self.queue.submit([enc.finish()]);
         self.counts.submit();
         let (tx, rx) = std::sync::mpsc::channel();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        buf.slice(..bytes).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
         self.sync()?;
         rx.recv_timeout(Duration::from_secs(60))
-            .map_err(|_| Error::Device(format!("{}: readback never completed", self.label)))?
+            .map_err(|_| Error::Device(format!("{}: {what} never completed", self.label)))?
             .map_err(|e| Error::Device(format!("{}: map failed: {e}", self.label)))?;
         let out = {
-            let view = staging
-                .slice(..)
+            let view = buf
+                .slice(..bytes)
                 .get_mapped_range()
                 .map_err(|e| Error::Device(format!("{}: mapped range: {e}", self.label)))?;
             bytemuck::cast_slice::<u8, T>(&view).to_vec()
         };
-        staging.unmap();
+        buf.unmap();
         Ok(out)
     }
 
     /// Records `ops` into one compute pass and submits it (does not wait).
     pub fn run(&self, ops: &[impl Record]) -> Result<()> {
+        self.submit_pass(ops, None)
+    }
+
+    /// One compute pass of `ops`, with `stamps` written at its start and end if given; submitted,
+    /// not waited on.
+    fn submit_pass(
+        &self,
+        ops: &[impl Record],
+        stamps: Option<wgpu::ComputePassTimestampWrites<'_>>,
+    ) -> Result<()> {
         let mut enc = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -427,7 +448,7 @@ impl Gpu {
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("ops"),
-                timestamp_writes: None,
+                timestamp_writes: stamps,
             });
             for op in ops {
                 op.record(&mut pass);

@@ -66,10 +66,7 @@ impl Gpu {
     /// of its duration in what [`Gpu::pass_times`] returns next. Without timestamp queries
     /// the pass runs alone and is timed on the host's wall clock (see the module's doc).
     pub fn run_stamped(&self, ops: &[impl Record]) -> Result<usize> {
-        let mut timer = self
-            .timer
-            .lock()
-            .map_err(|_| Error::Device("timer poisoned".into()))?;
+        let mut timer = self.timer()?;
         if !self.has_timestamps() {
             self.sync()?;
             let t0 = Instant::now();
@@ -84,23 +81,14 @@ impl Gpu {
         let t = &mut *timer;
         let set = t.set.get_or_insert_with(|| self.query_set());
         let pair = t.pending;
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("timed ops"),
-                timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
-                    query_set: &set.queries,
-                    beginning_of_pass_write_index: Some(2 * pair),
-                    end_of_pass_write_index: Some(2 * pair + 1),
-                }),
-            });
-            for op in ops {
-                op.record(&mut pass);
-            }
-        }
-        self.queue.submit([enc.finish()]);
-        self.counts.submit();
-        self.check()?;
+        self.submit_pass(
+            ops,
+            Some(wgpu::ComputePassTimestampWrites {
+                query_set: &set.queries,
+                beginning_of_pass_write_index: Some(2 * pair),
+                end_of_pass_write_index: Some(2 * pair + 1),
+            }),
+        )?;
         t.pending += 1;
         Ok(t.done.len() + pair as usize)
     }
@@ -108,20 +96,14 @@ impl Gpu {
     /// The durations of every pass timed since the last call, in order; one wait for the
     /// device (none if nothing is pending on the query set).
     pub fn pass_times(&self) -> Result<Vec<Duration>> {
-        let mut timer = self
-            .timer
-            .lock()
-            .map_err(|_| Error::Device("timer poisoned".into()))?;
+        let mut timer = self.timer()?;
         self.read_back(&mut timer)?;
         Ok(std::mem::take(&mut timer.done))
     }
 
     /// Forgets every pass timed and not yet read (a step that failed part-way), without a wait.
     pub fn discard_pass_times(&self) -> Result<()> {
-        let mut timer = self
-            .timer
-            .lock()
-            .map_err(|_| Error::Device("timer poisoned".into()))?;
+        let mut timer = self.timer()?;
         timer.pending = 0;
         timer.done.clear();
         Ok(())
@@ -135,6 +117,12 @@ impl Gpu {
             .get(i)
             .copied()
             .ok_or_else(|| Error::Device(format!("{}: pass time {i} missing", self.label)))
+    }
+
+    fn timer(&self) -> Result<std::sync::MutexGuard<'_, Timer>> {
+        self.timer
+            .lock()
+            .map_err(|_| Error::Device("timer poisoned".into()))
     }
 
     fn query_set(&self) -> QuerySet {
@@ -174,27 +162,7 @@ impl Gpu {
             0,
             bytes,
         );
-        self.queue.submit([enc.finish()]);
-        self.counts.submit();
-        let (tx, rx) = std::sync::mpsc::channel();
-        set.readback
-            .slice(..bytes)
-            .map_async(wgpu::MapMode::Read, move |r| {
-                let _ = tx.send(r);
-            });
-        self.sync()?;
-        rx.recv_timeout(Duration::from_secs(60))
-            .map_err(|_| Error::Device(format!("{}: timestamps never read back", self.label)))?
-            .map_err(|e| Error::Device(format!("{}: map failed: {e}", self.label)))?;
-        let ticks: Vec<u64> = {
-            let view = set
-                .readback
-                .slice(..bytes)
-                .get_mapped_range()
-                .map_err(|e| Error::Device(format!("{}: mapped range: {e}", self.label)))?;
-            bytemuck::cast_slice::<u8, u64>(&view).to_vec()
-        };
-        set.readback.unmap();
+        let ticks: Vec<u64> = self.read_after(enc, &set.readback, bytes, "timestamps readback")?;
         let period = self.queue.get_timestamp_period() as f64;
         t.done.extend(
             ticks

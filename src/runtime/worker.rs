@@ -251,6 +251,7 @@ impl Worker {
         };
         let (dp_sent, _) = sent(self.comms.dp.ledger());
         let (tp_sent, tp_link) = sent(self.comms.tp.ledger());
+        let (submits1, waits1) = self.gpu.counts();
         Ok(WorkerRun {
             device: self.device,
             records,
@@ -265,8 +266,8 @@ impl Worker {
             tp_link,
             peaks: self.chunks.iter().map(|c| (c.stage, c.peak)).collect(),
             memory: self.gpu.memory(),
-            submits: self.gpu.counts().0 - submits0,
-            waits: self.gpu.counts().1 - waits0,
+            submits: submits1 - submits0,
+            waits: waits1 - waits0,
         })
     }
 
