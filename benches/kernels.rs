@@ -5,12 +5,14 @@
 //! GPU time is the device time of one compute pass holding a batch of dispatches (timestamps
 //! where the adapter has them); uploads and readback are excluded. `gpu_forward` is
 //! `matmul_forward` with the kernel the library picks (2·n³ flops), `gpu_backward` is
-//! `matmul_backward` without bias (dinp and dweight, 4·n³ flops), and `gpu_forward_buffer` /
-//! `gpu_forward_texture` force each kernel; `gpu_forward_bf16` is the packed-bf16 forward
-//! (`Linear::new(Precision::Bf16)`, f32 accumulation, 2-byte operands). After each shape a summary line gives median
-//! GFLOP/s, the GPU/CPU ratio and the adapter. On a CPU adapter the line adds a figure on a
-//! CPU-time basis (flops per process CPU-second × cores, Linux only), which other processes
-//! competing for the cores do not skew.
+//! `matmul_backward` without bias (dinp and dweight, 4·n³ flops), and `gpu_forward_buffer`,
+//! `gpu_forward_texture` and `gpu_forward_subgroup` (where the device has 8-lane subgroups)
+//! force each kernel. `gpu_forward_bf16` is the packed-bf16 forward (`Linear::new(Precision::
+//! Bf16)`, 2-byte operands, f32 accumulation) with the kernel the library picks, and
+//! `gpu_forward_bf16_buffer` with the buffer kernel. After each shape a summary line gives
+//! median GFLOP/s, the GPU/CPU ratio and the adapter. On a CPU adapter the line adds a figure
+//! on a CPU-time basis (flops per process CPU-second × cores, Linux only), which other
+//! processes competing for the cores do not skew.
 //!
 //! Run: `cargo bench --bench kernels` (add `WGPU_BACKEND=gl` for the GL backend).
 
@@ -55,6 +57,12 @@ fn process_cpu_s() -> Option<f64> {
     let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
     let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
     Some(ticks / 100.0) // USER_HZ is 100 on Linux
+}
+
+/// A kernel's median GFLOP/s, or "n/a" where the adapter cannot run it.
+fn median_or_na(r: &Option<Rates>) -> String {
+    r.as_ref()
+        .map_or("n/a".into(), |r| format!("{:.1}", r.median()))
 }
 
 fn upload(g: &Gpu, rng: &mut Rng, len: usize) -> View {
@@ -206,6 +214,7 @@ fn main() {
         let fwd = forward(Kernel::Auto).expect("forward ops");
         let fwd_buf = forward(Kernel::Buffer).expect("forward ops");
         let fwd_tex = forward(Kernel::Texture).ok();
+        let fwd_sg = forward(Kernel::Subgroup).ok();
         // packed bf16: n·n elements are n·n/2 words
         let [xh, wh] = [0; 2].map(|_| {
             let v = g.buffer("bench.bf16", n * n / 2);
@@ -214,18 +223,12 @@ fn main() {
             v
         });
         let outh = g.buffer("out.bf16", n * n / 2);
-        let fwd_bf16 = matmul::matmul_forward(
-            &g,
-            Linear::new(Precision::Bf16),
-            &outh,
-            &xh,
-            &wh,
-            None,
-            n,
-            n,
-            n,
-        )
-        .expect("bf16 forward ops");
+        let forward_bf16 = |k| {
+            let l = Linear::new(Precision::Bf16).with(k);
+            matmul::matmul_forward(&g, l, &outh, &xh, &wh, None, n, n, n)
+        };
+        let fwd_bf16 = forward_bf16(Kernel::Auto).expect("bf16 forward ops");
+        let fwd_bf16_buf = forward_bf16(Kernel::Buffer).expect("bf16 forward ops");
         let bwd = matmul::matmul_backward(
             &g,
             Linear::new(Precision::F32),
@@ -266,6 +269,16 @@ fn main() {
                 fb,
             )
         });
+        let gsg = fwd_sg.map(|ops| {
+            bench_gpu(
+                &mut group,
+                &g,
+                "gpu_forward_subgroup",
+                n,
+                &batch(&ops, 1),
+                fb,
+            )
+        });
         let gbf = bench_gpu(
             &mut group,
             &g,
@@ -274,19 +287,28 @@ fn main() {
             &batch(&fwd_bf16, 1),
             fb,
         );
+        let gbf_buf = bench_gpu(
+            &mut group,
+            &g,
+            "gpu_forward_bf16_buffer",
+            n,
+            &batch(&fwd_bf16_buf, 1),
+            fb,
+        );
         let cpu = bench_cpu(&mut group, &mut rng, n);
         group.finish();
 
         let (gf_m, cpu_m) = (gf.median(), cpu.median());
         let mut line = format!(
             "matmul {n}³ on {adapter}: GPU forward {gf_m:.1} GFLOP/s, backward {:.1}, \
-             forward buffer kernel {:.1}, texture kernel {}, bf16 kernel {:.1}; CPU gemm \
-             {cpu_m:.1} GFLOP/s; GPU/CPU {:.3}",
+             forward buffer kernel {:.1}, texture kernel {}, subgroup kernel {}; bf16 forward \
+             {:.1} (buffer kernel {:.1}); CPU gemm {cpu_m:.1} GFLOP/s; GPU/CPU {:.3}",
             gb.median(),
             gbuf.median(),
-            gtex.as_ref()
-                .map_or("n/a".into(), |r| format!("{:.1}", r.median())),
+            median_or_na(&gtex),
+            median_or_na(&gsg),
             gbf.median(),
+            gbf_buf.median(),
             gf_m / cpu_m,
         );
         if software {

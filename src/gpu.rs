@@ -226,11 +226,13 @@ impl Gpu {
     }
 
     /// Opens a device on `adapter` with the adapter's own limits (2 GiB buffers on Mesa,
-    /// instead of the 128 MiB default binding) and timestamp queries where available.
+    /// instead of the 128 MiB default binding) and timestamp queries and subgroups where
+    /// available.
     pub fn on_adapter(adapter: &wgpu::Adapter, label: &str) -> Result<Gpu> {
         let want = wgpu::Features::TIMESTAMP_QUERY
             | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
-            | wgpu::Features::SHADER_F16;
+            | wgpu::Features::SHADER_F16
+            | wgpu::Features::SUBGROUP;
         let features = adapter.features() & want;
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -269,6 +271,14 @@ impl Gpu {
 
     pub fn has_timestamps(&self) -> bool {
         self.features.contains(wgpu::Features::TIMESTAMP_QUERY)
+    }
+
+    /// The subgroup size, where the device has subgroup operations and the adapter promises one
+    /// size (its minimum and maximum agree); `None` otherwise. Kernels written for a fixed lane
+    /// count run only where this is their count.
+    pub fn subgroup_lanes(&self) -> Option<u32> {
+        let (lo, hi) = (self.info.subgroup_min_size, self.info.subgroup_max_size);
+        (self.features.contains(wgpu::Features::SUBGROUP) && lo == hi && lo > 0).then_some(lo)
     }
 
     /// Returns the first device error recorded since the last call, as an `Error`.

@@ -14,7 +14,8 @@ const F32: Linear = Linear::new(Precision::F32);
 const TEXTURE: Linear = F32.with(Kernel::Texture);
 const KERNELS: [Kernel; 2] = [Kernel::Buffer, Kernel::Texture];
 
-/// (n, c, oc). A workgroup covers 64 rows × 128 columns of the output; the last shapes span
+/// (n, c, oc). A workgroup of the buffer kernel covers 64 rows × 128 columns of the output,
+/// the portable texture kernel's 128 × 128, the subgroup kernel's 32 × 64; the last shapes span
 /// several workgroups on both axes.
 const SHAPES: [(usize, usize, usize); 10] = [
     (1, 1, 1),
@@ -105,11 +106,9 @@ fn backward(g: &Gpu, kernel: Kernel, rng: &mut Rng, shape: (usize, usize, usize)
 fn forward_matches_twin() {
     let Some(g) = gpu::test_gpu() else { return };
     let mut rng = Rng::new(11);
-    for kernel in KERNELS {
-        for shape in SHAPES {
-            for bias in [false, true] {
-                forward(&g, kernel, &mut rng, shape, bias);
-            }
+    for (kernel, shape) in matmul_cases(&g, &SHAPES) {
+        for bias in [false, true] {
+            forward(&g, kernel, &mut rng, shape, bias);
         }
     }
 }
@@ -118,11 +117,9 @@ fn forward_matches_twin() {
 fn backward_matches_twin() {
     let Some(g) = gpu::test_gpu() else { return };
     let mut rng = Rng::new(12);
-    for kernel in KERNELS {
-        for shape in SHAPES {
-            for bias in [false, true] {
-                backward(&g, kernel, &mut rng, shape, bias);
-            }
+    for (kernel, shape) in matmul_cases(&g, &SHAPES) {
+        for bias in [false, true] {
+            backward(&g, kernel, &mut rng, shape, bias);
         }
     }
 }
@@ -254,6 +251,55 @@ fn auto_matches_explicit_kernels() {
         got[0] == got[1] || got[0] == got[2],
         "Auto matches neither kernel"
     );
+}
+
+/// The subgroup kernel gives the portable texture kernel's bits (same sums in the same order),
+/// forward and backward, where the device has 8-lane subgroups; elsewhere it is refused.
+#[test]
+fn subgroup_kernel_gives_texture_bits() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(17);
+    let (n, c, oc) = (150, 36, 260);
+    let (dy, x, w, b) = (
+        rand(&mut rng, n * oc),
+        rand(&mut rng, n * c),
+        rand(&mut rng, oc * c),
+        rand(&mut rng, oc),
+    );
+    let (dyb, xb, wb, bb) = (buf(&g, &dy), buf(&g, &x), buf(&g, &w), buf(&g, &b));
+    let out = poisoned(&g, n * oc);
+    let sub = F32.with(Kernel::Subgroup);
+    if g.subgroup_lanes() != Some(8) {
+        let Err(e) = k::matmul_forward(&g, sub, &out, &xb, &wb, None, n, c, oc) else {
+            panic!("the subgroup kernel accepted a device without 8-lane subgroups");
+        };
+        assert!(e.to_string().contains("8 lanes"), "{e}");
+        println!(
+            "{}: no 8-lane subgroups; the refusal checked",
+            g.adapter_name()
+        );
+        return;
+    }
+    let mut bits = Vec::new();
+    for l in [TEXTURE, sub] {
+        let (out, dinp) = (poisoned(&g, n * oc), poisoned(&g, n * c));
+        let (dw, db) = (buf(&g, &vec![0.5; oc * c]), buf(&g, &vec![0.5; oc]));
+        let mut ops = k::matmul_forward(&g, l, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
+        let back = k::matmul_backward(&g, l, &dinp, &dw, Some(&db), &dyb, &xb, &wb, n, c, oc);
+        ops.extend(back.unwrap());
+        g.run(&ops).unwrap();
+        let got: Vec<Vec<u32>> = [&out, &dinp, &dw, &db]
+            .iter()
+            .map(|v| g.download::<u32>(v).unwrap())
+            .collect();
+        bits.push(got);
+    }
+    for (i, name) in ["out", "dinp", "dweight", "dbias"].iter().enumerate() {
+        assert!(
+            bits[0][i] == bits[1][i],
+            "{name}: subgroup bits differ from texture"
+        );
+    }
 }
 
 /// Operands beyond the texture size limit: the texture kernel refuses with an error, the default

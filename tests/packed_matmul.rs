@@ -8,13 +8,14 @@
 //! 111,434 backward elements of each variant). Products of two bf16 factors are exact in f32
 //! and every sum runs in the twin's order; a mismatch reports its distance in bf16 ulps.
 //! Assigned outputs are poisoned first; `+=` outputs start random and the ops run twice (twin
-//! called twice) to prove accumulation.
+//! called twice) to prove accumulation. The texture kernels (bf16 widened exactly as it is
+//! packed) must give the same bits; they run on a few shapes only (`texture_kernels_match_twin`).
 mod common;
 use common::*;
 use triaxis::cpu::packed::matmul as twin;
 use triaxis::error::Error;
 use triaxis::gpu::{Gpu, View};
-use triaxis::kernels::matmul::{self as k, Linear};
+use triaxis::kernels::matmul::{self as k, Kernel, Linear};
 use triaxis::precision::Precision;
 
 /// Every operand bf16.
@@ -145,7 +146,14 @@ const BACKWARD_SHAPES: [(usize, usize, usize); 11] = [
     (150, 36, 260),
 ];
 
-fn forward(g: &Gpu, tally: &mut Tally, rng: &mut Rng, shape: (usize, usize, usize), bias: bool) {
+fn forward(
+    g: &Gpu,
+    kernel: Kernel,
+    tally: &mut Tally,
+    rng: &mut Rng,
+    shape: (usize, usize, usize),
+    bias: bool,
+) {
     let (n, c, oc) = shape;
     let (x, w, b) = (packed(rng, n * c), packed(rng, oc * c), packed(rng, oc));
     let (xb, wb, bb, out) = (
@@ -155,11 +163,11 @@ fn forward(g: &Gpu, tally: &mut Tally, rng: &mut Rng, shape: (usize, usize, usiz
         poisoned_words(g, n * oc),
     );
     let gb = bias.then_some(&bb);
-    g.run(&k::matmul_forward(g, BF16, &out, &xb, &wb, gb, n, c, oc).unwrap())
+    g.run(&k::matmul_forward(g, BF16.with(kernel), &out, &xb, &wb, gb, n, c, oc).unwrap())
         .unwrap();
     let mut want = vec![0; (n * oc).div_ceil(2)];
     twin::matmul_forward_bf16(&mut want, &x, &w, bias.then_some(&b[..]), n, c, oc);
-    let name = format!("matmul_forward_bf16 n={n} c={c} oc={oc} bias={bias}");
+    let name = format!("matmul_forward_bf16 {kernel:?} n={n} c={c} oc={oc} bias={bias}");
     tally.packed(&name, &g.download::<u32>(&out).unwrap(), &want, n * oc);
 }
 
@@ -170,7 +178,7 @@ fn forward_matches_twin() {
     let mut tally = Tally::default();
     for shape in FORWARD_SHAPES {
         for bias in [false, true] {
-            forward(&g, &mut tally, &mut rng, shape, bias);
+            forward(&g, Kernel::Buffer, &mut tally, &mut rng, shape, bias);
         }
     }
     tally.finish("matmul_forward_bf16");
@@ -180,33 +188,40 @@ fn forward_matches_twin() {
 fn forward_f32out_matches_twin() {
     let Some(g) = open() else { return };
     let mut rng = Rng::new(22);
-    for (n, c, oc) in F32OUT_SHAPES {
+    for shape in F32OUT_SHAPES {
         for bias in [false, true] {
-            let (x, w, b) = (
-                packed(&mut rng, n * c),
-                packed(&mut rng, oc * c),
-                packed(&mut rng, oc),
-            );
-            let (xb, wb, bb, out) = (
-                buf_u32(&g, &x),
-                buf_u32(&g, &w),
-                buf_u32(&g, &b),
-                poisoned(&g, n * oc),
-            );
-            let gb = bias.then_some(&bb);
-            let ops = k::matmul_forward(&g, HEAD, &out, &xb, &wb, gb, n, c, oc).unwrap();
-            g.run(&ops).unwrap();
-            let mut want = vec![0.0; n * oc];
-            let tb = bias.then_some(&b[..]);
-            twin::matmul_forward_bf16_f32out(&mut want, &x, &w, tb, n, c, oc);
-            check(
-                &format!("matmul_forward_bf16_f32out n={n} c={c} oc={oc} bias={bias}"),
-                &g.download::<f32>(&out).unwrap(),
-                &want,
-                TOL,
-            );
+            forward_f32out(&g, Kernel::Buffer, &mut rng, shape, bias);
         }
     }
+}
+
+fn forward_f32out(
+    g: &Gpu,
+    kernel: Kernel,
+    rng: &mut Rng,
+    shape: (usize, usize, usize),
+    bias: bool,
+) {
+    let (n, c, oc) = shape;
+    let (x, w, b) = (packed(rng, n * c), packed(rng, oc * c), packed(rng, oc));
+    let (xb, wb, bb, out) = (
+        buf_u32(g, &x),
+        buf_u32(g, &w),
+        buf_u32(g, &b),
+        poisoned(g, n * oc),
+    );
+    let gb = bias.then_some(&bb);
+    let ops = k::matmul_forward(g, HEAD.with(kernel), &out, &xb, &wb, gb, n, c, oc).unwrap();
+    g.run(&ops).unwrap();
+    let mut want = vec![0.0; n * oc];
+    let tb = bias.then_some(&b[..]);
+    twin::matmul_forward_bf16_f32out(&mut want, &x, &w, tb, n, c, oc);
+    check(
+        &format!("matmul_forward_bf16_f32out {kernel:?} n={n} c={c} oc={oc} bias={bias}"),
+        &g.download::<f32>(&out).unwrap(),
+        &want,
+        TOL,
+    );
 }
 
 /// Inputs of one backward test: dout (packed or f32), inp, weight, and the starting dweight
@@ -266,8 +281,9 @@ impl BackwardCase {
 
     /// Runs the backward on `g`, unsplit or as the input half then the weight half, `runs`
     /// times: (dinp, dweight, dbias) packed.
-    fn gpu(&self, g: &Gpu, bias: bool, split: bool, runs: usize) -> [Vec<u32>; 3] {
+    fn gpu(&self, g: &Gpu, kernel: Kernel, bias: bool, split: bool, runs: usize) -> [Vec<u32>; 3] {
         let (n, c, oc) = (self.n, self.c, self.oc);
+        let (bf16, head) = (BF16.with(kernel), HEAD.with(kernel));
         let (dyb, xb, wb) = (
             buf_u32(g, &self.dout),
             buf_u32(g, &self.x),
@@ -281,24 +297,24 @@ impl BackwardCase {
         let db = bias.then_some(&dbb);
         let ops: Vec<Dispatch> = match (split, self.f32dout) {
             (false, false) => {
-                k::matmul_backward(g, BF16, &dinp, &dwb, db, &dyb, &xb, &wb, n, c, oc).unwrap()
+                k::matmul_backward(g, bf16, &dinp, &dwb, db, &dyb, &xb, &wb, n, c, oc).unwrap()
             }
             (false, true) => {
-                k::matmul_backward(g, HEAD, &dinp, &dwb, db, &dyb, &xb, &wb, n, c, oc).unwrap()
+                k::matmul_backward(g, head, &dinp, &dwb, db, &dyb, &xb, &wb, n, c, oc).unwrap()
             }
             (true, false) => {
                 let mut ops =
-                    k::matmul_backward_input(g, BF16, &dinp, &dyb, &wb, n, c, oc).unwrap();
+                    k::matmul_backward_input(g, bf16, &dinp, &dyb, &wb, n, c, oc).unwrap();
                 ops.extend(
-                    k::matmul_backward_weight(g, BF16, &dwb, db, &dyb, &xb, n, c, oc).unwrap(),
+                    k::matmul_backward_weight(g, bf16, &dwb, db, &dyb, &xb, n, c, oc).unwrap(),
                 );
                 ops
             }
             (true, true) => {
                 let mut ops =
-                    k::matmul_backward_input(g, HEAD, &dinp, &dyb, &wb, n, c, oc).unwrap();
+                    k::matmul_backward_input(g, head, &dinp, &dyb, &wb, n, c, oc).unwrap();
                 ops.extend(
-                    k::matmul_backward_weight(g, HEAD, &dwb, db, &dyb, &xb, n, c, oc).unwrap(),
+                    k::matmul_backward_weight(g, head, &dwb, db, &dyb, &xb, n, c, oc).unwrap(),
                 );
                 ops
             }
@@ -315,24 +331,53 @@ fn backward_matches_twin(f32dout: bool, seed: u64) {
     let Some(g) = open() else { return };
     let mut rng = Rng::new(seed);
     let mut tally = Tally::default();
-    let variant = if f32dout { "_f32dout" } else { "" };
     for shape in BACKWARD_SHAPES {
-        let (n, c, oc) = shape;
         for bias in [false, true] {
-            let case = BackwardCase::new(&mut rng, shape, f32dout);
-            let [dx, dw, db] = case.gpu(&g, bias, false, 2);
-            let [want_dx, want_dw, want_db] = case.twin(bias, 2);
-            let name = format!("matmul_backward_bf16{variant} n={n} c={c} oc={oc} bias={bias}");
-            tally.packed(&format!("{name} dinp"), &dx, &want_dx, n * c);
-            tally.packed(&format!("{name} dweight"), &dw, &want_dw, oc * c);
-            if bias {
-                tally.packed(&format!("{name} dbias"), &db, &want_db, oc);
-            } else {
-                assert_eq!(db, case.db0, "{name}: dbias touched without a bias");
-            }
+            backward(
+                &g,
+                Kernel::Buffer,
+                &mut tally,
+                &mut rng,
+                shape,
+                bias,
+                f32dout,
+            );
         }
     }
-    tally.finish(&format!("matmul_backward_bf16{variant}"));
+    tally.finish(&format!("matmul_backward_bf16{}", variant(f32dout)));
+}
+
+fn variant(f32dout: bool) -> &'static str {
+    if f32dout {
+        "_f32dout"
+    } else {
+        ""
+    }
+}
+
+/// One backward case run twice on `g` with `kernel`, against the twin run twice.
+fn backward(
+    g: &Gpu,
+    kernel: Kernel,
+    tally: &mut Tally,
+    rng: &mut Rng,
+    shape: (usize, usize, usize),
+    bias: bool,
+    f32dout: bool,
+) {
+    let (n, c, oc) = shape;
+    let case = BackwardCase::new(rng, shape, f32dout);
+    let [dx, dw, db] = case.gpu(g, kernel, bias, false, 2);
+    let [want_dx, want_dw, want_db] = case.twin(bias, 2);
+    let v = variant(f32dout);
+    let name = format!("matmul_backward_bf16{v} {kernel:?} n={n} c={c} oc={oc} bias={bias}");
+    tally.packed(&format!("{name} dinp"), &dx, &want_dx, n * c);
+    tally.packed(&format!("{name} dweight"), &dw, &want_dw, oc * c);
+    if bias {
+        tally.packed(&format!("{name} dbias"), &db, &want_db, oc);
+    } else {
+        assert_eq!(db, case.db0, "{name}: dbias touched without a bias");
+    }
 }
 
 #[test]
@@ -345,6 +390,38 @@ fn backward_f32dout_matches_twin_accumulating() {
     backward_matches_twin(true, 24);
 }
 
+/// The texture kernels give the twin's bits too: each bf16 operand is widened exactly as it is
+/// packed and the sums run in the same order. Cold, Mesa compiles a texture kernel again for
+/// each new texture size, so they run on two shapes: a square one, whose products all pack the
+/// same sizes, in every variant, and one with odd rows (starting mid-word) in the forward.
+#[test]
+fn texture_kernels_match_twin() {
+    let Some(g) = open() else { return };
+    let mut rng = Rng::new(28);
+    let mut tally = Tally::default();
+    let mut kernels = vec![Kernel::Texture];
+    if g.subgroup_lanes() == Some(8) {
+        kernels.push(Kernel::Subgroup);
+    }
+    for kernel in kernels {
+        forward(&g, kernel, &mut tally, &mut rng, (7, 33, 66), true);
+        forward(&g, kernel, &mut tally, &mut rng, (66, 66, 66), true);
+        forward_f32out(&g, kernel, &mut rng, (66, 66, 66), true);
+        for f32dout in [false, true] {
+            backward(
+                &g,
+                kernel,
+                &mut tally,
+                &mut rng,
+                (66, 66, 66),
+                true,
+                f32dout,
+            );
+        }
+    }
+    tally.finish("texture kernels");
+}
+
 /// The zero-bubble split (input half, then weight half) gives the unsplit backward's bits.
 #[test]
 fn split_matches_unsplit_bits() {
@@ -353,8 +430,8 @@ fn split_matches_unsplit_bits() {
     for f32dout in [false, true] {
         for shape in [(1, 8, 5), (7, 34, 65), (130, 96, 72)] {
             let case = BackwardCase::new(&mut rng, shape, f32dout);
-            let unsplit = case.gpu(&g, true, false, 2);
-            let split = case.gpu(&g, true, true, 2);
+            let unsplit = case.gpu(&g, Kernel::Buffer, true, false, 2);
+            let split = case.gpu(&g, Kernel::Buffer, true, true, 2);
             assert!(
                 unsplit == split,
                 "split backward differs from unsplit: {shape:?} f32dout={f32dout}"
@@ -388,9 +465,9 @@ fn deterministic() {
     assert!(results[0] == results[1], "forward: two runs differ");
     for f32dout in [false, true] {
         let case = BackwardCase::new(&mut rng, (130, 96, 73), f32dout);
-        let first = case.gpu(&g, true, false, 1);
+        let first = case.gpu(&g, Kernel::Buffer, true, false, 1);
         assert!(
-            first == case.gpu(&g, true, false, 1),
+            first == case.gpu(&g, Kernel::Buffer, true, false, 1),
             "backward f32dout={f32dout}: two runs differ"
         );
     }

@@ -18,21 +18,30 @@
 //! widens the old value, adds the finished sum and rounds. A bf16 output of more than one row
 //! needs an even row length (each invocation writes whole u32 words); odd ones are refused.
 //!
-//! Two kernels compute an f32 product (see the shader for the tiles):
+//! Three kernels compute a product, each summing in f32 (see the shaders for the tiles):
 //! - **buffer**: register-tiled (8×16 outputs per invocation) straight from the storage buffers,
 //!   one entry point per layout. Operands are read as groups of 4 along their contiguous axis,
 //!   so one whose row length is not a multiple of 4 is first copied into a zero-padded scratch
-//!   matrix by a `matmul_pad` op. bf16 products always take it.
+//!   matrix by a `matmul_pad` op.
 //! - **texture**: both operands are packed (`matmul_pack`/`matmul_pack4`, transposing as needed)
 //!   into rgba32float textures, then one 16×16-tiled kernel (`matmul_tex`) runs. On lavapipe,
 //!   where a texel fetch is a vector gather, the kernel alone runs about twice as fast as the
 //!   buffer kernel, and the whole product (packs included, two more dispatches) 1.1–1.5× as
 //!   fast from 256³ to 768³; on GL llvmpipe it gains less.
+//! - **subgroup**: the same packs, then `matmul_tex_sg8` (shaders/matmul_subgroup.wgsl), where
+//!   the device's subgroups are exactly 8 lanes ([`Gpu::subgroup_lanes`]; lavapipe on 256-bit
+//!   vectors): each lane fetches a quarter of A's texels the portable kernel fetches per
+//!   output and the subgroup shares them by broadcast. Same sums in the same order as
+//!   `matmul_tex`: the same bits.
 //!
-//! [`Kernel::Auto`] takes the texture kernel on CPU adapters for f32 products of at least
-//! [`texture_min_flops`] that fit the texture size limit, and the buffer kernel everywhere else.
-//! Scratch buffers and textures are allocated when the ops are built and refilled every time
-//! they run.
+//! The texture paths hold f32 texels: a bf16 operand is widened exactly when packed, so a bf16
+//! product gets the buffer kernel's (and the twin's) bits from every kernel.
+//!
+//! [`Kernel::Auto`] takes a texture path on CPU adapters for products of at least
+//! [`texture_min_flops`] that fit the texture size limit (the subgroup kernel where the device
+//! has 8-lane subgroups, else `matmul_tex`), and the buffer kernel everywhere else: the choice
+//! follows the adapter's type, features and subgroup size, never its name. Scratch buffers and
+//! textures are allocated when the ops are built and refilled every time they run.
 //!
 //! Any shape works: edge tiles clamp or pad their loads and skip the store outside C. Results
 //! are bit-identical run to run, and the split backward (`_input` + `_weight`) gives the same
@@ -44,6 +53,7 @@ use crate::gpu::{Gpu, View};
 use crate::precision::Precision;
 
 mod texture;
+use texture::Tex;
 
 /// The family's shader in precision `p`.
 fn shader(p: Precision) -> &'static str {
@@ -80,12 +90,15 @@ pub fn texture_min_flops(g: &Gpu) -> Option<usize> {
 /// Which kernel computes the products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
-    /// Texture kernel for large f32 products on CPU adapters, buffer kernel otherwise.
+    /// A texture kernel for large products on CPU adapters, the buffer kernel otherwise.
     Auto,
     Buffer,
-    /// f32 only. Fails with `Error::Config` if an operand exceeds the adapter's texture size
-    /// limit.
+    /// The portable texture kernel. Fails with `Error::Config` if an operand exceeds
+    /// the adapter's texture size limit.
     Texture,
+    /// The texture kernel with 8-lane subgroup broadcasts. Fails with `Error::Config`
+    /// where the device's subgroups are not exactly 8 lanes, or as `Texture` does.
+    Subgroup,
 }
 
 /// How a linear layer's operands are stored, and which kernel computes its products.
@@ -246,25 +259,23 @@ fn product(
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
     let flags = if accumulate { ACCUMULATE } else { 0 } | if bias.is_some() { BIAS } else { 0 };
     let c = c.slice(0, c_ty.words(m * n));
-    let f32 = l.p == Precision::F32;
     let texture = match l.kernel {
-        Kernel::Buffer => false,
-        Kernel::Texture if !f32 => {
-            return Err(Error::Config(
-                "matmul: the texture kernel is f32 only; bf16 products take the buffer kernel"
-                    .into(),
-            ))
-        }
-        Kernel::Texture => true,
+        Kernel::Buffer => None,
+        Kernel::Texture => Some(Tex::Portable),
+        Kernel::Subgroup => Some(Tex::Subgroup8),
         Kernel::Auto => {
-            f32 && texture_min_flops(g).is_some_and(|min| 2 * m * n * k >= min)
-                && texture::fits(g, m, n, k)
+            let best = Tex::best(g);
+            (texture_min_flops(g).is_some_and(|min| 2 * m * n * k >= min)
+                && texture::fits(g, best, m, n, k))
+            .then_some(best)
         }
     };
-    if texture {
-        texture::product(g, ops, &c, a, b, bias, flags)
-    } else {
-        buffer_product(g, l.p, ops, (&c, c_ty), a, b, bias, flags)
+    match texture {
+        Some(kernel) => {
+            let flags = flags | if c_ty != l.p { C_F32 } else { 0 };
+            texture::product(g, kernel, l.p, ops, &c, a, b, bias, flags)
+        }
+        None => buffer_product(g, l.p, ops, (&c, c_ty), a, b, bias, flags),
     }
 }
 

@@ -97,6 +97,23 @@ pub const SHADERS: &[(&str, &str)] = &[
         ),
     ),
     (
+        "matmul_subgroup",
+        concat!(
+            include_str!("../../shaders/store_f32.wgsl"),
+            include_str!("../../shaders/matmul.wgsl"),
+            include_str!("../../shaders/matmul_subgroup.wgsl")
+        ),
+    ),
+    (
+        "matmul_subgroup_bf16",
+        concat!(
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/store_bf16.wgsl"),
+            include_str!("../../shaders/matmul.wgsl"),
+            include_str!("../../shaders/matmul_subgroup.wgsl")
+        ),
+    ),
+    (
         "norm",
         concat!(
             include_str!("../../shaders/store_f32.wgsl"),

@@ -7,6 +7,7 @@ pub mod steps;
 pub mod tiny;
 
 use triaxis::gpu::{Gpu, View};
+use triaxis::kernels::matmul::Kernel;
 use triaxis::pipeline::{gpipe, interleaved, one_f_one_b, zero_bubble_h1, Schedule};
 use triaxis::rng::Rng;
 
@@ -29,6 +30,28 @@ pub fn buf_u32(g: &Gpu, data: &[u32]) -> View {
 /// A buffer of `n` poisoned elements.
 pub fn poisoned(g: &Gpu, n: usize) -> View {
     buf(g, &vec![POISON; n])
+}
+
+/// (kernel, shape) cases of a matmul test on `g`: the buffer kernel on every shape; the
+/// portable texture kernel, and the subgroup one where `g`'s subgroups are 8 lanes, on the
+/// first, third and last. (Mesa JIT-compiles a texture kernel again for new texture sizes, at
+/// seconds a time: a few shapes keep the test fast.)
+pub fn matmul_cases<S: Copy>(g: &Gpu, shapes: &[S]) -> Vec<(Kernel, S)> {
+    let mut v: Vec<(Kernel, S)> = shapes.iter().map(|&s| (Kernel::Buffer, s)).collect();
+    let mut textured = vec![Kernel::Texture];
+    if g.subgroup_lanes() == Some(8) {
+        textured.push(Kernel::Subgroup);
+    }
+    let picked = [0, 2, shapes.len() - 1];
+    for k in textured {
+        v.extend(
+            picked
+                .iter()
+                .filter_map(|&i| shapes.get(i))
+                .map(|&s| (k, s)),
+        );
+    }
+    v
 }
 
 pub fn rand(rng: &mut Rng, n: usize) -> Vec<f32> {

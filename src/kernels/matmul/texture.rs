@@ -1,7 +1,9 @@
-//! The texture kernel of the matmul family: both operands of C[M,N] = A·B are packed into
+//! The texture kernels of the matmul family: both operands of C[M,N] = A·B are packed into
 //! rgba32float textures (`matmul_pack4` from whole vec4 rows, else `matmul_pack`; transposing
-//! when the operand is used transposed), then `matmul_tex` computes a 16×16 tile per invocation
-//! from texel fetches. The textures are padded with zeros to whole tiles, so the kernel never
+//! when the operand is used transposed), then one kernel computes C from texel fetches: the
+//! portable `matmul_tex` (a 16×16 tile per invocation), or `matmul_tex_sg8` (32×8 per lane,
+//! A's texels shared across an 8-lane subgroup; same bits) where the device's subgroups are
+//! exactly 8 lanes. The textures are padded with zeros to whole tiles of the kernel, so it never
 //! fetches out of range. Its bind groups hold textures, so its pipelines take the layout wgpu
 //! derives from the shader instead of the buffer convention of [`op`](crate::kernels::op).
 
@@ -12,26 +14,81 @@ use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::Dispatch;
 use crate::memory::{Allocation, Category};
+use crate::precision::Precision;
 use std::sync::Arc;
 
-/// The f32 matmul shader: the texture path holds f32 texels only.
-const S: &str = "matmul";
+/// The matmul shader of elements stored as `p`: the packs and the portable kernel.
+fn shader(p: Precision) -> &'static str {
+    match p {
+        Precision::F32 => "matmul",
+        Precision::Bf16 => "matmul_bf16",
+    }
+}
 
-/// Outputs per invocation along each axis (rows and columns of C); must match the shader.
-const TEX_TILE: usize = 16;
+/// Which kernel multiplies the packed operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Tex {
+    /// `matmul_tex`: any adapter with rgba32float storage textures.
+    Portable,
+    /// `matmul_tex_sg8`: needs subgroups of exactly 8 lanes ([`Gpu::subgroup_lanes`]).
+    Subgroup8,
+}
+
+impl Tex {
+    /// The kernel `g` runs best: the subgroup one where its subgroups are 8 lanes.
+    pub(super) fn best(g: &Gpu) -> Tex {
+        if g.subgroup_lanes() == Some(8) {
+            Tex::Subgroup8
+        } else {
+            Tex::Portable
+        }
+    }
+    /// The shader holding the kernel, for C and the bias stored in the layer's precision `p`.
+    fn shader(self, p: Precision) -> &'static str {
+        match (self, p) {
+            (Tex::Portable, p) => shader(p),
+            (Tex::Subgroup8, Precision::F32) => "matmul_subgroup",
+            (Tex::Subgroup8, Precision::Bf16) => "matmul_subgroup_bf16",
+        }
+    }
+    fn entry(self) -> &'static str {
+        match self {
+            Tex::Portable => "matmul_tex",
+            Tex::Subgroup8 => "matmul_tex_sg8",
+        }
+    }
+    /// Rows and columns of C per workgroup; must match the shaders (16×16 per invocation on
+    /// 8×8 invocations; 32×8 per lane on 8 lanes).
+    fn workgroup_tile(self) -> (usize, usize) {
+        match self {
+            Tex::Portable => (16 * WG_SIDE, 16 * WG_SIDE),
+            Tex::Subgroup8 => (32, 64),
+        }
+    }
+    /// What A' is padded to in rows and B' in texels across: every fetch of a workgroup's
+    /// invocations stays inside (the portable kernel skips invocations outside C; the subgroup
+    /// one keeps every lane).
+    fn pads(self) -> (usize, usize) {
+        match self {
+            Tex::Portable => (16, 4),
+            Tex::Subgroup8 => (32, 16),
+        }
+    }
+}
 
 /// Texture sizes (width, height) in texels of the packed A' and B' for C[M,N], K.
-fn texture_sizes(m: usize, n: usize, k: usize) -> [(usize, usize); 2] {
+fn texture_sizes(kernel: Tex, m: usize, n: usize, k: usize) -> [(usize, usize); 2] {
+    let (rows, across) = kernel.pads();
     let kt = k.div_ceil(4);
     [
-        (kt, m.next_multiple_of(TEX_TILE)),
-        (n.div_ceil(4).next_multiple_of(TEX_TILE / 4), 4 * kt),
+        (kt, m.next_multiple_of(rows)),
+        (n.div_ceil(4).next_multiple_of(across), 4 * kt),
     ]
 }
 
-pub(super) fn fits(g: &Gpu, m: usize, n: usize, k: usize) -> bool {
+pub(super) fn fits(g: &Gpu, kernel: Tex, m: usize, n: usize, k: usize) -> bool {
     let max = g.limits.max_texture_dimension_2d as usize;
-    texture_sizes(m, n, k)
+    texture_sizes(kernel, m, n, k)
         .iter()
         .all(|&(w, h)| w <= max && h <= max)
 }
@@ -40,18 +97,19 @@ pub(super) fn fits(g: &Gpu, m: usize, n: usize, k: usize) -> bool {
 /// buffer convention of [`op`](crate::kernels::op)), built once per device like the others.
 fn auto_pipeline(
     g: &Gpu,
+    shader: &'static str,
     entry: &'static str,
 ) -> Result<(wgpu::ComputePipeline, wgpu::BindGroupLayout)> {
     let mut cache = g
         .pipelines
         .lock()
         .map_err(|_| Error::Device("pipeline cache poisoned".into()))?;
-    if let Some(p) = cache.get(&(S, entry)) {
+    if let Some(p) = cache.get(&(shader, entry)) {
         return Ok(p.clone());
     }
     let module = g.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some(S),
-        source: wgpu::ShaderSource::Wgsl(crate::kernels::source(S)?.into()),
+        label: Some(shader),
+        source: wgpu::ShaderSource::Wgsl(crate::kernels::source(shader)?.into()),
     });
     let pipe = g
         .device
@@ -65,13 +123,14 @@ fn auto_pipeline(
         });
     let bgl = pipe.get_bind_group_layout(0);
     g.check()?;
-    cache.insert((S, entry), (pipe.clone(), bgl.clone()));
+    cache.insert((shader, entry), (pipe.clone(), bgl.clone()));
     Ok((pipe, bgl))
 }
 
-/// One dispatch of `entry` with `dims` at binding 0 and `resources` at bindings 1, 2, …
+/// One dispatch of `shader`'s `entry`: `dims` at binding 0, `resources` at bindings 1, 2, …
 fn tex_op(
     g: &Gpu,
+    shader: &'static str,
     entry: &'static str,
     dims: &[u32; 8],
     resources: &[wgpu::BindingResource],
@@ -83,7 +142,7 @@ fn tex_op(
             "{entry}: dispatch {groups:?} exceeds {max} per dimension"
         )));
     }
-    let (pipeline, bgl) = auto_pipeline(g, entry)?;
+    let (pipeline, bgl) = auto_pipeline(g, shader, entry)?;
     let uniform = g
         .device
         .create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -132,8 +191,9 @@ fn binding(v: &View) -> Result<wgpu::BindingResource<'_>> {
     }))
 }
 
-/// Packs `m` into a fresh `w × h`-texel texture (texel (x, y) = m(y, 4x .. 4x+3), zero outside);
-/// its 16 bytes per texel are in the memory ledger (workspace) while the returned entry lives.
+/// Packs `m` into a fresh `w × h`-texel texture (texel (x, y) = m(y, 4x .. 4x+3), zero outside),
+/// widening bf16 elements exactly; its 16 bytes per texel are in the memory ledger (workspace)
+/// while the returned entry lives.
 fn pack(
     g: &Gpu,
     ops: &mut Vec<Dispatch>,
@@ -163,6 +223,7 @@ fn pack(
         let dims = [m.rows(), m.cols(), m.ld / 4, m.t as usize, 0, 0, 0, 0].map(|x| x as u32);
         tex_op(
             g,
+            shader(m.ty),
             "matmul_pack4",
             &dims,
             &[target, binding(&m.v)?],
@@ -173,6 +234,7 @@ fn pack(
         let dims = [m.rows(), m.cols(), rs, cs, 0, 0, 0, 0].map(|x| x as u32);
         tex_op(
             g,
+            shader(m.ty),
             "matmul_pack",
             &dims,
             &[target, binding(&m.v)?],
@@ -182,9 +244,13 @@ fn pack(
     Ok((view, held))
 }
 
-/// C (= or +=) A·B (+ bias) with the texture kernel: two packs and one `matmul_tex`.
+/// C (= or +=) A·B (+ bias) with a texture kernel: two packs and one product. The bias is in
+/// `p`, and C in `p` unless `flags` has C_F32; each operand is packed from its own storage.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn product(
     g: &Gpu,
+    kernel: Tex,
+    p: Precision,
     ops: &mut Vec<Dispatch>,
     c: &View,
     a: Mat,
@@ -193,13 +259,27 @@ pub(super) fn product(
     flags: u32,
 ) -> Result<()> {
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
-    if !fits(g, m, n, k) {
+    if kernel == Tex::Subgroup8 && g.subgroup_lanes() != Some(8) {
+        return Err(Error::Config(format!(
+            "matmul: the subgroup kernel needs subgroups of exactly 8 lanes; {} has {}",
+            g.adapter_name(),
+            if g.features.contains(wgpu::Features::SUBGROUP) {
+                format!(
+                    "subgroups of {}..{} lanes",
+                    g.info.subgroup_min_size, g.info.subgroup_max_size
+                )
+            } else {
+                "no subgroup operations".into()
+            }
+        )));
+    }
+    if !fits(g, kernel, m, n, k) {
         return Err(Error::Config(format!(
             "matmul: M={m}, N={n}, K={k} exceeds the texture size limit {}; use Kernel::Buffer",
             g.limits.max_texture_dimension_2d
         )));
     }
-    let [sa, sb] = texture_sizes(m, n, k);
+    let [sa, sb] = texture_sizes(kernel, m, n, k);
     let ((ta, held_a), (tb, held_b)) = (pack(g, ops, &a, sa)?, pack(g, ops, &b, sb)?);
     let dims = [m, n, k.div_ceil(4), 0, 0, flags as usize, 0, 0].map(|x| x as u32);
     let resources = [
@@ -208,13 +288,15 @@ pub(super) fn product(
         wgpu::BindingResource::TextureView(&tb),
         binding(bias.unwrap_or(&a.v))?,
     ];
-    let groups = |len: usize| len.div_ceil(TEX_TILE).div_ceil(WG_SIDE) as u32;
+    let (rows, cols) = kernel.workgroup_tile();
+    let groups = [n.div_ceil(cols) as u32, m.div_ceil(rows) as u32, 1];
     let mut op = tex_op(
         g,
-        "matmul_tex",
+        kernel.shader(p),
+        kernel.entry(),
         &dims,
         &resources,
-        [groups(n), groups(m), 1],
+        groups,
     )?;
     op._memory = vec![held_a, held_b];
     ops.push(op);
