@@ -1,6 +1,7 @@
 //! Training data: a built-in generated corpus (multi-digit addition, `482+39=521`) so everything
-//! runs with no download, or any text file at byte level. Deterministic batches from a seed, a
-//! train/validation split, and a dataset version (SHA-256 of the bytes + generator parameters).
+//! runs with no download, uniform random tokens (for throughput comparisons), or any text file
+//! at byte level. Deterministic batches from a seed, a train/validation split, and a dataset
+//! version (SHA-256 of the bytes + generator parameters).
 
 use sha2::{Digest, Sha256};
 
@@ -179,6 +180,38 @@ impl Corpus {
             val_problems: 10,
             seed: 5,
             reverse: true,
+        })
+    }
+
+    /// `tokens` ids drawn uniformly from a `vocab`-token vocabulary (2 to 62 tokens, written
+    /// `0-9a-zA-Z` when decoded), the last tenth the validation split: data whose every
+    /// next-token distribution is the same, so two frameworks trained on it do the same
+    /// arithmetic per token (the throughput benchmark's corpus). At least 20 tokens.
+    pub fn uniform(vocab: usize, tokens: usize, seed: u64) -> Result<Corpus> {
+        const ALPHABET: &str = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        if !(2..=ALPHABET.len()).contains(&vocab) || tokens < 20 {
+            return Err(Error::Data(format!(
+                "uniform corpus of {tokens} tokens over {vocab}: needs 2 to {} tokens in the \
+                 vocabulary and at least 20 in the corpus",
+                ALPHABET.len()
+            )));
+        }
+        let mut rng = Rng::new(seed);
+        let mut ids: Vec<u32> = (0..tokens)
+            .map(|_| rng.below(vocab as u64) as u32)
+            .collect();
+        let val = ids.split_off(tokens - tokens / 10);
+        let params = format!("uniform(vocab={vocab}, tokens={tokens}, seed={seed})");
+        let bytes = |v: &[u32]| v.iter().flat_map(|i| i.to_le_bytes()).collect::<Vec<u8>>();
+        Ok(Corpus {
+            version: version(&[params.as_bytes(), &bytes(&ids), &bytes(&val)]),
+            name: params,
+            vocab: Vocab::Chars(ALPHABET[..vocab].to_string()),
+            train: ids,
+            val,
+            val_problems: Vec::new(),
+            train_starts: Vec::new(),
+            val_starts: Vec::new(),
         })
     }
 

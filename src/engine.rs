@@ -66,9 +66,11 @@ pub struct StepCosts {
     pub tp_comm: f64,
     /// Wall seconds of the step.
     pub wall: f64,
-    /// Queue submits and host waits for the device of the busiest device of this process.
+    /// Queue submits, host waits for the device and compute dispatches of the busiest device
+    /// of this process (each the most any of its devices counted).
     pub submits: u64,
     pub waits: u64,
+    pub dispatches: u64,
     /// Per device: bytes held now and the peak of each memory-ledger category so far.
     pub memory: Vec<Usage>,
 }
@@ -293,8 +295,14 @@ fn costs(rt: &Runtime, run: &RuntimeStep, clock: &Clock, schedule: &Schedule) ->
         tp_bytes,
         tp_comm,
         wall: run.wall,
-        submits: run.runs.iter().map(|w| w.submits).max().unwrap_or(0),
-        waits: run.runs.iter().map(|w| w.waits).max().unwrap_or(0),
+        submits: run.runs.iter().map(|w| w.counts.submits).max().unwrap_or(0),
+        waits: run.runs.iter().map(|w| w.counts.waits).max().unwrap_or(0),
+        dispatches: run
+            .runs
+            .iter()
+            .map(|w| w.counts.dispatches)
+            .max()
+            .unwrap_or(0),
         memory: Vec::new(),
     })
 }

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::memory::{Allocation, Category, MemoryLedger, Usage};
 
 mod timer;
-pub use timer::Counts;
+pub use timer::{Counts, Tally};
 
 /// Which adapter to open. `backends = None` reads `WGPU_BACKEND` (default: all backends).
 #[derive(Clone, Debug, Default)]
@@ -199,7 +199,7 @@ pub struct Gpu {
     errors: Arc<Mutex<Vec<String>>>,
     /// The pass timer of [`Gpu::run_stamped`] (shared by every clone).
     timer: Arc<Mutex<timer::Timer>>,
-    /// Queue submits and host waits (shared by every clone).
+    /// Queue submits, host waits and dispatches (shared by every clone).
     counts: Arc<Counts>,
     /// Compute pipelines of this device, built on first use and kept (shared by every clone).
     pub(crate) pipelines: Arc<Pipelines>,
@@ -295,8 +295,8 @@ impl Gpu {
         Err(Error::Device(format!("{}: {msg}", self.label)))
     }
 
-    /// Queue submits and host waits of this device so far.
-    pub fn counts(&self) -> (u64, u64) {
+    /// Queue submits, host waits and compute dispatches of this device so far.
+    pub fn counts(&self) -> Tally {
         self.counts.read()
     }
 
@@ -387,7 +387,7 @@ impl Gpu {
         let mut enc = self.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(&staging, 0, &dst.buf, dst.byte_offset(), dst.bytes());
         self.queue.submit([enc.finish()]);
-        self.counts.submit();
+        self.counts.submit(0);
         self.check()
     }
 
@@ -418,7 +418,7 @@ impl Gpu {
         what: &str,
     ) -> Result<Vec<T>> {
         self.queue.submit([enc.finish()]);
-        self.counts.submit();
+        self.counts.submit(0);
         let (tx, rx) = std::sync::mpsc::channel();
         buf.slice(..bytes).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
@@ -465,7 +465,7 @@ impl Gpu {
             }
         }
         self.queue.submit([enc.finish()]);
-        self.counts.submit();
+        self.counts.submit(ops.len());
         self.check()
     }
 

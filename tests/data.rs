@@ -138,3 +138,26 @@ fn shared_text_corpus_loads_when_present() {
     assert!(c.train.len() > 1_000_000 && c.val.len() > 100_000);
     c.check_context(256).unwrap();
 }
+
+#[test]
+fn uniform_corpus_covers_its_vocabulary_and_refuses_bad_sizes() {
+    let c = Corpus::uniform(16, 20_000, 3).unwrap();
+    assert_eq!(c.vocab.size(), 16);
+    assert_eq!((c.train.len(), c.val.len()), (18_000, 2_000));
+    let mut seen = [0usize; 16];
+    for &t in c.train.iter().chain(&c.val) {
+        seen[t as usize] += 1; // panics on an id outside the vocabulary
+    }
+    // 1,250 expected per id; a uniform draw stays well inside ±20 %
+    assert!(seen.iter().all(|&n| (1000..1500).contains(&n)), "{seen:?}");
+    let again = Corpus::uniform(16, 20_000, 3).unwrap();
+    assert_eq!(
+        (again.train, again.version),
+        (c.train.clone(), c.version.clone())
+    );
+    assert_ne!(Corpus::uniform(16, 20_000, 4).unwrap().train, c.train);
+    for (vocab, tokens) in [(1, 100), (63, 100), (16, 19)] {
+        let e = Corpus::uniform(vocab, tokens, 0).unwrap_err();
+        assert!(matches!(e, Error::Data(_)), "{e}");
+    }
+}

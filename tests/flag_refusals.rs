@@ -56,6 +56,11 @@ fn invalid_flags() -> Vec<Refusal> {
         refusal("plan", "--layers 4", &["a GPT shape needs both --layers and --hidden"]),
         refusal("plan", "--params 1e3 --layers 4 --hidden 4096", &["parameters leave nothing for the blocks"]),
         refusal("plan", "--nodes 65536 --devices-per-node 1024", &["more than the 1048576 devices the planner handles"]),
+        refusal("throughput", "--heads 3", &["heads (3) must divide channels (128)"]),
+        refusal("throughput", "--vocab 1", &["--vocab must be between 2 and 62 (got 1)"]),
+        refusal("throughput", "--vocab 63", &["--vocab must be between 2 and 62 (got 63)"]),
+        refusal("throughput", "--precisions f32,fp8", &["--precisions: \"fp8\" is not a valid value"]),
+        refusal("throughput", "--backend nope", &["unknown backend \"nope\""]),
     ];
     // every integer flag: zero where it is invalid, negative (clap refuses it), one past the cap
     let (k, m, mega) = (1 << 10, 1 << 16, 1_000_000);
@@ -86,6 +91,11 @@ fn invalid_flags() -> Vec<Refusal> {
         ("tensor_parallel", &["--adapter"], 0, 255),
         ("zero", &["--adapter"], 0, 255),
         ("plan", &["--adapter"], 0, 255),
+        ("throughput", &["--channels", "--heads", "--seq", "--batch"], 1, m),
+        ("throughput", &["--layers"], 1, 4096),
+        ("throughput", &["--steps"], 1, mega),
+        ("throughput", &["--rounds"], 1, 1000),
+        ("throughput", &["--adapter"], 0, 255),
     ];
     for &(ex, flags, lo, hi) in ints {
         for flag in flags {
@@ -189,7 +199,7 @@ fn invalid_flags() -> Vec<Refusal> {
         refusal("train", "--backend nope", &["unknown backend \"nope\""]),
     ]);
     // output directories: an existing file, and a directory under a file (refused for root too)
-    for ex in ["data_parallel", "pipeline", "tensor_parallel", "zero"] {
+    for ex in ["data_parallel", "pipeline", "tensor_parallel", "zero", "throughput"] {
         rows.push(refusal(ex, "--out {file}", &["--out", "exists and is not a directory"]));
         rows.push(refusal(ex, "--out {file}/sub", &["--out", "cannot create the directory"]));
     }

@@ -12,7 +12,7 @@ fn timed_passes_are_read_back_once_in_order() {
     let x = g.buffer("x", n);
     // more passes than one query set holds, so a full set is read back early and reused
     let passes = 300;
-    let (_, waits0) = g.counts();
+    let before = g.counts();
     for i in 0..passes {
         let at = g
             .run_stamped(&[k::fill(&g, F32, &x, i as f32).unwrap()])
@@ -20,14 +20,15 @@ fn timed_passes_are_read_back_once_in_order() {
         assert_eq!(at, i, "pass {i} got time index {at}");
     }
     let times = g.pass_times().unwrap();
-    let (_, waits) = g.counts();
+    let counted = g.counts() - before;
     assert_eq!(times.len(), passes);
+    assert_eq!(counted.dispatches, passes as u64, "one dispatch per pass");
     let want = if g.has_timestamps() {
         2
     } else {
         2 * passes as u64
     };
-    assert_eq!(waits - waits0, want, "host waits for {passes} timed passes");
+    assert_eq!(counted.waits, want, "host waits for {passes} timed passes");
     assert!(
         g.pass_times().unwrap().is_empty(),
         "a second read has nothing left"

@@ -107,6 +107,7 @@ pub fn summarize_costs(costs: &[StepCosts]) -> serde_json::Value {
         "wall_step_s": med(&|c| Some(c.wall)),
         "submits_per_step": med(&|c| Some(c.submits as f64)),
         "host_waits_per_step": med(&|c| Some(c.waits as f64)),
+        "dispatches_per_step": med(&|c| Some(c.dispatches as f64)),
     })
 }
 

@@ -19,26 +19,51 @@ use crate::memory::{Allocation, Category};
 /// back reads the first `PAIRS` early (one extra wait) and reuses the set.
 const PAIRS: u32 = 256;
 
-/// Submits and waits of one device (all its clones), since it was opened.
+/// Submits, waits and dispatches of one device (all its clones), since it was opened.
 #[derive(Default, Debug)]
 pub struct Counts {
     submits: AtomicU64,
     waits: AtomicU64,
+    dispatches: AtomicU64,
+}
+
+/// What a device did, counted: queue submits, host waits for the device, compute dispatches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Tally {
+    pub submits: u64,
+    pub waits: u64,
+    pub dispatches: u64,
+}
+
+impl std::ops::Sub for Tally {
+    type Output = Tally;
+    /// The counts between two readings (`later - earlier`).
+    fn sub(self, earlier: Tally) -> Tally {
+        Tally {
+            submits: self.submits - earlier.submits,
+            waits: self.waits - earlier.waits,
+            dispatches: self.dispatches - earlier.dispatches,
+        }
+    }
 }
 
 impl Counts {
-    pub(super) fn submit(&self) {
+    /// One queue submit holding `dispatches` compute dispatches.
+    pub(super) fn submit(&self, dispatches: usize) {
         self.submits.fetch_add(1, Ordering::Relaxed);
+        self.dispatches
+            .fetch_add(dispatches as u64, Ordering::Relaxed);
     }
     pub(super) fn wait(&self) {
         self.waits.fetch_add(1, Ordering::Relaxed);
     }
-    /// (queue submits, host waits for the device) so far.
-    pub fn read(&self) -> (u64, u64) {
-        (
-            self.submits.load(Ordering::Relaxed),
-            self.waits.load(Ordering::Relaxed),
-        )
+    /// The counts so far.
+    pub fn read(&self) -> Tally {
+        Tally {
+            submits: self.submits.load(Ordering::Relaxed),
+            waits: self.waits.load(Ordering::Relaxed),
+            dispatches: self.dispatches.load(Ordering::Relaxed),
+        }
     }
 }
 

@@ -85,9 +85,8 @@ pub struct WorkerRun {
     pub peaks: Vec<(usize, usize)>,
     /// The device's memory ledger after the step.
     pub memory: crate::memory::Usage,
-    /// Queue submits and host waits for the device in the step.
-    pub submits: u64,
-    pub waits: u64,
+    /// Queue submits, host waits and dispatches of the device in the step.
+    pub counts: crate::gpu::Tally,
 }
 
 pub(super) struct Failure {
@@ -183,7 +182,7 @@ impl Worker {
     pub(super) fn run_step(&mut self, input: &StepIn) -> std::result::Result<WorkerRun, Failure> {
         let s = input.step;
         self.comms.set_step(s);
-        let (submits0, waits0) = self.gpu.counts();
+        let counts0 = self.gpu.counts();
         let mut sc = Scratch::default();
         let mut records = Vec::with_capacity(self.ops.len());
         let mut timed: Vec<(usize, usize)> = Vec::new();
@@ -251,7 +250,6 @@ impl Worker {
         };
         let (dp_sent, _) = sent(self.comms.dp.ledger());
         let (tp_sent, tp_link) = sent(self.comms.tp.ledger());
-        let (submits1, waits1) = self.gpu.counts();
         Ok(WorkerRun {
             device: self.device,
             records,
@@ -266,8 +264,7 @@ impl Worker {
             tp_link,
             peaks: self.chunks.iter().map(|c| (c.stage, c.peak)).collect(),
             memory: self.gpu.memory(),
-            submits: submits1 - submits0,
-            waits: waits1 - waits0,
+            counts: self.gpu.counts() - counts0,
         })
     }
 
