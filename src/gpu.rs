@@ -409,6 +409,59 @@ impl Gpu {
         self.read_after(enc, &staging, size, "readback")
     }
 
+    /// Reads several views back with one submit and one wait (each after all work submitted
+    /// before): one vector per view, in order.
+    pub fn download_many<T: bytemuck::Pod>(&self, views: &[&View]) -> Result<Vec<Vec<T>>> {
+        let size: u64 = views.iter().map(|v| v.bytes()).sum();
+        if size == 0 {
+            return Ok(views.iter().map(|_| Vec::new()).collect());
+        }
+        let _staged = Allocation::new(&self.memory, Category::Staging, size);
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("download"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        let mut at = 0;
+        for v in views {
+            enc.copy_buffer_to_buffer(&v.buf, v.byte_offset(), &staging, at, v.bytes());
+            at += v.bytes();
+        }
+        let all: Vec<T> = self.read_after(enc, &staging, size, "readback")?;
+        let mut out = Vec::with_capacity(views.len());
+        let mut rest = &all[..];
+        for v in views {
+            let (head, tail) = rest.split_at(v.bytes() as usize / std::mem::size_of::<T>());
+            out.push(head.to_vec());
+            rest = tail;
+        }
+        Ok(out)
+    }
+
+    /// Copies `src` into `dst` (the same size) on the device, in queue order; no wait.
+    pub fn copy(&self, src: &View, dst: &View) -> Result<()> {
+        if src.bytes() != dst.bytes() {
+            return Err(Error::Config(format!(
+                "copy of {} bytes into a view of {} bytes",
+                src.bytes(),
+                dst.bytes()
+            )));
+        }
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(
+            &src.buf,
+            src.byte_offset(),
+            &dst.buf,
+            dst.byte_offset(),
+            src.bytes(),
+        );
+        self.queue.submit([enc.finish()]);
+        self.counts.submit(0);
+        self.check()
+    }
+
     /// Submits `enc` (which fills `buf`'s first `bytes`), waits for it, and reads them back.
     fn read_after<T: bytemuck::Pod>(
         &self,

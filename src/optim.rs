@@ -265,13 +265,26 @@ impl Optimizer {
 
     /// Σg² of every norm part this device holds.
     pub fn parts_sq(&self) -> Result<Vec<NormPart>> {
+        match self.norm_sq_parts()? {
+            Some(view) => Ok(self.parts_from(&self.gpu.download(&view)?)),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Submits the Σg² of every norm part (no wait) and returns the view they land in, for a
+    /// caller that reads it back with others ([`Optimizer::parts_from`] reads it); `None`
+    /// where this device holds no part.
+    pub fn norm_sq_parts(&self) -> Result<Option<View>> {
         if self.parts.is_empty() {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         self.gpu.run(&self.norm_ops)?;
-        let sq: Vec<f32> = self.gpu.download(&self.sq)?;
-        Ok(self
-            .parts
+        Ok(Some(self.sq.clone()))
+    }
+
+    /// The norm parts from the view [`Optimizer::norm_sq_parts`] returned, read back.
+    pub fn parts_from(&self, sq: &[f32]) -> Vec<NormPart> {
+        self.parts
             .iter()
             .enumerate()
             .map(|(i, (n, start))| NormPart {
@@ -279,7 +292,7 @@ impl Optimizer {
                 start: *start,
                 sq: sq[i * ALIGN],
             })
-            .collect())
+            .collect()
     }
 
     /// Σg² of every norm part, by tensor name, in flat order (one entry per tensor for an

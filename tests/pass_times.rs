@@ -1,6 +1,9 @@
 //! Timed passes are submitted without a wait and read back together: every pass's time comes
 //! back in order, with one host wait for all of them where the adapter has timestamps, and
 //! each pass's work is done as if it had been waited on.
+mod common;
+use common::tiny;
+use triaxis::engine::Engine;
 use triaxis::gpu;
 use triaxis::kernels::elementwise as k;
 use triaxis::precision::Precision::F32;
@@ -35,4 +38,32 @@ fn timed_passes_are_read_back_once_in_order() {
     );
     let last = (passes - 1) as f32;
     assert!(g.download::<f32>(&x).unwrap().iter().all(|&v| v == last));
+}
+
+/// A training step waits for its device twice, whatever its microbatch count: once for the
+/// gradient norm's parts and the step's losses together, once for the pass times.
+#[test]
+fn a_step_waits_twice_at_any_microbatch_count() {
+    let Some(gpus) = gpu::test_gpus(1) else {
+        return;
+    };
+    let g = &gpus[0];
+    for m in [1, 4] {
+        let mut e = Engine::new(
+            &gpus,
+            tiny::cfg(m),
+            tiny::mesh(1, 1, 1, m),
+            Default::default(),
+        )
+        .unwrap();
+        let data = tiny::batches(m, 2);
+        for (s, batches) in data.iter().enumerate() {
+            let costs = e.step(batches, s).unwrap();
+            // without timestamps every timed pass is waited on for its wall time
+            if g.has_timestamps() {
+                assert_eq!(costs.waits, 2, "m = {m}, step {s}: host waits");
+            }
+            assert!(costs.dispatches > 0 && costs.stats.loss.is_finite());
+        }
+    }
 }

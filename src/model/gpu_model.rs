@@ -354,11 +354,16 @@ impl GpuModel {
 
     /// Per-token losses of the last forward pass (head ranges only).
     pub fn losses(&self) -> Result<Vec<f32>> {
+        self.gpu.download(self.losses_view()?)
+    }
+
+    /// Where the forward writes its per-token losses [B·T] (head ranges only).
+    pub fn losses_view(&self) -> Result<&View> {
         let h = self
             .head
             .as_ref()
             .ok_or_else(|| Error::Config("this block range has no head".into()))?;
-        self.gpu.download(&h.losses)
+        Ok(&h.losses)
     }
 
     /// Logits [B·T, V] of the last forward pass (head ranges only).

@@ -194,6 +194,7 @@ impl Runtime {
                 mesh,
                 canonical: cfg.model.canonical_names(),
                 dp_algo: opts.dp_algo,
+                loss_log: None,
             })
             .collect();
         Ok(Runtime {

@@ -122,6 +122,10 @@ pub struct Worker {
     pub(super) canonical: Vec<String>,
     /// The all-reduce of unsharded gradient buckets.
     pub(super) dp_algo: Algo,
+    /// Per-token losses of the step's last-stage forwards, one [B·T] row per forward in the
+    /// order they ran, copied there on the device and read back with the gradient norm's
+    /// parts (allocated at the first such forward, for one row per microbatch).
+    pub(super) loss_log: Option<crate::gpu::View>,
 }
 
 /// The step's working state of one worker.
@@ -131,7 +135,11 @@ struct Scratch {
     inbox: HashMap<Action, Vec<f32>>,
     /// Outputs waiting for their send, by the producing action.
     outbox: HashMap<Action, Vec<f32>>,
-    loss: f64,
+    /// Rows of `Worker::loss_log` this step filled, and the tokens in each.
+    losses: usize,
+    loss_tokens: usize,
+    /// An injected fault made the loss NaN.
+    nan_loss: bool,
     /// The schedule action the current compute belongs to, and its index in the list.
     action: usize,
     reductions: usize,

@@ -7,6 +7,7 @@ use std::ops::Range;
 
 use super::{Scratch, StepIn, Worker};
 use crate::error::{Error, Result};
+use crate::memory::Category;
 use crate::pipeline::schedule::{Action, Flow, Kind};
 use crate::runtime::fault::FaultKind;
 
@@ -59,7 +60,7 @@ impl Worker {
             self.stage_out(a, slot, last_stage, sc)?;
             if fault.is_some_and(|f| f.action == sc.action && f.kind == FaultKind::Nan) {
                 if a.kind == Kind::F && last_stage {
-                    sc.loss = f64::NAN;
+                    sc.nan_loss = true;
                 } else {
                     let g = &self.chunks[a.chunk].buffers.grads;
                     self.gpu.upload(&g.slice(0, 1), &[f32::NAN])?;
@@ -122,11 +123,22 @@ impl Worker {
     fn stage_out(&mut self, a: &Action, slot: usize, last: bool, sc: &mut Scratch) -> Result<()> {
         let c = &mut self.chunks[a.chunk];
         if a.kind == Kind::F && last {
-            sc.loss += c.slots[slot]
-                .losses()?
-                .iter()
-                .map(|&l| l as f64)
-                .sum::<f64>();
+            // kept on the device and read back with the gradient norm's parts, in one wait
+            let from = c.slots[slot].losses_view()?;
+            let n = from.len;
+            let rows = self.mesh.microbatches;
+            if sc.losses == rows {
+                return Err(Error::Device(format!(
+                    "{}: more last-stage forwards in a step than its {rows} microbatches",
+                    self.gpu.label
+                )));
+            }
+            let log = self.loss_log.get_or_insert_with(|| {
+                self.gpu
+                    .buffer_in(Category::Workspace, "step losses", rows * n)
+            });
+            self.gpu.copy(from, &log.slice(sc.losses * n, n))?;
+            (sc.losses, sc.loss_tokens) = (sc.losses + 1, n);
         }
         let out = match a.kind {
             Kind::F if !last => c.slots.get(slot).map(|m| m.output()),

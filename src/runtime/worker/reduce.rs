@@ -156,20 +156,46 @@ impl Worker {
             .iter()
             .any(|c| c.stage + 1 == self.schedule.stages());
         let counts = self.mesh.zero >= 1 || self.place.replica == 0;
+        // the step's one read of its losses and norm parts: one wait
+        let mut views = Vec::new();
+        let mut has_parts = Vec::new();
+        for c in &self.chunks {
+            let v = c.optim.norm_sq_parts()?;
+            has_parts.push(v.is_some());
+            views.extend(v);
+        }
+        let parts = views.len();
+        let n = sc.loss_tokens;
+        if let (Some(log), true) = (&self.loss_log, sc.losses > 0) {
+            views.push(log.slice(0, sc.losses * n));
+        }
+        let read = self
+            .gpu
+            .download_many::<f32>(&views.iter().collect::<Vec<_>>())?;
+        // each forward's token losses summed, then the forwards in the order they ran
+        let mut loss = 0.0;
+        for row in read[parts..].iter().flat_map(|l| l.chunks(n)) {
+            loss += row.iter().map(|&x| x as f64).sum::<f64>();
+        }
+        if sc.nan_loss {
+            loss = f64::NAN;
+        }
+        let mut read = read.into_iter();
         let mut share = Share {
             device: self.device,
             stage: self.chunks[0].stage,
-            loss: if self.place.tp_rank == 0 {
-                sc.loss
-            } else {
-                0.0
-            },
+            loss: if self.place.tp_rank == 0 { loss } else { 0.0 },
             has_loss: last && self.place.tp_rank == 0,
             parts: Vec::new(),
             local_bad: sc.local_bad.clone(),
         };
-        for c in &self.chunks {
-            for p in c.optim.parts_sq()? {
+        for (c, has) in self.chunks.iter().zip(has_parts) {
+            let sq = if has {
+                read.next().unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            for p in c.optim.parts_from(&sq) {
                 let whole_copy = self.place.tp_rank > 0 && split_of(&p.tensor) == Split::Whole;
                 if counts && !whole_copy {
                     share.parts.push((c.stage, p));
