@@ -12,8 +12,8 @@
 //! machine slows both alike. Per precision it prints the median wall step and the spread of
 //! the rounds' medians, tokens/s, model GFLOP/s (6·N per token for the parameters plus
 //! 12·L·T·C for attention's two products, forward and backward), dispatches, queue submits and
-//! host waits per step, the share of the device-clock step the linear layers' matmuls take
-//! (their products timed alone at the step's shapes), and tokens/s against PyTorch. Without
+//! host waits per step, the share of the step the linear layers' matmuls take (their products
+//! timed alone at the step's shapes, in every round), and tokens/s against PyTorch. Without
 //! PyTorch (or without `--torch`) it says so and prints triaxis alone. Writes
 //! `runs/throughput/throughput.json`.
 
@@ -177,6 +177,8 @@ impl Side {
 #[derive(Default)]
 struct Counted {
     device_step: Vec<f64>,
+    /// Wall seconds of the linear layers' products per step, one figure per round.
+    matmul: Vec<f64>,
     dispatches: Vec<f64>,
     submits: Vec<f64>,
     waits: Vec<f64>,
@@ -211,10 +213,14 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         .iter()
         .map(|&p| (p, Side::default(), Counted::default()))
         .collect();
+    let linears = sides
+        .iter()
+        .map(|(p, _, _)| Linears::new(g, &model, micro, *p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let cfg = engine_steps::train_config(model, micro, 1, a.steps + 1, 0.1);
     let bar = progress::bar((a.rounds * (sides.len() + usize::from(torch.is_some()))) as u64);
     for round in 0..a.rounds {
-        for (p, side, counted) in sides.iter_mut() {
+        for ((p, side, counted), linears) in sides.iter_mut().zip(&linears) {
             let opts = RuntimeOptions {
                 precision: *p,
                 ..RuntimeOptions::default()
@@ -228,6 +234,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                 counted.submits.push(s.submits as f64);
                 counted.waits.push(s.waits as f64);
             }
+            counted.matmul.push(linears.seconds(g)?);
             say(
                 &bar,
                 format!(
@@ -293,8 +300,8 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         let (lo, hi) = side.spread();
         let tps = tokens / step;
         let device_step = median(&counted.device_step);
-        let mm = matmul_seconds(g, &model, micro, *p)?;
-        let share = (device_step > 0.0).then(|| mm / device_step);
+        let mm = median(&counted.matmul);
+        let share = mm / step;
         let ratio = torch_tps.map(|t| tps / t);
         println!(
             "{:<12} | {:>8.1} {:>15} | {:>9.0} {:>7.2} | {:>10.0} {:>7.0} {:>5.0} | {:>7} | {:>9}",
@@ -306,7 +313,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             median(&counted.dispatches),
             median(&counted.submits),
             median(&counted.waits),
-            share.map_or("n/a".into(), |s| format!("{:.0} %", 100.0 * s)),
+            format!("{:.0} %", 100.0 * share),
             ratio.map_or("n/a".into(), |r| format!("{r:.3}")),
         );
         rows.push(json!({
@@ -332,10 +339,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         "\nstep ms = median wall step over every round (rounds = the spread of the rounds' \
          medians); GFLOP/s = tok/s × (6·{params} + 12·L·T·C) flops per token; dispatches, \
          submits, waits = per step on the device; matmul = the linear layers' products (timed \
-         alone at the step's shapes) over the device-clock step ({:.1} ms median)",
-        1e3 * sides
-            .first()
-            .map_or(0.0, |(_, _, c)| median(&c.device_step))
+         alone at the step's shapes, median over the rounds) over the step"
     );
     let path = a.out.join("throughput.json");
     let record = json!({
@@ -396,41 +400,60 @@ fn torch_round(a: &Args) -> anyhow::Result<(Vec<f64>, serde_json::Value)> {
     Ok((vec![step; a.steps], info))
 }
 
-/// Device seconds per step of the linear layers' products (forward, input gradient and weight
-/// gradient of qkv, attention output, MLP up and down in every layer, and the LM head), each
-/// layer's products recorded into one pass at the step's shapes and precision, timed on the
-/// wall over several runs after a warm-up (a pass this long hides the submit).
-fn matmul_seconds(g: &Gpu, m: &GptConfig, micro: Micro, p: Precision) -> anyhow::Result<f64> {
-    let (n, c) = (micro.tokens(), m.channels);
-    let block = Linear::new(p);
-    // the ops keep their buffers alive
-    let buffer = |len: usize, ty: Precision| g.buffer("matmul timing", ty.words(len).max(1));
-    let products = |l: Linear, k: usize, oc: usize, bias: bool| -> anyhow::Result<Vec<Dispatch>> {
-        let (x, w, out) = (buffer(n * k, p), buffer(oc * k, p), buffer(n * oc, l.io));
-        let (dx, dw) = (buffer(n * k, p), buffer(oc * k, p));
-        let (b, db) = (buffer(oc, p), buffer(oc, p));
-        let (b, db) = (bias.then_some(&b), bias.then_some(&db));
-        let mut ops = matmul::matmul_forward(g, l, &out, &x, &w, b, n, k, oc)?;
-        ops.extend(matmul::matmul_backward(
-            g, l, &dx, &dw, db, &out, &x, &w, n, k, oc,
-        )?);
-        Ok(ops)
-    };
-    let mut layer = Vec::new();
-    for (k, oc) in [(c, 3 * c), (c, c), (c, 4 * c), (4 * c, c)] {
-        layer.extend(products(block, k, oc, true)?);
-    }
-    let head = products(block.head(), c, m.vocab, false)?;
-    let time = |ops: &[Dispatch]| -> anyhow::Result<f64> {
-        g.run(ops)?;
-        g.sync()?;
-        let reps = 5;
-        let t0 = Instant::now();
-        for _ in 0..reps {
-            g.run(ops)?;
+/// The linear layers' products of one step (forward, input gradient and weight gradient of
+/// qkv, attention output, MLP up and down, and the LM head) at the step's shapes and
+/// precision, with the kernels the library picks: one pass for a layer's, one for the head's.
+struct Linears {
+    layer: Vec<Dispatch>,
+    head: Vec<Dispatch>,
+    layers: usize,
+}
+
+impl Linears {
+    fn new(g: &Gpu, m: &GptConfig, micro: Micro, p: Precision) -> anyhow::Result<Linears> {
+        let (n, c) = (micro.tokens(), m.channels);
+        let block = Linear::new(p);
+        // the ops keep their buffers alive
+        let buffer = |len: usize, ty: Precision| g.buffer("matmul timing", ty.words(len).max(1));
+        let products =
+            |l: Linear, k: usize, oc: usize, bias: bool| -> anyhow::Result<Vec<Dispatch>> {
+                let (x, w, out) = (buffer(n * k, p), buffer(oc * k, p), buffer(n * oc, l.io));
+                let (dx, dw) = (buffer(n * k, p), buffer(oc * k, p));
+                let (b, db) = (buffer(oc, p), buffer(oc, p));
+                let (b, db) = (bias.then_some(&b), bias.then_some(&db));
+                let mut ops = matmul::matmul_forward(g, l, &out, &x, &w, b, n, k, oc)?;
+                ops.extend(matmul::matmul_backward(
+                    g, l, &dx, &dw, db, &out, &x, &w, n, k, oc,
+                )?);
+                Ok(ops)
+            };
+        let mut layer = Vec::new();
+        for (k, oc) in [(c, 3 * c), (c, c), (c, 4 * c), (4 * c, c)] {
+            layer.extend(products(block, k, oc, true)?);
         }
-        g.sync()?;
-        Ok(t0.elapsed().as_secs_f64() / reps as f64)
-    };
-    Ok(m.layers as f64 * time(&layer)? + time(&head)?)
+        let head = products(block.head(), c, m.vocab, false)?;
+        Ok(Linears {
+            layer,
+            head,
+            layers: m.layers,
+        })
+    }
+
+    /// Wall seconds of one step's products: each pass run alone and waited on, after a
+    /// warm-up, the median of five runs (a pass this long hides the submit and the wait).
+    fn seconds(&self, g: &Gpu) -> anyhow::Result<f64> {
+        let time = |ops: &[Dispatch]| -> anyhow::Result<f64> {
+            g.run(ops)?;
+            g.sync()?;
+            let mut runs = Vec::new();
+            for _ in 0..5 {
+                let t0 = Instant::now();
+                g.run(ops)?;
+                g.sync()?;
+                runs.push(t0.elapsed().as_secs_f64());
+            }
+            Ok(median(&runs))
+        };
+        Ok(self.layers as f64 * time(&self.layer)? + time(&self.head)?)
+    }
 }

@@ -240,10 +240,7 @@ fn pipeline(
         bind_group_layouts: &[Some(&bgl)],
         immediate_size: 0,
     });
-    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some(shader),
-        source: wgpu::ShaderSource::Wgsl(source(shader)?.into()),
-    });
+    let module = module(dev, shader)?;
     let pipe = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: Some(entry),
         layout: Some(&layout),
@@ -255,6 +252,17 @@ fn pipeline(
     gpu.check()?;
     cache.insert((shader, entry), (pipe.clone(), bgl.clone()));
     Ok((pipe, bgl))
+}
+
+/// The module of `shader`, with wgpu's runtime checks (bounds checks and loop bounding). Trusted
+/// modules without them measured no faster on lavapipe (docs/kernels.md), so every kernel keeps
+/// them.
+pub(crate) fn module(dev: &wgpu::Device, shader: &'static str) -> Result<wgpu::ShaderModule> {
+    let desc = wgpu::ShaderModuleDescriptor {
+        label: Some(shader),
+        source: wgpu::ShaderSource::Wgsl(source(shader)?.into()),
+    };
+    Ok(dev.create_shader_module(desc))
 }
 
 /// Builds one dispatch of `shader::entry` over `args` with `dims` as its uniform

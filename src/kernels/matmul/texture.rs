@@ -107,10 +107,7 @@ fn auto_pipeline(
     if let Some(p) = cache.get(&(shader, entry)) {
         return Ok(p.clone());
     }
-    let module = g.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some(shader),
-        source: wgpu::ShaderSource::Wgsl(crate::kernels::source(shader)?.into()),
-    });
+    let module = crate::kernels::module(&g.device, shader)?;
     let pipe = g
         .device
         .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
