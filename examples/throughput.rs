@@ -360,27 +360,22 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
 /// every step of the round (a round contributes `steps` copies of it).
 fn torch_round(a: &Args) -> anyhow::Result<(Vec<f64>, serde_json::Value)> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/peers/torch_gpt.py");
-    let n = |v: usize| v.to_string();
+    let mut args = vec![script.to_string()];
+    for (flag, v) in [
+        ("--layers", a.layers),
+        ("--channels", a.channels),
+        ("--heads", a.heads),
+        ("--seq", a.seq),
+        ("--batch", a.batch),
+        ("--vocab", a.vocab),
+        ("--steps", a.steps),
+        ("--warmup", 3),
+        ("--threads", a.threads),
+    ] {
+        args.extend([flag.to_string(), v.to_string()]);
+    }
     let out = Command::new(&a.python)
-        .arg(script)
-        .args(["--layers", &n(a.layers), "--channels", &n(a.channels)])
-        .args([
-            "--heads",
-            &n(a.heads),
-            "--seq",
-            &n(a.seq),
-            "--batch",
-            &n(a.batch),
-        ])
-        .args([
-            "--vocab",
-            &n(a.vocab),
-            "--steps",
-            &n(a.steps),
-            "--warmup",
-            "3",
-        ])
-        .args(["--threads", &n(a.threads)])
+        .args(&args)
         .output()
         .map_err(|e| anyhow::anyhow!("{} could not start: {e}", a.python))?;
     let stdout = String::from_utf8_lossy(&out.stdout);

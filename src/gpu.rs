@@ -393,20 +393,7 @@ impl Gpu {
 
     /// Reads `src` back to the host (waits for all work submitted before).
     pub fn download<T: bytemuck::Pod>(&self, src: &View) -> Result<Vec<T>> {
-        let size = src.bytes();
-        if size == 0 {
-            return Ok(Vec::new());
-        }
-        let _staged = Allocation::new(&self.memory, Category::Staging, size);
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("download"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(&src.buf, src.byte_offset(), &staging, 0, size);
-        self.read_after(enc, &staging, size, "readback")
+        Ok(self.download_many(&[src])?.pop().unwrap_or_default())
     }
 
     /// Reads several views back with one submit and one wait (each after all work submitted

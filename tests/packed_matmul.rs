@@ -146,6 +146,17 @@ const BACKWARD_SHAPES: [(usize, usize, usize); 11] = [
     (150, 36, 260),
 ];
 
+/// Random packed input, weight and bias of a forward of `shape`, and their buffers on `g`.
+fn operands(
+    g: &Gpu,
+    rng: &mut Rng,
+    (n, c, oc): (usize, usize, usize),
+) -> ([Vec<u32>; 3], [View; 3]) {
+    let host = [packed(rng, n * c), packed(rng, oc * c), packed(rng, oc)];
+    let views = [0, 1, 2].map(|i| buf_u32(g, &host[i]));
+    (host, views)
+}
+
 fn forward(
     g: &Gpu,
     kernel: Kernel,
@@ -155,13 +166,8 @@ fn forward(
     bias: bool,
 ) {
     let (n, c, oc) = shape;
-    let (x, w, b) = (packed(rng, n * c), packed(rng, oc * c), packed(rng, oc));
-    let (xb, wb, bb, out) = (
-        buf_u32(g, &x),
-        buf_u32(g, &w),
-        buf_u32(g, &b),
-        poisoned_words(g, n * oc),
-    );
+    let ([x, w, b], [xb, wb, bb]) = operands(g, rng, shape);
+    let out = poisoned_words(g, n * oc);
     let gb = bias.then_some(&bb);
     g.run(&k::matmul_forward(g, BF16.with(kernel), &out, &xb, &wb, gb, n, c, oc).unwrap())
         .unwrap();
@@ -203,13 +209,8 @@ fn forward_f32out(
     bias: bool,
 ) {
     let (n, c, oc) = shape;
-    let (x, w, b) = (packed(rng, n * c), packed(rng, oc * c), packed(rng, oc));
-    let (xb, wb, bb, out) = (
-        buf_u32(g, &x),
-        buf_u32(g, &w),
-        buf_u32(g, &b),
-        poisoned(g, n * oc),
-    );
+    let ([x, w, b], [xb, wb, bb]) = operands(g, rng, shape);
+    let out = poisoned(g, n * oc);
     let gb = bias.then_some(&bb);
     let ops = k::matmul_forward(g, HEAD.with(kernel), &out, &xb, &wb, gb, n, c, oc).unwrap();
     g.run(&ops).unwrap();
