@@ -283,6 +283,9 @@ fn costs(rt: &Runtime, run: &RuntimeStep, clock: &Clock, schedule: &Schedule) ->
             tp_comm += w.tp_link;
         }
     }
+    // the busiest device's count of each kind
+    let most =
+        |f: fn(&crate::gpu::Tally) -> u64| run.runs.iter().map(|w| f(&w.counts)).max().unwrap_or(0);
     Ok(StepCosts {
         stats: run.runs[0].stats,
         tensor_sq: run.runs[0].tensor_sq.clone(),
@@ -295,14 +298,9 @@ fn costs(rt: &Runtime, run: &RuntimeStep, clock: &Clock, schedule: &Schedule) ->
         tp_bytes,
         tp_comm,
         wall: run.wall,
-        submits: run.runs.iter().map(|w| w.counts.submits).max().unwrap_or(0),
-        waits: run.runs.iter().map(|w| w.counts.waits).max().unwrap_or(0),
-        dispatches: run
-            .runs
-            .iter()
-            .map(|w| w.counts.dispatches)
-            .max()
-            .unwrap_or(0),
+        submits: most(|t| t.submits),
+        waits: most(|t| t.waits),
+        dispatches: most(|t| t.dispatches),
         memory: Vec::new(),
     })
 }

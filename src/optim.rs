@@ -265,21 +265,20 @@ impl Optimizer {
 
     /// Σg² of every norm part this device holds.
     pub fn parts_sq(&self) -> Result<Vec<NormPart>> {
-        match self.norm_sq_parts()? {
-            Some(view) => Ok(self.parts_from(&self.gpu.download(&view)?)),
-            None => Ok(Vec::new()),
+        if self.parts.is_empty() {
+            return Ok(Vec::new());
         }
+        let sq = self.norm_sq_parts()?;
+        Ok(self.parts_from(&self.gpu.download(sq)?))
     }
 
     /// Submits the Σg² of every norm part (no wait) and returns the view they land in, for a
-    /// caller that reads it back with others ([`Optimizer::parts_from`] reads it); `None`
-    /// where this device holds no part.
-    pub fn norm_sq_parts(&self) -> Result<Option<View>> {
-        if self.parts.is_empty() {
-            return Ok(None);
+    /// caller that reads it back with others ([`Optimizer::parts_from`] reads it).
+    pub fn norm_sq_parts(&self) -> Result<&View> {
+        if !self.parts.is_empty() {
+            self.gpu.run(&self.norm_ops)?;
         }
-        self.gpu.run(&self.norm_ops)?;
-        Ok(Some(self.sq.clone()))
+        Ok(&self.sq)
     }
 
     /// The norm parts from the view [`Optimizer::norm_sq_parts`] returned, read back.

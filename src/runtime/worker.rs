@@ -135,9 +135,8 @@ struct Scratch {
     inbox: HashMap<Action, Vec<f32>>,
     /// Outputs waiting for their send, by the producing action.
     outbox: HashMap<Action, Vec<f32>>,
-    /// Rows of `Worker::loss_log` this step filled, and the tokens in each.
+    /// Rows of `Worker::loss_log` this step filled.
     losses: usize,
-    loss_tokens: usize,
     /// An injected fault made the loss NaN.
     nan_loss: bool,
     /// The schedule action the current compute belongs to, and its index in the list.

@@ -138,7 +138,7 @@ impl Worker {
                     .buffer_in(Category::Workspace, "step losses", rows * n)
             });
             self.gpu.copy(from, &log.slice(sc.losses * n, n))?;
-            (sc.losses, sc.loss_tokens) = (sc.losses + 1, n);
+            sc.losses += 1;
         }
         let out = match a.kind {
             Kind::F if !last => c.slots.get(slot).map(|m| m.output()),

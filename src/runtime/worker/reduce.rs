@@ -158,14 +158,14 @@ impl Worker {
         let counts = self.mesh.zero >= 1 || self.place.replica == 0;
         // the step's one read of its losses and norm parts: one wait
         let mut views = Vec::new();
-        let mut has_parts = Vec::new();
         for c in &self.chunks {
-            let v = c.optim.norm_sq_parts()?;
-            has_parts.push(v.is_some());
-            views.extend(v);
+            views.push(c.optim.norm_sq_parts()?.clone());
         }
-        let parts = views.len();
-        let n = sc.loss_tokens;
+        // one row of B·T token losses per microbatch
+        let n = self
+            .loss_log
+            .as_ref()
+            .map_or(0, |l| l.len / self.mesh.microbatches);
         if let (Some(log), true) = (&self.loss_log, sc.losses > 0) {
             views.push(log.slice(0, sc.losses * n));
         }
@@ -174,13 +174,12 @@ impl Worker {
             .download_many::<f32>(&views.iter().collect::<Vec<_>>())?;
         // each forward's token losses summed, then the forwards in the order they ran
         let mut loss = 0.0;
-        for row in read[parts..].iter().flat_map(|l| l.chunks(n)) {
+        for row in read[self.chunks.len()..].iter().flat_map(|l| l.chunks(n)) {
             loss += row.iter().map(|&x| x as f64).sum::<f64>();
         }
         if sc.nan_loss {
             loss = f64::NAN;
         }
-        let mut read = read.into_iter();
         let mut share = Share {
             device: self.device,
             stage: self.chunks[0].stage,
@@ -189,13 +188,8 @@ impl Worker {
             parts: Vec::new(),
             local_bad: sc.local_bad.clone(),
         };
-        for (c, has) in self.chunks.iter().zip(has_parts) {
-            let sq = if has {
-                read.next().unwrap_or_default()
-            } else {
-                Vec::new()
-            };
-            for p in c.optim.parts_from(&sq) {
+        for (c, sq) in self.chunks.iter().zip(&read) {
+            for p in c.optim.parts_from(sq) {
                 let whole_copy = self.place.tp_rank > 0 && split_of(&p.tensor) == Split::Whole;
                 if counts && !whole_copy {
                     share.parts.push((c.stage, p));
