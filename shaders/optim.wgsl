@@ -1,24 +1,29 @@
 // Global gradient norm and AdamW, one body for both precisions behind the storage prelude
 // (store_f32.wgsl / store_bf16.wgsl): gradients and parameters are words of the run's
 // precision; the master weights and Adam moments are always f32 words. Under f32 the master
-// weights are the parameters (the in-place entries).
+// weights are the parameters (the in-place entries). Each entry covers all of a device's
+// tensors in one dispatch: the norm reads a table of parts, AdamW a weight-decay mask.
 //
-//   norm_partials (scratch | grads)    partial p sums the squares of one contiguous chunk of
-//                                      the leading units → scratch[p]. A unit is four f32
+//   norm_partials (scratch | grads, table)  workgroup row y = part y of the table; its thread
+//                                      p sums the squares of chunk p of the part's leading
+//                                      units → scratch[part's base + p]. A unit is four f32
 //                                      words or one bf16 word, widened into a vec4 (bf16: the
 //                                      two halves, then zeros); partials sum lane-wise.
-//   norm_final    (out, scratch | grads)  one workgroup: the elements past the last whole unit
-//                                      (f32: n % 4) plus the partials, in a fixed tree → out[0]
-//   adamw (params, master, m, v, grads | hp, norm_sq)  mixed precision: thread per parameter word
-//   adamw_in_place[4] (params, grads, m, v | hp, norm_sq)  f32: the parameters are the master
-//                                      weights; four elements a thread, then the tail
+//   norm_final    (out, scratch | grads, table)  workgroup y = part y: the elements past its
+//                                      last whole unit (f32: n % 4) plus its partials, in a
+//                                      fixed tree → out[y]
+//   adamw (params, master, m, v, grads | hp, norm_sq, decay)  mixed precision: thread per
+//                                      parameter word
+//   adamw_in_place[4] (params, grads, m, v | hp, norm_sq, decay)  f32: the parameters are the
+//                                      master weights; four elements a thread, then the tail
 //
 // Contiguous chunks per thread stream through memory (8 sequential streams per SIMD row on the
-// software adapter, ~3× faster than a strided partition there). The partition depends only on
-// the length, so the norm repeats bit for bit. Gradients are bound read_write only so that they
-// may share one buffer with the views written by the same dispatch.
+// software adapter, ~3× faster than a strided partition there). A part's partition depends only
+// on its length, so the norm repeats bit for bit, and equals the part's norm computed alone.
+// Gradients are bound read_write only so that they may share one buffer with the views written
+// by the same dispatch.
 
-struct Dims { n: u32, parts: u32, decay_end: u32, start: u32 }
+struct Dims { n: u32, _a: u32, _b: u32, start: u32 }
 @group(0) @binding(0) var<uniform> d: Dims;
 
 const WG: u32 = 256u;
@@ -31,14 +36,19 @@ fn f(w: u32) -> f32 {
 }
 
 // ---- grad norm ----
+// A norm part: `n` elements from word `base` of the gradients, summed in `parts` partials at
+// scratch[sbase ..]. d.n counts the parts.
+struct Part { base: u32, n: u32, parts: u32, sbase: u32 }
+
 @group(0) @binding(1) var<storage, read_write> n_scratch: array<u32>;
 @group(0) @binding(2) var<storage, read_write> n_grads: array<u32>;
+@group(0) @binding(3) var<storage, read> n_table: array<Part>;
 
-// Unit u of the gradients, widened; lanes past the unit's elements are 0.
-fn unit(u: u32) -> vec4<f32> {
+// Unit u of the gradients from word `base`, widened; lanes past the unit's elements are 0.
+fn unit(base: u32, u: u32) -> vec4<f32> {
     var x = vec4<f32>(0.0);
     for (var j = 0u; j < UNIT; j++) {
-        x[j] = lane(n_grads[u * UNIT_WORDS + j / LANES], j % LANES);
+        x[j] = lane(n_grads[base + u * UNIT_WORDS + j / LANES], j % LANES);
     }
     return x;
 }
@@ -49,42 +59,47 @@ fn units(n: u32) -> u32 {
 }
 
 @compute @workgroup_size(256)
-fn norm_partials(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let p = gid.x + gid.y * nwg.x * WG;
-    if (p >= d.parts) { return; }
-    let nu = units(d.n);
-    let k = (nu + d.parts - 1u) / d.parts;
+fn norm_partials(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.y >= d.n) { return; }
+    let t = n_table[gid.y];
+    let p = gid.x;
+    if (p >= t.parts) { return; }
+    let nu = units(t.n);
+    let k = (nu + t.parts - 1u) / t.parts;
     var s = vec4<f32>(0.0);
     for (var i = p * k; i < min(nu, p * k + k); i++) {
-        let x = unit(i);
+        let x = unit(t.base, i);
         s = fma(x, x, s);
     }
-    n_scratch[p] = bitcast<u32>((s.x + s.y) + (s.z + s.w));
+    n_scratch[t.sbase + p] = bitcast<u32>((s.x + s.y) + (s.z + s.w));
 }
 
 @group(0) @binding(1) var<storage, read_write> f_out: array<u32>;
 @group(0) @binding(2) var<storage, read_write> f_scratch: array<u32>;
 @group(0) @binding(3) var<storage, read_write> f_grads: array<u32>;
+@group(0) @binding(4) var<storage, read> f_table: array<Part>;
 
 var<workgroup> red: array<f32, 256>;
 
-// d.parts is 0 when there are no whole units.
+// A part with no whole units reads no partials.
 @compute @workgroup_size(256)
-fn norm_final(@builtin(local_invocation_index) l: u32) {
+fn norm_final(@builtin(local_invocation_index) l: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let t = f_table[wg.y];
     var s = 0.0;
-    let tail = units(d.n) * UNIT;
-    if (tail + l < d.n) {
-        let x = lane(f_grads[(tail + l) / LANES], (tail + l) % LANES);
+    let tail = units(t.n) * UNIT;
+    if (tail + l < t.n) {
+        let x = lane(f_grads[t.base + (tail + l) / LANES], (tail + l) % LANES);
         s = x * x;
     }
-    for (var p = l; p < d.parts; p += WG) { s += bitcast<f32>(f_scratch[p]); }
+    let used = select(0u, t.parts, units(t.n) > 0u);
+    for (var p = l; p < used; p += WG) { s += bitcast<f32>(f_scratch[t.sbase + p]); }
     red[l] = s;
     workgroupBarrier();
     for (var w = WG / 2u; w > 0u; w = w >> 1u) {
         if (l < w) { red[l] = red[l] + red[l + w]; }
         workgroupBarrier();
     }
-    if (l == 0u) { f_out[0] = bitcast<u32>(red[0]); }
+    if (l == 0u) { f_out[wg.y] = bitcast<u32>(red[0]); }
 }
 
 // ---- adamw ----
@@ -115,15 +130,20 @@ fn step_constants(h: Hyper, norm_sq: u32) -> Step {
     return Step(scale, 1.0 - powi(h.beta1, h.t), 1.0 - powi(h.beta2, h.t));
 }
 
+// Whether element i gets weight decay, given word i / 2048 of the mask: one bit per 64 elements.
+fn decays(mask_word: u32, i: u32) -> bool {
+    return ((mask_word >> ((i / 64u) % 32u)) & 1u) != 0u;
+}
+
 // Element i with gradient g0, moments m0, v0 and master weight p: the f32 steps of cpu::adamw.
 // Returns (m, v, the new master weight).
-fn adam(i: u32, g0: f32, m0: f32, v0: f32, p: f32, k: Step, h: Hyper) -> vec3<f32> {
+fn adam(decay: bool, g0: f32, m0: f32, v0: f32, p: f32, k: Step, h: Hyper) -> vec3<f32> {
     let g = g0 * k.scale;
     let m = h.beta1 * m0 + (1.0 - h.beta1) * g;
     let v = h.beta2 * v0 + (1.0 - h.beta2) * g * g;
     let mhat = m / k.bc1;
     let vhat = v / k.bc2;
-    let wd = select(0.0, h.weight_decay, i < d.decay_end);
+    let wd = select(0.0, h.weight_decay, decay);
     return vec3<f32>(m, v, p - h.lr * (mhat / (sqrt(vhat) + h.eps) + wd * p));
 }
 
@@ -136,6 +156,7 @@ fn adam(i: u32, g0: f32, m0: f32, v0: f32, p: f32, k: Step, h: Hyper) -> vec3<f3
 @group(0) @binding(5) var<storage, read_write> a_grads: array<u32>;
 @group(0) @binding(6) var<storage, read> a_hp: Hyper;
 @group(0) @binding(7) var<storage, read> a_norm_sq: array<u32>;
+@group(0) @binding(8) var<storage, read> a_decay: array<u32>;
 
 @compute @workgroup_size(256)
 fn adamw(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -148,7 +169,7 @@ fn adamw(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
     for (var j = 0u; j < LANES; j++) {
         let i = LANES * w + j;
         if (i < d.n) {
-            let r = adam(i, lane(gw, j), f(a_m[i]), f(a_v[i]), f(a_master[i]), k, h);
+            let r = adam(decays(a_decay[i / 2048u], i), lane(gw, j), f(a_m[i]), f(a_v[i]), f(a_master[i]), k, h);
             a_m[i] = bitcast<u32>(r.x);
             a_v[i] = bitcast<u32>(r.y);
             a_master[i] = bitcast<u32>(r.z);
@@ -167,6 +188,7 @@ fn adamw(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
 @group(0) @binding(4) var<storage, read_write> p_v: array<u32>;
 @group(0) @binding(5) var<storage, read> p_hp: Hyper;
 @group(0) @binding(6) var<storage, read> p_norm_sq: array<u32>;
+@group(0) @binding(7) var<storage, read> p_decay: array<u32>;
 
 @compute @workgroup_size(256)
 fn adamw_in_place(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -174,7 +196,7 @@ fn adamw_in_place(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
     if (i >= d.n) { return; }
     let h = p_hp;
     let k = step_constants(h, p_norm_sq[0]);
-    let r = adam(i, f(p_grads[i]), f(p_m[i]), f(p_v[i]), f(p_params[i]), k, h);
+    let r = adam(decays(p_decay[i / 2048u], i), f(p_grads[i]), f(p_m[i]), f(p_v[i]), f(p_params[i]), k, h);
     p_m[i] = bitcast<u32>(r.x);
     p_v[i] = bitcast<u32>(r.y);
     p_params[i] = bitcast<u32>(r.z);
@@ -198,8 +220,10 @@ fn adamw_in_place4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
     var om = vec4<u32>(0u);
     var ov = vec4<u32>(0u);
     var op = vec4<u32>(0u);
+    // a vec4 never straddles a 64-element mask block
+    let decay = decays(p_decay[q / 512u], 4u * q);
     for (var j = 0u; j < 4u; j++) {
-        let r = adam(4u * q + j, f(g[j]), f(m[j]), f(v[j]), f(p[j]), k, h);
+        let r = adam(decay, f(g[j]), f(m[j]), f(v[j]), f(p[j]), k, h);
         om[j] = bitcast<u32>(r.x);
         ov[j] = bitcast<u32>(r.y);
         op[j] = bitcast<u32>(r.z);

@@ -382,8 +382,8 @@ impl AdamW {
     }
 }
 
-/// One AdamW step over a range. Elements with index < `decay_end` get weight decay (matrices and
-/// embeddings); the rest (biases, layernorm gains) do not. `grad_scale` comes from clipping.
+/// One AdamW step over a range. Elements inside the ranges `decay` get weight decay (matrices
+/// and embeddings); the rest (biases, layernorm gains) do not. `grad_scale` comes from clipping.
 pub fn adamw(
     params: &mut [f32],
     grads: &[f32],
@@ -391,17 +391,21 @@ pub fn adamw(
     v: &mut [f32],
     h: &AdamW,
     grad_scale: f32,
-    decay_end: usize,
+    decay: &[std::ops::Range<usize>],
 ) {
     let bc1 = 1.0 - h.beta1.powi(h.t as i32);
     let bc2 = 1.0 - h.beta2.powi(h.t as i32);
+    let mut decays = vec![false; params.len()];
+    for r in decay {
+        decays[r.clone()].fill(true);
+    }
     for i in 0..params.len() {
         let g = grads[i] * grad_scale;
         m[i] = h.beta1 * m[i] + (1.0 - h.beta1) * g;
         v[i] = h.beta2 * v[i] + (1.0 - h.beta2) * g * g;
         let mhat = m[i] / bc1;
         let vhat = v[i] / bc2;
-        let wd = if i < decay_end { h.weight_decay } else { 0.0 };
+        let wd = if decays[i] { h.weight_decay } else { 0.0 };
         params[i] -= h.lr * (mhat / (vhat.sqrt() + h.eps) + wd * params[i]);
     }
 }

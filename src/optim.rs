@@ -21,7 +21,7 @@ use crate::cpu::AdamW;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::{elementwise as ke, optim as ko, Dispatch};
-use crate::params::{Buffers, Layout, ALIGN};
+use crate::params::{Buffers, Layout};
 use crate::precision::Precision;
 
 /// A contiguous flat range an optimizer updates, and where it lives in each storage buffer:
@@ -94,7 +94,7 @@ pub struct Optimizer {
     gpu: Gpu,
     /// (tensor name, flat start) of the norm part in each slot of `sq`.
     parts: Vec<(String, usize)>,
-    /// Σg² of part i at element i·ALIGN.
+    /// Σg² of part i at element i.
     sq: View,
     norm_ops: Vec<Dispatch>,
     zero_grads: Dispatch,
@@ -168,8 +168,8 @@ impl Optimizer {
     }
 
     /// [`Optimizer::with_cuts`] and [`Optimizer::sharded`]: the norm parts (every tensor's real
-    /// elements, cut at piece boundaries) and one AdamW dispatch per contiguous decay segment of
-    /// each piece, on f32 or packed storage.
+    /// elements, cut at piece boundaries) in two dispatches, and one AdamW dispatch per piece
+    /// (two with an f32 tail), on f32 or packed storage.
     fn build(gpu: &Gpu, layout: &Layout, st: &Storage, pieces: &[Piece]) -> Result<Optimizer> {
         let prec = st.precision();
         for p in pieces {
@@ -191,8 +191,10 @@ impl Optimizer {
                 )));
             }
         }
+        // the norm parts: every tensor's real elements, cut at piece boundaries, as ranges
+        // of the grads storage
         let mut parts = Vec::new();
-        let mut part_views = Vec::new();
+        let mut ranges = Vec::new();
         for p in pieces {
             for t in &layout.tensors {
                 let (a, e) = (
@@ -201,50 +203,47 @@ impl Optimizer {
                 );
                 if a < e {
                     parts.push((t.name.clone(), a));
-                    part_views.push((st.at(st.grads, p.grads + (a - p.flat.start), e - a), e - a));
+                    let at = p.grads + (a - p.flat.start);
+                    ranges.push(at..at + (e - a));
                 }
             }
         }
-        let sq = gpu.scratch("grad.part_sq", parts.len().max(1) * ALIGN);
-        let longest = part_views.iter().map(|(_, n)| *n).max().unwrap_or(1);
-        let scratch = gpu.scratch("grad.norm_scratch", ko::norm_scratch_len(prec, longest));
-        let mut norm_ops = Vec::new();
-        for (i, (g, n)) in part_views.iter().enumerate() {
-            let out = sq.slice(i * ALIGN, 1);
-            norm_ops.extend(ko::grad_norm_squared(gpu, prec, &out, &scratch, g, *n)?);
-        }
+        let sq = gpu.scratch("grad.part_sq", parts.len().max(1));
+        let scratch = gpu.scratch("grad.norm_scratch", ko::norm_scratch_len(prec, &ranges));
+        let norm_ops = ko::grad_norm_squared(gpu, prec, &sq, &scratch, st.grads, &ranges)?;
         let hp = gpu.scratch("adam.hp", 8);
         let norm_sq = gpu.scratch("grad.norm_sq", 1);
         let mut adam_ops = Vec::new();
+        let decay = layout.decay_ranges();
         for p in pieces {
-            for (r, decay) in layout.decay_segments() {
-                let (a, e) = (r.start.max(p.flat.start), r.end.min(p.flat.end));
-                if a >= e {
-                    continue;
-                }
-                let (rel, len) = (a - p.flat.start, e - a);
-                let decay_end = if decay { len } else { 0 };
-                let (m, v) = (
-                    st.m.slice(p.moments + rel, len),
-                    st.v.slice(p.moments + rel, len),
-                );
-                let (params, grads) = (
-                    st.at(st.params, p.params + rel, len),
-                    st.at(st.grads, p.grads + rel, len),
-                );
-                adam_ops.extend(ko::adamw(
-                    gpu,
-                    prec,
-                    &params,
-                    st.master.map(|w| w.slice(p.moments + rel, len)).as_ref(),
-                    &grads,
-                    &m,
-                    &v,
-                    &hp,
-                    &norm_sq,
-                    decay_end,
-                )?);
+            let len = p.flat.len();
+            if len == 0 {
+                continue;
             }
+            // the piece's decay ranges, relative to its start
+            let rel: Vec<Range<usize>> = decay
+                .iter()
+                .map(|r| r.start.max(p.flat.start)..r.end.min(p.flat.end))
+                .filter(|r| r.start < r.end)
+                .map(|r| r.start - p.flat.start..r.end - p.flat.start)
+                .collect();
+            let (m, v) = (st.m.slice(p.moments, len), st.v.slice(p.moments, len));
+            let (params, grads) = (
+                st.at(st.params, p.params, len),
+                st.at(st.grads, p.grads, len),
+            );
+            adam_ops.extend(ko::adamw(
+                gpu,
+                prec,
+                &params,
+                st.master.map(|w| w.slice(p.moments, len)).as_ref(),
+                &grads,
+                &m,
+                &v,
+                &hp,
+                &norm_sq,
+                &rel,
+            )?);
         }
         Ok(Optimizer {
             gpu: gpu.clone(),
@@ -289,7 +288,7 @@ impl Optimizer {
             .map(|(i, (n, start))| NormPart {
                 tensor: n.clone(),
                 start: *start,
-                sq: sq[i * ALIGN],
+                sq: sq[i],
             })
             .collect()
     }

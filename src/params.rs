@@ -131,6 +131,14 @@ impl Layout {
         out
     }
 
+    /// The flat ranges that get weight decay (each tensor's padding goes with it).
+    pub fn decay_ranges(&self) -> Vec<std::ops::Range<usize>> {
+        self.decay_segments()
+            .into_iter()
+            .filter_map(|(r, decay)| decay.then_some(r))
+            .collect()
+    }
+
     pub fn get(&self, name: &str) -> Result<&Tensor> {
         self.tensors
             .iter()

@@ -271,19 +271,9 @@ pub fn cpu_step_in(
     }
     let h = cfg.adam_at(s);
     let norm = cpu::grad_norm(&grads);
-    for (r, decay) in layout.decay_segments() {
-        let (m, v) = (&mut m[r.clone()], &mut v[r.clone()]);
-        let decay_end = if decay { r.len() } else { 0 };
-        cpu::adamw(
-            &mut params[r.clone()],
-            &grads[r],
-            m,
-            v,
-            &h,
-            h.clip_scale(norm),
-            decay_end,
-        );
-    }
+    let decay = layout.decay_ranges();
+    let scale = h.clip_scale(norm);
+    cpu::adamw(params, &grads, m, v, &h, scale, &decay);
     Ok(StepStats {
         loss: (loss / cfg.tokens_per_step() as f64) as f32,
         grad_norm: norm,

@@ -302,6 +302,70 @@ fn subgroup_kernel_gives_texture_bits() {
     }
 }
 
+/// The weight gradient binding the texture the forward packed its input into: one pack fewer
+/// and the bits of packing it again, where the texture's size fits (n a whole number of tile
+/// rows, c/4 of tile columns); elsewhere it packs its own and still gives those bits.
+#[test]
+fn weight_gradient_reuses_the_forwards_packed_input() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(18);
+    for (l, (n, c, oc), reused) in [
+        (TEXTURE, (64, 64, 40), true),
+        (TEXTURE, (40, 36, 30), false),
+    ] {
+        let (dy, x, w) = (
+            rand(&mut rng, n * oc),
+            rand(&mut rng, n * c),
+            rand(&mut rng, oc * c),
+        );
+        let (dyb, xb, wb) = (buf(&g, &dy), buf(&g, &x), buf(&g, &w));
+        let mut bits = Vec::new();
+        let mut counts = Vec::new();
+        for keep in [false, true] {
+            let (out, dw) = (poisoned(&g, n * oc), buf(&g, &vec![0.5; oc * c]));
+            let mut packs = k::Packs::default();
+            let (fwd, back) = if keep {
+                let f =
+                    k::matmul_forward_keeping(&g, l, &out, &xb, &wb, None, (n, c, oc), &mut packs);
+                let b = k::matmul_backward_weight_packed(
+                    &g,
+                    l,
+                    &dw,
+                    None,
+                    &dyb,
+                    &xb,
+                    (n, c, oc),
+                    &packs,
+                );
+                (f.unwrap(), b.unwrap())
+            } else {
+                let f = k::matmul_forward(&g, l, &out, &xb, &wb, None, n, c, oc);
+                let b = k::matmul_backward_weight(&g, l, &dw, None, &dyb, &xb, n, c, oc);
+                (f.unwrap(), b.unwrap())
+            };
+            assert_eq!(
+                packs.len(),
+                usize::from(keep),
+                "the forward keeps its input's texture"
+            );
+            counts.push(back.len());
+            g.run(&fwd).unwrap();
+            g.run(&back).unwrap();
+            bits.push(g.download::<u32>(&dw).unwrap());
+        }
+        assert!(
+            bits[0] == bits[1],
+            "({n}, {c}, {oc}): dweight bits differ when reused"
+        );
+        let saved = if reused { 1 } else { 0 };
+        assert_eq!(
+            counts[1] + saved,
+            counts[0],
+            "({n}, {c}, {oc}): dispatches {counts:?}"
+        );
+    }
+}
+
 /// Operands beyond the texture size limit: the texture kernel refuses with an error, the default
 /// falls back to the buffer kernel.
 #[test]

@@ -1,6 +1,9 @@
 //! Gradient norm and AdamW vs their CPU twins: the norm on awkward lengths (bit-identical on
-//! repeat), AdamW over several steps with clipping active and inactive, decay_end mid-range,
-//! views at non-zero offsets inside one shared buffer.
+//! repeat), many parts in one call (each with the bits of the part alone), AdamW over several
+//! steps with clipping active and inactive, a weight-decay gap mid-range, views at non-zero
+//! offsets inside one shared buffer.
+// The norm and AdamW take lists of ranges; a list of one range is what these tests mean.
+#![allow(clippy::single_range_in_vec_init)]
 mod common;
 use common::*;
 use triaxis::precision::Precision::{self, F32};
@@ -16,9 +19,9 @@ fn grad_norm_squared_matches_twin_and_repeats() {
         let x = rand(&mut rng, n);
         let xb = buf(&g, &x);
         let out = poisoned(&g, 1);
-        let scratch = poisoned(&g, k::norm_scratch_len(F32, n));
-        let ops = k::grad_norm_squared(&g, F32, &out, &scratch, &xb, xb.len).unwrap();
-        assert_eq!(ops.len(), if n < 4 { 1 } else { 2 });
+        let scratch = poisoned(&g, k::norm_scratch_len(F32, &[0..n]));
+        let ops = k::grad_norm_squared(&g, F32, &out, &scratch, &xb, &[0..n]).unwrap();
+        assert_eq!(ops.len(), 2);
         g.run(&ops).unwrap();
         let got = g.download::<f32>(&out).unwrap();
         let want = cpu::grad_norm(&x);
@@ -40,9 +43,42 @@ fn grad_norm_squared_matches_twin_and_repeats() {
     }
     // Empty gradient: norm 0.
     let (out, scratch, empty) = (poisoned(&g, 1), poisoned(&g, 1), g.buffer("e", 0));
-    g.run(&k::grad_norm_squared(&g, F32, &out, &scratch, &empty, empty.len).unwrap())
+    g.run(&k::grad_norm_squared(&g, F32, &out, &scratch, &empty, &[0..0]).unwrap())
         .unwrap();
     assert_eq!(g.download::<f32>(&out).unwrap(), vec![0.0]);
+}
+
+#[test]
+fn grad_norm_squared_of_many_parts_gives_each_part_alone() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(45);
+    let n = 310_000;
+    let x = rand(&mut rng, n);
+    let xb = buf(&g, &x);
+    // awkward starts and lengths, an empty part, a gap, one part past 4096 partials' worth
+    let parts = [0..3, 3..10, 10..10, 10..4107, 5000..5065, 5065..305_065];
+    let out = poisoned(&g, parts.len());
+    let scratch = poisoned(&g, k::norm_scratch_len(F32, &parts));
+    let ops = k::grad_norm_squared(&g, F32, &out, &scratch, &xb, &parts).unwrap();
+    assert_eq!(ops.len(), 2, "two dispatches for any number of parts");
+    g.run(&ops).unwrap();
+    let got = g.download::<f32>(&out).unwrap();
+    for (i, r) in parts.iter().enumerate() {
+        let want = cpu::grad_norm(&x[r.clone()]);
+        check(&format!("part {r:?}"), &got[i..i + 1], &[want * want], 1e-5);
+        let (one, s1) = (
+            poisoned(&g, 1),
+            poisoned(&g, k::norm_scratch_len(F32, std::slice::from_ref(r))),
+        );
+        g.run(&k::grad_norm_squared(&g, F32, &one, &s1, &xb, std::slice::from_ref(r)).unwrap())
+            .unwrap();
+        let alone = g.download::<f32>(&one).unwrap()[0];
+        assert_eq!(
+            got[i].to_bits(),
+            alone.to_bits(),
+            "part {r:?}: not its bits alone"
+        );
+    }
 }
 
 /// Like `check`, without the report line: asserts and returns the max abs error.
@@ -92,13 +128,13 @@ fn adamw_matches_twin_over_steps() {
             g.upload(&f.m, &m).unwrap();
             g.upload(&f.v, &v).unwrap();
             let (hp, norm_sq) = (g.buffer("hp", 8), g.buffer("norm_sq", 1));
-            let scratch = g.buffer("scratch", k::norm_scratch_len(F32, n));
-            let decay_end = n * 3 / 5; // mid-vec4 for most n
+            let scratch = g.buffer("scratch", k::norm_scratch_len(F32, &[0..n]));
+            let decay = decay_ranges(n);
             let mut ops =
-                k::grad_norm_squared(&g, F32, &norm_sq, &scratch, &f.grads, f.grads.len).unwrap();
+                k::grad_norm_squared(&g, F32, &norm_sq, &scratch, &f.grads, &[0..n]).unwrap();
             ops.extend(
                 k::adamw(
-                    &g, F32, &f.params, None, &f.grads, &f.m, &f.v, &hp, &norm_sq, decay_end,
+                    &g, F32, &f.params, None, &f.grads, &f.m, &f.v, &hp, &norm_sq, &decay,
                 )
                 .unwrap(),
             );
@@ -118,7 +154,7 @@ fn adamw_matches_twin_over_steps() {
                 let nsq = g.download::<f32>(&norm_sq).unwrap()[0];
                 let scale = h.clip_scale(nsq.sqrt());
                 clipped |= scale != 1.0;
-                cpu::adamw(&mut p, &grads, &mut m, &mut v, &h, scale, decay_end);
+                cpu::adamw(&mut p, &grads, &mut m, &mut v, &h, scale, &decay);
                 let name = format!("adamw n={n} clip={clip} t={t}");
                 for (what, view, want) in
                     [("params", &f.params, &p), ("m", &f.m, &m), ("v", &f.v, &v)]
@@ -170,17 +206,23 @@ fn optim_bad_sizes_are_errors() {
     let none = g.buffer("none", 0);
     let hp = g.buffer("hp", 8);
     let short = g.buffer("short", 7);
-    assert!(k::grad_norm_squared(&g, F32, &none, &one, &x, x.len).is_err()); // out empty
-    assert!(k::grad_norm_squared(&g, F32, &one, &one, &x, x.len).is_err()); // scratch 1 < 16
-    assert!(k::grad_norm_squared(&g, F32, &one, &hp, &y, y.len).is_err()); // scratch 8 < 16
-    assert!(k::adamw(&g, F32, &x, None, &y, &x, &x, &hp, &one, 10).is_err());
-    assert!(k::adamw(&g, F32, &x, None, &x, &x, &y, &hp, &one, 10).is_err());
-    assert!(k::adamw(&g, F32, &x, None, &x, &x, &x, &short, &one, 10).is_err());
-    assert!(k::adamw(&g, F32, &x, None, &x, &x, &x, &hp, &none, 10).is_err());
-    assert!(k::adamw(&g, F32, &x, None, &x, &x, &x, &hp, &one, 2000).is_ok());
+    let all = [0..1000];
+    assert!(k::grad_norm_squared(&g, F32, &none, &one, &x, &all).is_err()); // out empty
+    assert!(k::grad_norm_squared(&g, F32, &one, &one, &x, &all).is_err()); // scratch 1 < 16
+    assert!(k::grad_norm_squared(&g, F32, &one, &hp, &y, &[0..999]).is_err()); // scratch 8 < 16
+    assert!(k::grad_norm_squared(&g, F32, &one, &hp, &x, &[990..1001]).is_err()); // past grads
+    let d = [0..64];
+    assert!(k::adamw(&g, F32, &x, None, &y, &x, &x, &hp, &one, &d).is_err());
+    assert!(k::adamw(&g, F32, &x, None, &x, &x, &y, &hp, &one, &d).is_err());
+    assert!(k::adamw(&g, F32, &x, None, &x, &x, &x, &short, &one, &d).is_err());
+    assert!(k::adamw(&g, F32, &x, None, &x, &x, &x, &hp, &none, &d).is_err());
+    // decay ranges start and end on 64-element blocks, or at the end
+    assert!(k::adamw(&g, F32, &x, None, &x, &x, &x, &hp, &one, &[0..10]).is_err());
+    assert!(k::adamw(&g, F32, &x, None, &x, &x, &x, &hp, &one, &[64..2000]).is_err());
+    assert!(k::adamw(&g, F32, &x, None, &x, &x, &x, &hp, &one, &[64..1000]).is_ok());
     // f32 updates its parameters in place; bf16 needs f32 master weights
-    assert!(k::adamw(&g, F32, &x, Some(&x), &x, &x, &x, &hp, &one, 10).is_err());
+    assert!(k::adamw(&g, F32, &x, Some(&x), &x, &x, &x, &hp, &one, &d).is_err());
     let w = g.buffer("w", 500);
-    assert!(k::adamw(&g, Precision::Bf16, &w, None, &w, &x, &x, &hp, &one, 10).is_err());
-    assert!(k::adamw(&g, Precision::Bf16, &w, Some(&x), &w, &x, &x, &hp, &one, 10).is_ok());
+    assert!(k::adamw(&g, Precision::Bf16, &w, None, &w, &x, &x, &hp, &one, &d).is_err());
+    assert!(k::adamw(&g, Precision::Bf16, &w, Some(&x), &w, &x, &x, &hp, &one, &d).is_ok());
 }

@@ -1,6 +1,8 @@
 //! Mixed-precision gradient norm and AdamW vs their twins: packed bf16 gradients, f32 master
 //! weights and moments, packed bf16 parameters out — over several steps, with clipping on and
 //! off, odd and even lengths, views at offsets inside one buffer.
+// The norm and AdamW take lists of ranges; a list of one range is what these tests mean.
+#![allow(clippy::single_range_in_vec_init)]
 mod common;
 use common::*;
 use triaxis::cpu::packed::optim as twin;
@@ -23,8 +25,8 @@ fn grad_norm_of_packed_gradients_matches_twin_and_repeats() {
         let x = cpu::pack_bf16(&rand(&mut rng, n));
         let xb = buf_u32(&g, &x);
         let out = poisoned(&g, 1);
-        let scratch = poisoned(&g, ko::norm_scratch_len(BF16, n));
-        let ops = ko::grad_norm_squared(&g, BF16, &out, &scratch, &xb, n).unwrap();
+        let scratch = poisoned(&g, ko::norm_scratch_len(BF16, &[0..n]));
+        let ops = ko::grad_norm_squared(&g, BF16, &out, &scratch, &xb, &[0..n]).unwrap();
         g.run(&ops).unwrap();
         let got = g.download::<f32>(&out).unwrap();
         let want = twin::grad_norm_squared_bf16(&x, n) as f32;
@@ -47,9 +49,18 @@ fn grad_norm_of_packed_gradients_matches_twin_and_repeats() {
         &poisoned(&g, 1),
         &poisoned(&g, 1),
         &words(&g, 3),
-        7,
+        &[0..7],
     );
     assert!(bad.is_err(), "3 words cannot hold 7 elements");
+    let odd = ko::grad_norm_squared(
+        &g,
+        BF16,
+        &poisoned(&g, 2),
+        &poisoned(&g, 2),
+        &words(&g, 4),
+        &[0..3, 3..8],
+    );
+    assert!(odd.is_err(), "a bf16 part starts on a word");
 }
 
 #[test]
@@ -75,9 +86,10 @@ fn adamw_on_master_weights_matches_twin_over_steps() {
             g.upload(&m_v, &m).unwrap();
             g.upload(&v_v, &v).unwrap();
             let (hp, norm_sq) = (g.buffer("hp", 8), g.buffer("norm_sq", 1));
-            let scratch = g.buffer("scratch", ko::norm_scratch_len(BF16, n));
-            let decay_end = n * 3 / 5;
-            let mut ops = ko::grad_norm_squared(&g, BF16, &norm_sq, &scratch, &grads, n).unwrap();
+            let scratch = g.buffer("scratch", ko::norm_scratch_len(BF16, &[0..n]));
+            let decay = decay_ranges(n);
+            let mut ops =
+                ko::grad_norm_squared(&g, BF16, &norm_sq, &scratch, &grads, &[0..n]).unwrap();
             ops.extend(
                 ko::adamw(
                     &g,
@@ -89,7 +101,7 @@ fn adamw_on_master_weights_matches_twin_over_steps() {
                     &v_v,
                     &hp,
                     &norm_sq,
-                    decay_end,
+                    &decay,
                 )
                 .unwrap(),
             );
@@ -113,7 +125,7 @@ fn adamw_on_master_weights_matches_twin_over_steps() {
                 let nsq = g.download::<f32>(&norm_sq).unwrap()[0];
                 let scale = h.clip_scale(nsq.sqrt());
                 clipped |= scale != 1.0;
-                let want = twin::adamw_bf16(&mut p, &gw, &mut m, &mut v, &h, scale, decay_end);
+                let want = twin::adamw_bf16(&mut p, &gw, &mut m, &mut v, &h, scale, &decay);
                 let name = format!("adamw_bf16 n={n} clip={clip} t={t}");
                 for (what, view, want) in
                     [("master", &master, &p), ("m", &m_v, &m), ("v", &v_v, &v)]

@@ -43,6 +43,14 @@
 //! follows the adapter's type, features and subgroup size, never its name. Scratch buffers and
 //! textures are allocated when the ops are built and refilled every time they run.
 //!
+//! The forward packs its input `inp[n,c]` exactly as the weight gradient packs it (operand B of
+//! `doutᵀ·inp`, the same texels) whenever the two textures have one size (n a whole number of
+//! the kernel's tile rows, c/4 of its tile columns: every layer of the default models). A model
+//! keeps the forward's textures ([`matmul_forward_keeping`], [`Packs`]) and its weight
+//! gradients bind them ([`matmul_backward_weight_packed`]): one pack fewer per linear layer and
+//! step, the same bits. Sound because a model slot's activations are written only by its own
+//! forward (and a recomputation re-runs that forward's packs).
+//!
 //! Any shape works: edge tiles clamp or pad their loads and skip the store outside C. Results
 //! are bit-identical run to run, and the split backward (`_input` + `_weight`) gives the same
 //! bits as the unsplit one (it is the same ops).
@@ -53,7 +61,8 @@ use crate::gpu::{Gpu, View};
 use crate::precision::Precision;
 
 mod texture;
-use texture::Tex;
+pub use texture::Packs;
+use texture::{Reuse, Tex};
 
 /// The family's shader in precision `p`.
 fn shader(p: Precision) -> &'static str {
@@ -255,6 +264,7 @@ fn product(
     b: Mat,
     bias: Option<&View>,
     accumulate: bool,
+    reuse: Reuse,
 ) -> Result<()> {
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
     let flags = if accumulate { ACCUMULATE } else { 0 } | if bias.is_some() { BIAS } else { 0 };
@@ -273,7 +283,7 @@ fn product(
     match texture {
         Some(kernel) => {
             let flags = flags | if c_ty != l.p { C_F32 } else { 0 };
-            texture::product(g, kernel, l.p, ops, &c, a, b, bias, flags)
+            texture::product(g, kernel, l.p, ops, &c, a, b, bias, flags, reuse)
         }
         None => buffer_product(g, l.p, ops, (&c, c_ty), a, b, bias, flags),
     }
@@ -340,6 +350,46 @@ pub fn matmul_forward(
     c: usize,
     oc: usize,
 ) -> Result<Vec<Dispatch>> {
+    forward(g, l, out, inp, weight, bias, (n, c, oc), Reuse::None)
+}
+
+/// [`matmul_forward`], keeping the texture `inp` is packed into (on a texture path) in `packs`
+/// for [`matmul_backward_weight_packed`]: `inp` must then be left unwritten until that
+/// product has run, or be packed again by these same ops.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_forward_keeping(
+    g: &Gpu,
+    l: Linear,
+    out: &View,
+    inp: &View,
+    weight: &View,
+    bias: Option<&View>,
+    (n, c, oc): (usize, usize, usize),
+    packs: &mut Packs,
+) -> Result<Vec<Dispatch>> {
+    forward(
+        g,
+        l,
+        out,
+        inp,
+        weight,
+        bias,
+        (n, c, oc),
+        Reuse::KeepA(packs),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn forward(
+    g: &Gpu,
+    l: Linear,
+    out: &View,
+    inp: &View,
+    weight: &View,
+    bias: Option<&View>,
+    (n, c, oc): (usize, usize, usize),
+    reuse: Reuse,
+) -> Result<Vec<Dispatch>> {
     let (e, p) = ("matmul_forward", l.p);
     check_dims(l, n, c, oc)?;
     even_rows(e, "out", "oc", l.io, n, oc)?;
@@ -352,7 +402,7 @@ pub fn matmul_forward(
     let bias = bias.map(|b| b.slice(0, p.words(oc)));
     let mut ops = Vec::new();
     let (x, w) = (Mat::new(inp, p, n, c), Mat::new(weight, p, oc, c).t());
-    product(g, l, &mut ops, out, l.io, x, w, bias.as_ref(), false)?;
+    product(g, l, &mut ops, out, l.io, x, w, bias.as_ref(), false, reuse)?;
     Ok(ops)
 }
 
@@ -401,7 +451,7 @@ pub fn matmul_backward_input(
     need(e, "weight", weight, p, oc * c)?;
     let mut ops = Vec::new();
     let (dy, w) = (Mat::new(dout, l.io, n, oc), Mat::new(weight, p, oc, c));
-    product(g, l, &mut ops, dinp, p, dy, w, None, false)?;
+    product(g, l, &mut ops, dinp, p, dy, w, None, false, Reuse::None)?;
     Ok(ops)
 }
 
@@ -418,6 +468,46 @@ pub fn matmul_backward_weight(
     c: usize,
     oc: usize,
 ) -> Result<Vec<Dispatch>> {
+    backward_weight(g, l, dweight, dbias, dout, inp, (n, c, oc), Reuse::None)
+}
+
+/// [`matmul_backward_weight`] binding the texture [`matmul_forward_keeping`] packed `inp`
+/// into, where `packs` holds one of the size this product packs (else it packs `inp` itself):
+/// one pack fewer, the same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_backward_weight_packed(
+    g: &Gpu,
+    l: Linear,
+    dweight: &View,
+    dbias: Option<&View>,
+    dout: &View,
+    inp: &View,
+    (n, c, oc): (usize, usize, usize),
+    packs: &Packs,
+) -> Result<Vec<Dispatch>> {
+    backward_weight(
+        g,
+        l,
+        dweight,
+        dbias,
+        dout,
+        inp,
+        (n, c, oc),
+        Reuse::TakeB(packs),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn backward_weight(
+    g: &Gpu,
+    l: Linear,
+    dweight: &View,
+    dbias: Option<&View>,
+    dout: &View,
+    inp: &View,
+    (n, c, oc): (usize, usize, usize),
+    reuse: Reuse,
+) -> Result<Vec<Dispatch>> {
     let (e, p) = ("matmul_backward_weight", l.p);
     check_dims(l, n, c, oc)?;
     even_rows(e, "dweight", "c", p, oc, c)?;
@@ -429,7 +519,18 @@ pub fn matmul_backward_weight(
     }
     let mut ops = Vec::new();
     let (dy, x) = (Mat::new(dout, l.io, n, oc), Mat::new(inp, p, n, c));
-    product(g, l, &mut ops, dweight, p, dy.clone().t(), x, None, true)?;
+    product(
+        g,
+        l,
+        &mut ops,
+        dweight,
+        p,
+        dy.clone().t(),
+        x,
+        None,
+        true,
+        reuse,
+    )?;
     if let Some(db) = dbias {
         let flags = if l.io != p { A_F32 } else { 0 };
         let words = p.words(oc);

@@ -6,15 +6,19 @@
 //! master weights; under bf16 AdamW updates the f32 master and writes it rounded into the
 //! packed parameters.
 //!
-//! `grad_norm_squared` is two dispatches: `P = norm_scratch_len(p, n)` threads each sum the
-//! squares of one contiguous chunk of the view (four f32 words or one bf16 word at a time) into
-//! `scratch[p]`, then one workgroup adds the elements past the last whole chunk unit (`n % 4`
-//! under f32) and the `P` partials in a fixed tree. The partition depends only on `n`, so the
-//! result repeats bit for bit.
-//! `adamw` is one thread per four f32 elements (and one per tail element), or per packed bf16
-//! word; its hyper-parameters come from a small storage
+//! `grad_norm_squared` computes Σg² of every *part* (a range of the gradients) in two
+//! dispatches, whatever the number of parts: `P = norm_parts(p, n)` threads of a part each sum
+//! the squares of one contiguous chunk of it (four f32 words or one bf16 word at a time) into
+//! the scratch, then one workgroup per part adds the elements past its last whole chunk unit
+//! (`n % 4` under f32) and its `P` partials in a fixed tree. The partition depends only on the
+//! part's length, so a part's result repeats bit for bit and equals that part computed alone.
+//! `adamw` is one dispatch over a whole range: a thread per four f32 elements (and one per tail
+//! element), or per packed bf16 word; which elements get weight decay comes from a bit mask
+//! (one bit per 64 elements) built with the ops; its hyper-parameters come from a small storage
 //! buffer (`hyper_words`, uploaded every step) so the recorded ops can be replayed, and the clip
 //! factor is computed on the device from the norm, so no read-back is needed.
+
+use std::ops::Range;
 
 use super::{groups_1d, need, op, Arg, Dispatch};
 use crate::cpu;
@@ -30,22 +34,33 @@ fn shader(p: Precision) -> &'static str {
     }
 }
 
-/// Most partial sums of `grad_norm_squared` (the final pass sums them with 256 threads).
+/// Most partial sums of one part (the final pass sums them with 256 threads).
 const MAX_PARTS: usize = 4096;
 /// Fewest words per partial before the count of partials grows.
 const PER_PART: usize = 64;
+/// Elements per bit of AdamW's weight-decay mask: decay ranges start and end on multiples of
+/// it (the flat layout aligns every tensor to it) or at the end of the range.
+pub const DECAY_BLOCK: usize = 64;
 
-/// Length of the `scratch` view `grad_norm_squared` needs for `n` gradient elements of
-/// precision `p`: the number of partial sums, `clamp(⌈words/64⌉, 1, 4096)`.
-pub fn norm_scratch_len(p: Precision, n: usize) -> usize {
+/// Partial sums of a part of `n` elements of precision `p`: `clamp(⌈words/64⌉, 1, 4096)`.
+fn norm_parts(p: Precision, n: usize) -> usize {
     p.words(n).div_ceil(PER_PART).clamp(1, MAX_PARTS)
 }
 
-/// Uniform: element count, partial count, the end of weight decay.
-fn dims(what: &str, n: usize, parts: usize, decay_end: usize) -> Result<[u32; 4]> {
+/// Length of the `scratch` view `grad_norm_squared` needs for `parts`: their partial sums.
+pub fn norm_scratch_len(p: Precision, parts: &[Range<usize>]) -> usize {
+    parts
+        .iter()
+        .map(|r| norm_parts(p, r.len()))
+        .sum::<usize>()
+        .max(1)
+}
+
+/// Uniform: a count (elements, or norm parts), and where a tail entry starts.
+fn dims(what: &str, n: usize, start: usize) -> Result<[u32; 4]> {
     let n32 =
         u32::try_from(n).map_err(|_| Error::Config(format!("{what}: {n} elements exceed u32")))?;
-    Ok([n32, parts as u32, decay_end.min(n) as u32, 0])
+    Ok([n32, 0, 0, start as u32])
 }
 
 /// Checks that `v` is exactly the `n` elements of precision `p`.
@@ -60,53 +75,112 @@ fn exact(p: Precision, what: &str, v: &View, n: usize) -> Result<()> {
     Ok(())
 }
 
-/// `out[0]` (f32) = Σ g² over the `n` gradients of precision `p` in `grads` (exactly
-/// `p.words(n)` words), in a fixed order. `scratch` holds the partial sums (at least
-/// `norm_scratch_len(p, n)`). Two dispatches (one when there is no whole unit: f32 n < 4, or
-/// no elements); grads is bound read_write so that it may share a buffer with `out` or
-/// `scratch`.
+/// `out[i]` (f32) = Σ g² over part `parts[i]`, a range of the elements of precision `p` in
+/// `grads`, in a fixed order (the same bits as the part alone). Under bf16 a part starts on a
+/// word (an even element). `scratch` holds the partial sums (at least
+/// `norm_scratch_len(p, parts)`). Two dispatches for any number of parts (none for none);
+/// grads is bound read_write so that it may share a buffer with `out` or `scratch`.
 pub fn grad_norm_squared(
     g: &Gpu,
     p: Precision,
     out: &View,
     scratch: &View,
     grads: &View,
-    n: usize,
+    parts: &[Range<usize>],
 ) -> Result<Vec<Dispatch>> {
-    exact(p, "grad_norm_squared grads", grads, n)?;
-    let parts = norm_scratch_len(p, n);
-    need("grad_norm_squared out", out, 1)?;
-    need("grad_norm_squared scratch", scratch, parts)?;
-    let (out, scratch) = (out.slice(0, 1), scratch.slice(0, parts));
-    // whole units: four f32 words, or every bf16 word
-    let units = match p {
-        Precision::F32 => n / 4,
-        Precision::Bf16 => grads.len,
-    };
-    let mut ops = Vec::new();
-    if units > 0 {
-        ops.push(op(
+    if parts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let what = "grad_norm_squared";
+    let mut table = Vec::with_capacity(4 * parts.len());
+    let mut sbase = 0;
+    for r in parts {
+        if r.start > r.end || p.words(r.end) > grads.len || r.start % p.per_word() != 0 {
+            return Err(Error::Config(format!(
+                "{what}: part {r:?} is not a range of whole words of the {} {p} words of grads",
+                grads.len
+            )));
+        }
+        let n = norm_parts(p, r.len());
+        let word = |x: usize| {
+            u32::try_from(x).map_err(|_| Error::Config(format!("{what}: {x} exceeds u32")))
+        };
+        table.extend([
+            word(r.start / p.per_word())?,
+            word(r.len())?,
+            n as u32,
+            word(sbase)?,
+        ]);
+        sbase += n;
+    }
+    need(&format!("{what} out"), out, parts.len())?;
+    need(&format!("{what} scratch"), scratch, sbase)?;
+    let max = g.limits.max_compute_workgroups_per_dimension as usize;
+    if parts.len() > max {
+        return Err(Error::Config(format!(
+            "{what}: {} parts exceed {max} workgroups per dimension",
+            parts.len()
+        )));
+    }
+    let table_view = g.scratch("grad_norm_squared parts", table.len());
+    g.upload(&table_view, &table)?;
+    let (out, scratch) = (out.slice(0, parts.len()), scratch.slice(0, sbase));
+    let widest = parts
+        .iter()
+        .map(|r| norm_parts(p, r.len()))
+        .max()
+        .unwrap_or(1);
+    let d = dims(what, parts.len(), 0)?;
+    let rows = parts.len() as u32;
+    Ok(vec![
+        op(
             g,
             shader(p),
             "norm_partials",
-            &dims("grad_norm_squared", n, parts, 0)?,
-            &[Arg::W(&scratch), Arg::W(grads)],
-            groups_1d(parts),
-        )?);
+            &d,
+            &[Arg::W(&scratch), Arg::W(grads), Arg::R(&table_view)],
+            [groups_1d(widest)[0], rows, 1],
+        )?,
+        op(
+            g,
+            shader(p),
+            "norm_final",
+            &d,
+            &[
+                Arg::W(&out),
+                Arg::W(&scratch),
+                Arg::W(grads),
+                Arg::R(&table_view),
+            ],
+            [1, rows, 1],
+        )?,
+    ])
+}
+
+/// The weight-decay mask of `n` elements: bit `b % 32` of word `b / 32` is set when block `b`
+/// ([`DECAY_BLOCK`] elements) lies in one of `decay`.
+fn decay_mask(n: usize, decay: &[Range<usize>]) -> Result<Vec<u32>> {
+    let blocks = n.div_ceil(DECAY_BLOCK);
+    let mut mask = vec![0u32; blocks.div_ceil(32).max(1)];
+    for r in decay {
+        let edge = |x: usize| x.is_multiple_of(DECAY_BLOCK) || x == n;
+        if r.start > r.end || r.end > n || !edge(r.start) || !edge(r.end) {
+            return Err(Error::Config(format!(
+                "adamw: decay range {r:?} of {n} elements must start and end on multiples of \
+                 {DECAY_BLOCK} (or at {n})"
+            )));
+        }
+        // an empty range marks nothing (its end may round up into the next block)
+        let blocks = if r.is_empty() {
+            0..0
+        } else {
+            r.start / DECAY_BLOCK..r.end.div_ceil(DECAY_BLOCK)
+        };
+        for b in blocks {
+            mask[b / 32] |= 1 << (b % 32);
+        }
     }
-    // The final pass reads the tail (f32: n % 4 elements) from the gradients; with no elements
-    // at all it binds scratch in their place and reads nothing.
-    let tail = if grads.len > 0 { grads } else { &scratch };
-    let used = if units > 0 { parts } else { 0 };
-    ops.push(op(
-        g,
-        shader(p),
-        "norm_final",
-        &dims("grad_norm_squared", n, used, 0)?,
-        &[Arg::W(&out), Arg::W(&scratch), Arg::W(tail)],
-        [1, 1, 1],
-    )?);
-    Ok(ops)
+    Ok(mask)
 }
 
 /// The 8 u32 words of the `hp` buffer `adamw` reads: lr, beta1, beta2, eps, weight_decay,
@@ -124,14 +198,15 @@ pub fn hyper_words(h: &cpu::AdamW) -> [u32; 8] {
     ]
 }
 
-/// One AdamW step over `n = m.len` elements, twin `cpu::adamw` (f32) or
+/// One AdamW step over `n = m.len` elements in one dispatch (two for an f32 `n % 4` tail), twin `cpu::adamw` (f32) or
 /// `cpu::packed::optim::adamw_bf16` with `grad_scale = h.clip_scale(sqrt(norm_sq[0]))`.
 /// `params` and `grads` are exactly `p.words(n)` words of precision `p`; `m`, `v` and the
 /// `master` weights are `n` f32 elements. Under f32 `master` is `None`: the parameters are the
 /// master weights, updated in place (a thread per four elements, and one for each of the
 /// `n % 4` tail elements). Under bf16 it is required and `params` receive it rounded (a thread
-/// per parameter word). `hp` holds `hyper_words` (8 words); elements with index < `decay_end`
-/// get weight decay. grads is bound read_write so that every view may live in one buffer.
+/// per parameter word). `hp` holds `hyper_words` (8 words); elements inside the ranges `decay`
+/// get weight decay (each range starts and ends on a multiple of [`DECAY_BLOCK`] or at `n`).
+/// grads is bound read_write so that every view may live in one buffer.
 #[allow(clippy::too_many_arguments)]
 pub fn adamw(
     g: &Gpu,
@@ -143,7 +218,7 @@ pub fn adamw(
     v: &View,
     hp: &View,
     norm_sq: &View,
-    decay_end: usize,
+    decay: &[Range<usize>],
 ) -> Result<Vec<Dispatch>> {
     let n = m.len;
     match (p, master) {
@@ -170,6 +245,9 @@ pub fn adamw(
     need("adamw hp", hp, 8)?;
     need("adamw norm_sq", norm_sq, 1)?;
     let (hp, norm_sq) = (hp.slice(0, 8), norm_sq.slice(0, 1));
+    let mask = decay_mask(n, decay)?;
+    let mask_view = g.scratch("adamw decay mask", mask.len());
+    g.upload(&mask_view, &mask)?;
     let mut ops = Vec::new();
     if let Some(master) = master {
         if n > 0 {
@@ -177,7 +255,7 @@ pub fn adamw(
                 g,
                 shader(p),
                 "adamw",
-                &dims("adamw", n, 0, decay_end)?,
+                &dims("adamw", n, 0)?,
                 &[
                     Arg::W(params),
                     Arg::W(master),
@@ -186,6 +264,7 @@ pub fn adamw(
                     Arg::W(grads),
                     Arg::R(&hp),
                     Arg::R(&norm_sq),
+                    Arg::R(&mask_view),
                 ],
                 groups_1d(params.len),
             )?);
@@ -194,7 +273,7 @@ pub fn adamw(
     }
     // f32 in place: the leading n/4 vec4s, then the tail
     let body = n / 4 * 4;
-    let mut d = dims("adamw", n, 0, decay_end)?;
+    let mut d = dims("adamw", n, 0)?;
     for (entry, vec4, len) in [
         ("adamw_in_place4", true, body),
         ("adamw_in_place", false, n - body),
@@ -219,6 +298,7 @@ pub fn adamw(
                 Arg::W(&s(v)),
                 Arg::R(&hp),
                 Arg::R(&norm_sq),
+                Arg::R(&mask_view),
             ],
             groups_1d(threads),
         )?);

@@ -335,7 +335,7 @@ impl GpuModel {
         let fw = m.build_forward(dloss)?;
         (m.forward, m.forward_blocks, m.forward_cuts, m.layer_ops) =
             (fw.ops, fw.ranges, fw.cuts, fw.layers);
-        let bw = m.build_backward()?;
+        let bw = m.build_backward(&fw.packs)?;
         (m.backward, m.backward_blocks, m.weight, m.grad_ready) =
             (bw.ops, bw.ranges, bw.weight, bw.ready);
         m.backward_cuts = bw.cuts;

@@ -1,4 +1,6 @@
 //! Shared test helpers: random inputs, poisoned outputs, error reports.
+// The norm and AdamW take lists of ranges; a list of one range is what these tests mean.
+#![allow(clippy::single_range_in_vec_init)]
 #![allow(dead_code)]
 
 pub mod example;
@@ -13,6 +15,16 @@ use triaxis::rng::Rng;
 
 /// A value no kernel writes: an unwritten output element fails every comparison.
 pub const POISON: f32 = f32::NAN;
+
+/// Weight-decay ranges for an AdamW test over `n` elements: for n > 64 the first 64-element
+/// block, a gap, then from 128 to the end (a partial last block); for n ≤ 64 all or nothing.
+pub fn decay_ranges(n: usize) -> Vec<std::ops::Range<usize>> {
+    match n {
+        0..=64 if n % 2 == 1 => vec![0..n],
+        0..=64 => vec![],
+        _ => vec![0..64, 128.min(n)..n],
+    }
+}
 
 /// Uploads `data` into a fresh buffer.
 pub fn buf(g: &Gpu, data: &[f32]) -> View {

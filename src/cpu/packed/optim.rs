@@ -21,9 +21,9 @@ pub fn adamw_bf16(
     v: &mut [f32],
     h: &AdamW,
     grad_scale: f32,
-    decay_end: usize,
+    decay: &[std::ops::Range<usize>],
 ) -> Vec<u32> {
     let g = unpack_bf16(grads, master.len());
-    adamw(master, &g, m, v, h, grad_scale, decay_end);
+    adamw(master, &g, m, v, h, grad_scale, decay);
     pack_bf16(master)
 }

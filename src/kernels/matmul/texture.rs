@@ -188,15 +188,68 @@ fn binding(v: &View) -> Result<wgpu::BindingResource<'_>> {
     }))
 }
 
+/// An operand a product packed into a texture, kept so that a later product of the same
+/// operand in the same layout can bind it instead of packing it again.
+#[derive(Clone)]
+pub(super) struct Packed {
+    view: wgpu::TextureView,
+    held: Arc<Allocation>,
+    /// What was packed: the operand's view (buffer, offset, length), type and layout.
+    source: (
+        wgpu::Buffer,
+        usize,
+        usize,
+        Precision,
+        usize,
+        usize,
+        usize,
+        bool,
+    ),
+    size: (usize, usize),
+}
+
+/// The identity of what `m` packs into a texture.
+fn source(
+    m: &Mat,
+) -> (
+    wgpu::Buffer,
+    usize,
+    usize,
+    Precision,
+    usize,
+    usize,
+    usize,
+    bool,
+) {
+    let b: &wgpu::Buffer = &m.v.buf;
+    (b.clone(), m.v.offset, m.v.len, m.ty, m.sr, m.sc, m.ld, m.t)
+}
+
+/// The forward's packed inputs (operand A of each product), for the weight gradients (whose
+/// operand B is the same matrix in the same texel layout). Sound only for activations that
+/// nothing writes between the forward's pack and the weight-gradient product: a model's own
+/// slot, whose recomputation packs them again.
+#[derive(Clone, Default)]
+pub struct Packs(Vec<Packed>);
+
+impl Packs {
+    fn find(&self, m: &Mat, size: (usize, usize)) -> Option<&Packed> {
+        let want = source(m);
+        self.0.iter().find(|p| p.source == want && p.size == size)
+    }
+    /// Textures kept.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// Packs `m` into a fresh `w × h`-texel texture (texel (x, y) = m(y, 4x .. 4x+3), zero outside),
 /// widening bf16 elements exactly; its 16 bytes per texel are in the memory ledger (workspace)
 /// while the returned entry lives.
-fn pack(
-    g: &Gpu,
-    ops: &mut Vec<Dispatch>,
-    m: &Mat,
-    (w, h): (usize, usize),
-) -> Result<(wgpu::TextureView, Arc<Allocation>)> {
+fn pack(g: &Gpu, ops: &mut Vec<Dispatch>, m: &Mat, (w, h): (usize, usize)) -> Result<Packed> {
     let held = g.hold(Category::Workspace, (16 * w * h) as u64);
     let tex = g.device.create_texture(&wgpu::TextureDescriptor {
         label: Some("matmul packed operand"),
@@ -238,11 +291,24 @@ fn pack(
             [groups(w), groups(h), 1],
         )?
     });
-    Ok((view, held))
+    Ok(Packed {
+        view,
+        held,
+        source: source(m),
+        size: (w, h),
+    })
 }
 
-/// C (= or +=) A·B (+ bias) with a texture kernel: two packs and one product. The bias is in
-/// `p`, and C in `p` unless `flags` has C_F32; each operand is packed from its own storage.
+/// How a product's packs meet [`Packs`]: none, keep A's texture, or take B's from them.
+pub(super) enum Reuse<'a> {
+    None,
+    KeepA(&'a mut Packs),
+    TakeB(&'a Packs),
+}
+
+/// C (= or +=) A·B (+ bias) with a texture kernel: two packs (one when B's texture is taken from
+/// `reuse`) and one product. The bias is in `p`, and C in `p` unless `flags` has C_F32; each
+/// operand is packed from its own storage.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn product(
     g: &Gpu,
@@ -254,6 +320,7 @@ pub(super) fn product(
     b: Mat,
     bias: Option<&View>,
     flags: u32,
+    reuse: Reuse,
 ) -> Result<()> {
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
     if kernel == Tex::Subgroup8 && g.subgroup_lanes() != Some(8) {
@@ -277,12 +344,24 @@ pub(super) fn product(
         )));
     }
     let [sa, sb] = texture_sizes(kernel, m, n, k);
-    let ((ta, held_a), (tb, held_b)) = (pack(g, ops, &a, sa)?, pack(g, ops, &b, sb)?);
+    let pa = pack(g, ops, &a, sa)?;
+    let kept = match &reuse {
+        Reuse::TakeB(packs) => packs.find(&b, sb).cloned(),
+        _ => None,
+    };
+    let pb = match kept {
+        Some(kept) => kept,
+        None => pack(g, ops, &b, sb)?,
+    };
+    if let Reuse::KeepA(packs) = reuse {
+        packs.0.push(pa.clone());
+    }
+    let (ta, tb) = (&pa.view, &pb.view);
     let dims = [m, n, k.div_ceil(4), 0, 0, flags as usize, 0, 0].map(|x| x as u32);
     let resources = [
         binding(c)?,
-        wgpu::BindingResource::TextureView(&ta),
-        wgpu::BindingResource::TextureView(&tb),
+        wgpu::BindingResource::TextureView(ta),
+        wgpu::BindingResource::TextureView(tb),
         binding(bias.unwrap_or(&a.v))?,
     ];
     let (rows, cols) = kernel.workgroup_tile();
@@ -295,7 +374,7 @@ pub(super) fn product(
         &resources,
         groups,
     )?;
-    op._memory = vec![held_a, held_b];
+    op._memory = vec![pa.held, pb.held];
     ops.push(op);
     Ok(())
 }

@@ -71,7 +71,7 @@ impl GpuModel {
     /// Unsplit, each linear's `matmul_backward` computes dinp and dweight together. Split
     /// (zero-bubble), B computes only input gradients and keeps each linear's output gradient
     /// in the slot (`Saved`) so W can form dweight/dbias later from the same bits.
-    pub(super) fn build_backward(&self) -> Result<Backward> {
+    pub(super) fn build_backward(&self, packs: &km::Packs) -> Result<Backward> {
         let (g, prec) = (&self.gpu, self.precision);
         let (b, t) = (self.micro.b, self.micro.t);
         let (n, c, v) = (b * t, self.cfg.channels, self.cfg.vocab);
@@ -92,20 +92,20 @@ impl GpuModel {
         // one linear layer's backward: dinp = dout·W now; dW, db now or in W (from `keep`)
         let linear =
             |ops: &mut Vec<Dispatch>, wops: &mut Vec<Dispatch>, lin: Linear| -> Result<()> {
+                let l = self.linear(lin.f32_dout);
+                // dW, db from `dout` (the forward's packed input where it kept one)
+                let weight = |dout: &View| {
+                    let dims = (n, lin.c, lin.oc);
+                    let (dw, db) = (&lin.dw, lin.db.as_ref());
+                    km::matmul_backward_weight_packed(g, l, dw, db, dout, lin.inp, dims, packs)
+                };
                 match (self.split, lin.keep) {
-                    (false, _) => ops.extend(km::matmul_backward(
-                        g,
-                        self.linear(lin.f32_dout),
-                        lin.dinp,
-                        &lin.dw,
-                        lin.db.as_ref(),
-                        lin.dout,
-                        lin.inp,
-                        &lin.w,
-                        n,
-                        lin.c,
-                        lin.oc,
-                    )?),
+                    (false, _) => {
+                        ops.extend(km::matmul_backward_input(
+                            g, l, lin.dinp, lin.dout, &lin.w, n, lin.c, lin.oc,
+                        )?);
+                        ops.extend(weight(lin.dout)?);
+                    }
                     (true, keep) => {
                         let dout_w = match keep {
                             Some(keep) => {
@@ -115,26 +115,9 @@ impl GpuModel {
                             None => lin.dout,
                         };
                         ops.extend(km::matmul_backward_input(
-                            g,
-                            self.linear(lin.f32_dout),
-                            lin.dinp,
-                            lin.dout,
-                            &lin.w,
-                            n,
-                            lin.c,
-                            lin.oc,
+                            g, l, lin.dinp, lin.dout, &lin.w, n, lin.c, lin.oc,
                         )?);
-                        wops.extend(km::matmul_backward_weight(
-                            g,
-                            self.linear(lin.f32_dout),
-                            &lin.dw,
-                            lin.db.as_ref(),
-                            dout_w,
-                            lin.inp,
-                            n,
-                            lin.c,
-                            lin.oc,
-                        )?);
+                        wops.extend(weight(dout_w)?);
                     }
                 }
                 Ok(())

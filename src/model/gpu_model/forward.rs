@@ -18,6 +18,8 @@ pub(super) struct Forward {
     pub(super) cuts: Cuts,
     /// Per layer: the op ranges a recomputing backward replays.
     pub(super) layers: Vec<LayerOps>,
+    /// The linear layers' packed inputs, for their weight gradients.
+    pub(super) packs: km::Packs,
 }
 
 impl GpuModel {
@@ -35,10 +37,14 @@ impl GpuModel {
             let (w, b) = (p(&format!("{x}w"))?, p(&format!("{x}b"))?);
             kn::layernorm_forward(g, prec, out, mean, rstd, inp, &w, &b, n, c)
         };
+        // the linear layers' packed inputs: their weight gradients bind them again
+        let mut packs = km::Packs::default();
         // a linear layer of the model's precision: out [n, oc] = inp [n, k] · wᵀ + bias
-        let mm = |out: &View, inp: &View, w: &View, bias: Option<&View>, k: usize, oc: usize| {
-            km::matmul_forward(g, self.linear(false), out, inp, w, bias, n, k, oc)
-        };
+        let mut mm =
+            |out: &View, inp: &View, w: &View, bias: Option<&View>, k: usize, oc: usize| {
+                let l = self.linear(false);
+                km::matmul_forward_keeping(g, l, out, inp, w, bias, (n, k, oc), &mut packs)
+            };
         let mut ops = Vec::new();
         let mut ranges = Vec::new();
         let mut cuts = Vec::new();
@@ -151,6 +157,7 @@ impl GpuModel {
             ranges,
             cuts,
             layers,
+            packs,
         })
     }
 }
