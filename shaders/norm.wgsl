@@ -12,7 +12,9 @@
 // or a Quad) does not change their bits; they never use atomics: directly (few rows) or as
 // per-chunk partials followed by a pass that adds the chunks in order.
 //
-//   layernorm_forward[4]           (out, mean, rstd | inp, weight, bias)         thread per row
+//   layernorm_forward[4]           (out, mean, rstd, inp | weight, bias)         thread per row
+//   residual_layernorm_forward[4]  (out, mean, rstd, inp | weight, bias, a, b)   thread per row:
+//                                  inp = a + b (the residual add, stored), then layernorm_forward
 //   layernorm_backward_dinp[4]     (dinp | dout, inp, weight, mean, rstd)        thread per row
 //   layernorm_backward_dparams     (dweight, dbias | dout, inp, mean, rstd)      thread per word of c
 //   layernorm_dparams_partial[4]   (part | dout, inp, mean, rstd)   thread per (row chunk, word / Quad)
@@ -39,7 +41,8 @@ fn f(w: u32) -> f32 {
 @group(0) @binding(1) var<storage, read_write> f_out: array<u32>;
 @group(0) @binding(2) var<storage, read_write> f_mean: array<u32>;
 @group(0) @binding(3) var<storage, read_write> f_rstd: array<u32>;
-@group(0) @binding(4) var<storage, read> f_inp: array<u32>;
+// read_write: the fused entries store the residual sum here before normalising it
+@group(0) @binding(4) var<storage, read_write> f_inp: array<u32>;
 @group(0) @binding(5) var<storage, read> f_weight: array<u32>;
 @group(0) @binding(6) var<storage, read> f_bias: array<u32>;
 
@@ -47,6 +50,27 @@ fn f(w: u32) -> f32 {
 fn layernorm_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = gid.x + gid.y * nwg.x * WG;
     if (r >= d.n) { return; }
+    layernorm_row(r);
+}
+
+// The residual operands of the fused entries.
+@group(0) @binding(7) var<storage, read> r_a: array<u32>;
+@group(0) @binding(8) var<storage, read> r_b: array<u32>;
+
+@compute @workgroup_size(256)
+fn residual_layernorm_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * WG;
+    if (r >= d.n) { return; }
+    let cw = d.c / LANES;
+    // residual_forward's store (elementwise.wgsl), word for word
+    for (var j = r * cw; j < r * cw + cw; j++) {
+        f_inp[j] = word(j, lanes(r_a[j]) + lanes(r_b[j]), d.n * d.c);
+    }
+    layernorm_row(r);
+}
+
+// Row r of layernorm_forward, in element order.
+fn layernorm_row(r: u32) {
     let cw = d.c / LANES;
     let base = r * cw;
     var s = 0.0;
@@ -73,7 +97,7 @@ fn layernorm_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num
 }
 
 @group(0) @binding(1) var<storage, read_write> f4_out: array<Quad>;
-@group(0) @binding(4) var<storage, read> f4_inp: array<Quad>;
+@group(0) @binding(4) var<storage, read_write> f4_inp: array<Quad>;
 @group(0) @binding(5) var<storage, read> f4_weight: array<Quad>;
 @group(0) @binding(6) var<storage, read> f4_bias: array<Quad>;
 
@@ -81,6 +105,26 @@ fn layernorm_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num
 fn layernorm_forward4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = gid.x + gid.y * nwg.x * WG;
     if (r >= d.n) { return; }
+    layernorm_row4(r);
+}
+
+@group(0) @binding(7) var<storage, read> r4_a: array<Quad>;
+@group(0) @binding(8) var<storage, read> r4_b: array<Quad>;
+
+// f32 only (the `…4` row entries), where a Quad is four words and the add is residual_forward's.
+@compute @workgroup_size(256)
+fn residual_layernorm_forward4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * WG;
+    if (r >= d.n) { return; }
+    let c4 = d.c / 4u;
+    for (var i = r * c4; i < r * c4 + c4; i++) {
+        f4_inp[i] = quad_pack(quad(r4_a[i]) + quad(r4_b[i]));
+    }
+    layernorm_row4(r);
+}
+
+// Row r of layernorm_forward4: four lane-wise partials over Quads.
+fn layernorm_row4(r: u32) {
     let c4 = d.c / 4u;
     let base = r * c4;
     var s = vec4<f32>(0.0);

@@ -98,3 +98,75 @@ fn layernorm_bad_sizes_are_errors() {
     assert!(k::layernorm_backward(&g, F32, &v, &v, &v, &v, &v, &v, &v, &small, 4, 4).is_err());
     assert!(k::layernorm_backward(&g, F32, &v, &v, &v, &v, &v, &v, &v, &v, 4, 4).is_ok());
 }
+
+/// The residual add fused into the layernorm after it gives the bits of the two ops (residual
+/// then layernorm) in both precisions, on scalar and vec4 rows, and the twins' values.
+#[test]
+fn residual_layernorm_gives_the_two_ops_bits() {
+    use triaxis::kernels::elementwise as ke;
+    use triaxis::precision::Precision;
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(12);
+    for p in [F32, Precision::Bf16] {
+        for (n, c) in [(1, 2), (7, 34), (65, 64), (300, 20), (33, 768)] {
+            let words = |len: usize| p.words(len);
+            let upload = |x: &[f32]| {
+                let mut v = x.to_vec();
+                p.round(&mut v);
+                match p {
+                    F32 => buf(&g, &v),
+                    Precision::Bf16 => buf_u32(&g, &cpu::pack_bf16(&v)),
+                }
+            };
+            let (a, b) = (rand(&mut rng, n * c), rand(&mut rng, n * c));
+            let (w, bias) = (rand(&mut rng, c), rand(&mut rng, c));
+            let (ab, bb, wb, biasb) = (upload(&a), upload(&b), upload(&w), upload(&bias));
+            let mut got = Vec::new();
+            for fused in [false, true] {
+                let (sum, out) = (poisoned(&g, words(n * c)), poisoned(&g, words(n * c)));
+                let (mean, rstd) = (poisoned(&g, n), poisoned(&g, n));
+                let ops = if fused {
+                    k::residual_layernorm_forward(
+                        &g,
+                        p,
+                        &sum,
+                        &out,
+                        &mean,
+                        &rstd,
+                        (&ab, &bb),
+                        &wb,
+                        &biasb,
+                        n,
+                        c,
+                    )
+                    .unwrap()
+                } else {
+                    let mut ops = vec![ke::residual_forward(&g, p, &sum, &ab, &bb, n * c).unwrap()];
+                    ops.extend(
+                        k::layernorm_forward(&g, p, &out, &mean, &rstd, &sum, &wb, &biasb, n, c)
+                            .unwrap(),
+                    );
+                    ops
+                };
+                assert_eq!(ops.len(), if fused { 1 } else { 2 });
+                g.run(&ops).unwrap();
+                let read = |v: &triaxis::View| g.download::<u32>(v).unwrap();
+                got.push([read(&sum), read(&out), read(&mean), read(&rstd)]);
+            }
+            for (i, what) in ["sum", "out", "mean", "rstd"].iter().enumerate() {
+                assert!(
+                    got[0][i] == got[1][i],
+                    "{p} n={n} c={c}: {what} bits differ"
+                );
+            }
+            if p == F32 {
+                let mut sum = vec![0.0; n * c];
+                cpu::residual_forward(&mut sum, &a, &b);
+                let (mut o, mut m, mut s) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
+                cpu::layernorm_forward(&mut o, &mut m, &mut s, &sum, &w, &bias, n, c);
+                let out: Vec<f32> = got[1][1].iter().map(|&x| f32::from_bits(x)).collect();
+                check(&format!("residual_layernorm n={n} c={c}"), &out, &o, 1e-4);
+            }
+        }
+    }
+}

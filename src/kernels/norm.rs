@@ -3,7 +3,8 @@
 //!
 //! out, inp, weight, bias, dinp, dout, dweight and dbias are words of precision `p` (f32
 //! elements, or bf16 pairs: `c` must then be even); mean and rstd stay f32 `[n]`. Forward: one
-//! dispatch, one thread per row. Backward: a per-row pass that adds into the residual gradient
+//! dispatch, one thread per row, optionally storing the residual add before it first
+//! ([`residual_layernorm_forward`]). Backward: a per-row pass that adds into the residual gradient
 //! `dinp`, then the column sums for `dweight`/`dbias` in a fixed order: one pass walking all
 //! rows when `n ≤ DIRECT_ROWS`, else f32 per-chunk partials (64 rows each, into a scratch buffer
 //! the returned ops own) and a pass adding the chunks in order, which keeps the rows in cache and
@@ -100,6 +101,45 @@ pub fn layernorm_forward(
     n: usize,
     c: usize,
 ) -> Result<Vec<Dispatch>> {
+    forward(g, p, [out, mean, rstd, inp, weight, bias], None, n, c)
+}
+
+/// The residual add and the layernorm after it in one dispatch: `sum = a + b` (stored, as
+/// `elementwise::residual_forward` stores it), then [`layernorm_forward`] of `sum`; the same
+/// bits as the two ops. a, b, sum `[n,c]` in precision `p`.
+#[allow(clippy::too_many_arguments)]
+pub fn residual_layernorm_forward(
+    g: &Gpu,
+    p: Precision,
+    sum: &View,
+    out: &View,
+    mean: &View,
+    rstd: &View,
+    (a, b): (&View, &View),
+    weight: &View,
+    bias: &View,
+    n: usize,
+    c: usize,
+) -> Result<Vec<Dispatch>> {
+    forward(
+        g,
+        p,
+        [out, mean, rstd, sum, weight, bias],
+        Some((a, b)),
+        n,
+        c,
+    )
+}
+
+/// [`layernorm_forward`] of `inp`, which the residual operands sum into first when given.
+fn forward(
+    g: &Gpu,
+    p: Precision,
+    [out, mean, rstd, inp, weight, bias]: [&View; 6],
+    residual: Option<(&View, &View)>,
+    n: usize,
+    c: usize,
+) -> Result<Vec<Dispatch>> {
     let nc = shape(p, n, c)?;
     let out = first(p, "out", out, nc)?;
     let mean = first_f32(p, "mean", mean, n)?;
@@ -107,22 +147,39 @@ pub fn layernorm_forward(
     let inp = first(p, "inp", inp, nc)?;
     let weight = first(p, "weight", weight, c)?;
     let bias = first(p, "bias", bias, c)?;
+    let residual = match residual {
+        Some((a, b)) => Some((first(p, "a", a, nc)?, first(p, "b", b, nc)?)),
+        None => None,
+    };
     if n == 0 {
         return Ok(Vec::new());
     }
+    let mut args = vec![
+        Arg::W(&out),
+        Arg::W(&mean),
+        Arg::W(&rstd),
+        Arg::W(&inp),
+        Arg::R(&weight),
+        Arg::R(&bias),
+    ];
+    let entry = match &residual {
+        Some((a, b)) => {
+            args.extend([Arg::R(a), Arg::R(b)]);
+            row_entry(
+                p,
+                c,
+                "residual_layernorm_forward",
+                "residual_layernorm_forward4",
+            )
+        }
+        None => row_entry(p, c, "layernorm_forward", "layernorm_forward4"),
+    };
     Ok(vec![op(
         g,
         shader(p),
-        row_entry(p, c, "layernorm_forward", "layernorm_forward4"),
+        entry,
         &[n as u32, c as u32],
-        &[
-            Arg::W(&out),
-            Arg::W(&mean),
-            Arg::W(&rstd),
-            Arg::R(&inp),
-            Arg::R(&weight),
-            Arg::R(&bias),
-        ],
+        &args,
         groups_1d(n),
     )?])
 }

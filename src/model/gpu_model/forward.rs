@@ -100,8 +100,21 @@ impl GpuModel {
                 cut = Some(ops.len());
                 cuts.push((ops.len(), a.attproj.clone()));
             }
-            ops.push(ke::residual_forward(g, prec, &a.x2, x, &a.attproj, n * c)?);
-            ops.extend(ln(&a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.x2, &name("ln2"))?);
+            // x2 = x + attproj, then ln2 of it: one dispatch
+            let (w2, b2) = (w("ln2w")?, w("ln2b")?);
+            ops.extend(kn::residual_layernorm_forward(
+                g,
+                prec,
+                &a.x2,
+                &a.ln2,
+                &a.ln2_mean,
+                &a.ln2_rstd,
+                (x, &a.attproj),
+                &w2,
+                &b2,
+                n,
+                c,
+            )?);
             let fcb = w("fcb")?;
             ops.extend(mm(&a.fch, &a.ln2, &w("fcw")?, Some(&fcb), c, ft)?);
             ops.push(ke::gelu_forward(g, prec, &a.fch_gelu, &a.fch, n * ft)?);
