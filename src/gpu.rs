@@ -176,10 +176,18 @@ pub fn find_adapter(choice: &AdapterChoice) -> Result<wgpu::Adapter> {
     }
 }
 
-/// Something recorded into a compute pass: one dispatch with its pipeline and bindings
-/// (the kernels' `Dispatch`). The device runs a list of them as one pass.
+/// Something a pass records: one dispatch with its pipeline and bindings, or a copy that runs
+/// on the encoder between compute passes (the kernels' `Dispatch`). The device runs a list of
+/// them as one pass.
 pub trait Record {
+    /// Records a dispatch into `pass` (nothing when the op is a copy).
     fn record(&self, pass: &mut wgpu::ComputePass<'_>);
+    /// Whether the op is a copy, which [`Record::copy`] records on the encoder.
+    fn is_copy(&self) -> bool {
+        false
+    }
+    /// Records a copy on `enc` (nothing when the op is a dispatch).
+    fn copy(&self, _enc: &mut wgpu::CommandEncoder) {}
 }
 
 /// Compute pipelines of one device by (shader, entry point), with their bind group layout.
@@ -483,8 +491,11 @@ impl Gpu {
         self.submit_pass(ops, None)
     }
 
-    /// One compute pass of `ops`, with `stamps` written at its start and end if given; submitted,
-    /// not waited on.
+    /// One pass of `ops`, with `stamps` written at its start and end if given; submitted, not
+    /// waited on. Dispatches between copies share one compute pass; a copy runs on the encoder
+    /// between two (`Record::copy`), so a pass of n copies is n + 1 compute passes at most, the
+    /// first carrying the start stamp and the last the end stamp (empty ones where the pass
+    /// starts or ends with a copy).
     fn submit_pass(
         &self,
         ops: &[impl Record],
@@ -495,17 +506,50 @@ impl Gpu {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some(&self.label),
             });
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("ops"),
-                timestamp_writes: stamps,
-            });
-            for op in ops {
-                op.record(&mut pass);
+        let set = stamps.as_ref().map(|s| s.query_set);
+        let stamp = |begin: Option<u32>, end: Option<u32>| {
+            let set = set.filter(|_| begin.is_some() || end.is_some());
+            set.map(|query_set| wgpu::ComputePassTimestampWrites {
+                query_set,
+                beginning_of_pass_write_index: begin,
+                end_of_pass_write_index: end,
+            })
+        };
+        let (first, last) = stamps.as_ref().map_or((None, None), |s| {
+            (s.beginning_of_pass_write_index, s.end_of_pass_write_index)
+        });
+        let mut copies = 0;
+        let mut rest = ops;
+        let mut begin = first;
+        loop {
+            // the dispatches up to the next copy, in one compute pass
+            let run = rest.iter().position(|op| op.is_copy());
+            let (dispatches, after) = match run {
+                Some(i) => (&rest[..i], &rest[i + 1..]),
+                None => (rest, &rest[rest.len()..]),
+            };
+            let end = if run.is_none() { last } else { None };
+            if !dispatches.is_empty() || begin.is_some() || end.is_some() {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("ops"),
+                    timestamp_writes: stamp(begin, end),
+                });
+                for op in dispatches {
+                    op.record(&mut pass);
+                }
+                begin = None;
+            }
+            match run {
+                Some(i) => {
+                    rest[i].copy(&mut enc);
+                    copies += 1;
+                    rest = after;
+                }
+                None => break,
             }
         }
         self.queue.submit([enc.finish()]);
-        self.counts.submit(ops.len());
+        self.counts.submit(ops.len() - copies);
         self.check()
     }
 

@@ -417,3 +417,70 @@ fn texture_operands_are_in_the_memory_ledger() {
     drop(ops);
     assert_eq!(g.memory().current.workspace, before, "released with the op");
 }
+
+/// An f32 operand whose rows are whole texel rows (not transposed, rows of a multiple of 64
+/// elements) is copied into its texture, not packed by a shader: the forward's input, both
+/// operands of the input gradient and the weight gradient's input (wᵀ and doutᵀ are packed).
+/// The products match the twins, the subgroup kernel keeps the portable one's bits, and a timed
+/// pass that starts with a copy still reads its duration.
+#[test]
+fn row_operands_are_copied_into_textures() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(19);
+    let mut kernels = vec![TEXTURE];
+    if g.subgroup_lanes() == Some(8) {
+        kernels.push(F32.with(Kernel::Subgroup));
+    }
+    // (n, c, oc): every operand copied; rows not a multiple of 4 or 32 (the rows layouts' pads);
+    // oc not a multiple of 64 (dout and doutᵀ packed)
+    for (n, c, oc) in [(40, 64, 128), (37, 128, 64), (130, 64, 72)] {
+        let (dy, x, w, b) = (
+            rand(&mut rng, n * oc),
+            rand(&mut rng, n * c),
+            rand(&mut rng, oc * c),
+            rand(&mut rng, oc),
+        );
+        let (dyb, xb, wb, bb) = (buf(&g, &dy), buf(&g, &x), buf(&g, &w), buf(&g, &b));
+        let mut bits = Vec::new();
+        for &l in &kernels {
+            let (out, dinp) = (poisoned(&g, n * oc), poisoned(&g, n * c));
+            let (dw, db) = (buf(&g, &vec![0.5; oc * c]), buf(&g, &vec![0.5; oc]));
+            let mut ops = k::matmul_forward(&g, l, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
+            let back = k::matmul_backward(&g, l, &dinp, &dw, Some(&db), &dyb, &xb, &wb, n, c, oc);
+            ops.extend(back.unwrap());
+            // the six operands (row length, transposed): inp, wᵀ | dout, w | doutᵀ, inp
+            let operands = [
+                (c, false),
+                (c, true),
+                (oc, false),
+                (c, false),
+                (oc, true),
+                (c, false),
+            ];
+            let copied = operands
+                .iter()
+                .filter(|&&(len, t)| len % 64 == 0 && !t)
+                .count();
+            let count = |label: &str| ops.iter().filter(|o| o.label.starts_with(label)).count();
+            let what = format!("{:?} ({n}, {c}, {oc})", l.kernel);
+            assert_eq!(count("matmul_copy"), copied, "{what}");
+            assert_eq!(count("matmul_pack"), 6 - copied, "{what}");
+            assert_eq!(ops[0].label, "matmul_copy");
+            g.run_timed(&ops).unwrap();
+            let mut want = vec![0.0; n * oc];
+            cpu::matmul_forward(&mut want, &x, &w, Some(&b), n, c, oc);
+            check(&what, &g.download::<f32>(&out).unwrap(), &want, TOL);
+            let (mut wdinp, mut wdw, mut wdb) =
+                (vec![0.0; n * c], vec![0.5; oc * c], vec![0.5; oc]);
+            let wdb_ = Some(&mut wdb[..]);
+            cpu::matmul_backward(&mut wdinp, &mut wdw, wdb_, &dy, &x, &w, n, c, oc);
+            check(&what, &g.download::<f32>(&dinp).unwrap(), &wdinp, TOL);
+            check(&what, &g.download::<f32>(&dw).unwrap(), &wdw, TOL);
+            bits.push([&out, &dinp, &dw, &db].map(|v| g.download::<u32>(v).unwrap()));
+        }
+        assert!(
+            bits.iter().all(|b| *b == bits[0]),
+            "({n}, {c}, {oc}): the subgroup kernel's bits differ from the portable one's"
+        );
+    }
+}

@@ -24,7 +24,10 @@
 //!   so one whose row length is not a multiple of 4 is first copied into a zero-padded scratch
 //!   matrix by a `matmul_pad` op.
 //! - **texture**: both operands are packed (`matmul_pack`/`matmul_pack4`, transposing as needed)
-//!   into rgba32float textures, then one 16×16-tiled kernel (`matmul_tex`) runs. On lavapipe,
+//!   into rgba32float textures, then one 16×16-tiled kernel (`matmul_tex`) runs. An f32 operand
+//!   whose rows already are its texel rows (not transposed, rows of a multiple of 64 elements)
+//!   is copied into its texture instead (`matmul_copy`, a buffer-to-texture copy between
+//!   compute passes: the same texels without a shader, ~40× faster on lavapipe). On lavapipe,
 //!   where a texel fetch is a vector gather, the kernel alone runs about twice as fast as the
 //!   buffer kernel, and the whole product (packs included, two more dispatches) 1.1–1.5× as
 //!   fast from 256³ to 768³; on GL llvmpipe it gains less.

@@ -148,13 +148,11 @@ pub const SHADERS: &[(&str, &str)] = &[
 /// Threads per workgroup of every 1-D kernel.
 pub const WG: u32 = 256;
 
-/// One recorded dispatch.
+/// One recorded op: a compute dispatch, or a copy of a buffer's rows into a texture.
 #[derive(Clone)]
 pub struct Dispatch {
     pub label: &'static str,
-    pipeline: wgpu::ComputePipeline,
-    bind_group: wgpu::BindGroup,
-    groups: [u32; 3],
+    work: Work,
     /// The views the bind group holds: their buffers stay in the memory ledger as long as the
     /// op can run (a kernel's own scratch has no other owner).
     _views: Vec<View>,
@@ -163,11 +161,70 @@ pub struct Dispatch {
     _memory: Vec<std::sync::Arc<crate::memory::Allocation>>,
 }
 
+/// What an op does on the device.
+#[derive(Clone)]
+enum Work {
+    Compute {
+        pipeline: wgpu::ComputePipeline,
+        bind_group: wgpu::BindGroup,
+        groups: [u32; 3],
+    },
+    /// `rows` rows of `row_bytes` from `buffer` at byte `offset` (one row after another) into
+    /// texel rows 0.. of `texture` from texel (0, 0): what a pack shader would store there when
+    /// the operand's rows are its texel rows, without a shader (the matmul's f32 operands that
+    /// are read row by row; see `matmul::texture`).
+    Copy {
+        buffer: wgpu::Buffer,
+        offset: u64,
+        row_bytes: u32,
+        rows: u32,
+        texture: wgpu::Texture,
+    },
+}
+
 impl crate::gpu::Record for Dispatch {
     fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
-        pass.set_pipeline(&self.pipeline);
-        pass.set_bind_group(0, &self.bind_group, &[]);
-        pass.dispatch_workgroups(self.groups[0], self.groups[1], self.groups[2]);
+        if let Work::Compute {
+            pipeline,
+            bind_group,
+            groups,
+        } = &self.work
+        {
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, bind_group, &[]);
+            pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        }
+    }
+    fn is_copy(&self) -> bool {
+        matches!(self.work, Work::Copy { .. })
+    }
+    fn copy(&self, enc: &mut wgpu::CommandEncoder) {
+        let Work::Copy {
+            buffer,
+            offset,
+            row_bytes,
+            rows,
+            texture,
+        } = &self.work
+        else {
+            return;
+        };
+        enc.copy_buffer_to_texture(
+            wgpu::TexelCopyBufferInfo {
+                buffer,
+                layout: wgpu::TexelCopyBufferLayout {
+                    offset: *offset,
+                    bytes_per_row: Some(*row_bytes),
+                    rows_per_image: None,
+                },
+            },
+            texture.as_image_copy(),
+            wgpu::Extent3d {
+                width: row_bytes / 16,
+                height: *rows,
+                depth_or_array_layers: 1,
+            },
+        );
     }
 }
 
@@ -323,9 +380,11 @@ pub fn op(
     gpu.check()?;
     Ok(Dispatch {
         label: entry,
-        pipeline,
-        bind_group,
-        groups,
+        work: Work::Compute {
+            pipeline,
+            bind_group,
+            groups,
+        },
         _views: args.iter().map(|a| a.view().clone()).collect(),
         _memory: Vec::new(),
     })

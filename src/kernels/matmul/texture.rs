@@ -1,6 +1,7 @@
 //! The texture kernels of the matmul family: both operands of C[M,N] = A·B are packed into
 //! rgba32float textures (`matmul_pack4` from whole vec4 rows, else `matmul_pack`; transposing
-//! when the operand is used transposed), then one kernel computes C from texel fetches: the
+//! when the operand is used transposed; a plain copy where an f32 operand's rows are its texel
+//! rows, `copy_rows`), then one kernel computes C from texel fetches: the
 //! portable `matmul_tex` (a 16×16 tile per invocation), or `matmul_tex_sg8` (32×8 per lane,
 //! A's texels shared across an 8-lane subgroup; same bits) where the device's subgroups are
 //! exactly 8 lanes. The textures are padded with zeros to whole tiles of the kernel, so it never
@@ -12,7 +13,7 @@ use wgpu::util::DeviceExt;
 use super::{Mat, WG_SIDE};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
-use crate::kernels::Dispatch;
+use crate::kernels::{Dispatch, Work};
 use crate::memory::{Allocation, Category};
 use crate::precision::Precision;
 use std::sync::Arc;
@@ -165,9 +166,11 @@ fn tex_op(
     g.check()?;
     Ok(Dispatch {
         label: entry,
-        pipeline,
-        bind_group,
-        groups,
+        work: Work::Compute {
+            pipeline,
+            bind_group,
+            groups,
+        },
         // the product's buffers belong to the caller; its textures to the product op
         _views: Vec::new(),
         _memory: Vec::new(),
@@ -247,8 +250,8 @@ impl Packs {
 }
 
 /// Packs `m` into a fresh `w × h`-texel texture (texel (x, y) = m(y, 4x .. 4x+3), zero outside),
-/// widening bf16 elements exactly; its 16 bytes per texel are in the memory ledger (workspace)
-/// while the returned entry lives.
+/// widening bf16 elements exactly, or copies its rows where [`copy_rows`] allows; its 16 bytes
+/// per texel are in the memory ledger (workspace) while the returned entry lives.
 fn pack(g: &Gpu, ops: &mut Vec<Dispatch>, m: &Mat, (w, h): (usize, usize)) -> Result<Packed> {
     let held = g.hold(Category::Workspace, (16 * w * h) as u64);
     let tex = g.device.create_texture(&wgpu::TextureDescriptor {
@@ -262,10 +265,34 @@ fn pack(g: &Gpu, ops: &mut Vec<Dispatch>, m: &Mat, (w, h): (usize, usize)) -> Re
         sample_count: 1,
         dimension: wgpu::TextureDimension::D2,
         format: wgpu::TextureFormat::Rgba32Float,
-        usage: wgpu::TextureUsages::STORAGE_BINDING | wgpu::TextureUsages::TEXTURE_BINDING,
+        usage: wgpu::TextureUsages::STORAGE_BINDING
+            | wgpu::TextureUsages::TEXTURE_BINDING
+            | wgpu::TextureUsages::COPY_DST,
         view_formats: &[],
     });
     let view = tex.create_view(&Default::default());
+    if let Some(row_bytes) = copy_rows(m) {
+        // texel row y is m's row y as it lies in memory: a copy, no shader; the texels past
+        // its rows and columns keep the zeros wgpu initialises a partly copied texture with
+        ops.push(Dispatch {
+            label: "matmul_copy",
+            work: Work::Copy {
+                buffer: (*m.v.buf).clone(),
+                offset: m.v.byte_offset(),
+                row_bytes,
+                rows: m.sr as u32,
+                texture: tex,
+            },
+            _views: vec![m.v.clone()],
+            _memory: Vec::new(),
+        });
+        return Ok(Packed {
+            view,
+            held,
+            source: source(m),
+            size: (w, h),
+        });
+    }
     let target = wgpu::BindingResource::TextureView(&view);
     let groups = |texels: usize| texels.div_ceil(WG_SIDE) as u32;
     ops.push(if m.ld.is_multiple_of(4) && m.ld == m.sc {
@@ -297,6 +324,20 @@ fn pack(g: &Gpu, ops: &mut Vec<Dispatch>, m: &Mat, (w, h): (usize, usize)) -> Re
         source: source(m),
         size: (w, h),
     })
+}
+
+/// The bytes of one texel row when packing `m` is a plain copy of its rows: f32 elements (a
+/// texel is four of them, as stored), not transposed, rows contiguous, and a row length wgpu
+/// copies from (a multiple of 256 bytes; the view 16-byte aligned). On lavapipe a copy of a
+/// 512×64 operand takes ~5 µs where the pack shader takes ~0.2 ms. (A transposed operand could
+/// be copied too, into a layout the kernel transposes as it fetches: measured on lavapipe, the
+/// subgroup kernel's extra branches cost more at 1,024 × 128 than the packs they saved.)
+fn copy_rows(m: &Mat) -> Option<u32> {
+    let row_bytes = 4 * m.ld;
+    let whole_rows = !m.t && m.ld == m.sc;
+    let aligned = row_bytes.is_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT as usize)
+        && m.v.byte_offset().is_multiple_of(16);
+    (m.ty == Precision::F32 && whole_rows && aligned).then_some(row_bytes as u32)
 }
 
 /// How a product's packs meet [`Packs`]: none, keep A's texture, or take B's from them.
