@@ -13,10 +13,26 @@
 //     B{J} = mat4x4: column c = B'(k+c, n0+4J .. n0+4J+3)           (8 fetches per lane)
 //     c{i}_{J} = mac(c{i}_{J}, α_i, B{J})                           (the chain of matmul_tex)
 //
+// Two layouts let an f32 operand used transposed come as a copy of its stored rows instead of a
+// pack (the host copies them into the texture without a shader). The module's prelude sets the
+// constants A_ROWS and B_ROWS, so each layout is its own compiled kernel:
+//
+//   A_ROWS  A'(q, k) = A(4q .. 4q+3, k): lane l fetches rows m0 + 4l .. +3 at k .. k+3 and
+//           transposes them, so its f_r is row m0 + 4l + r and accumulator i = 8r + j holds
+//           row m0 + 4j + r (`acc_row`); the stores follow.
+//   B_ROWS  B'(t, n) = B(4t .. 4t+3, n): B{J} is the transpose of the texels of rows
+//           n0 + 4J .. +3, the same matrix the packed layout gives.
+//
 // Every element sums in k order from the bias with the same fma chain as matmul_tex, so both
-// kernels give the same bits. The host pads A' to a multiple of 32 rows and B' to a multiple of
+// kernels (and every layout) give the same bits. The host pads A' to a multiple of 32 rows and B' to a multiple of
 // 16 texels across, so every fetch is in range and no lane leaves before the broadcasts (they
 // need the whole subgroup); store4 skips what lies outside C.
+
+// The row of the tile accumulator i holds: i, or under A_ROWS 4·(i mod 8) + i / 8.
+fn acc_row(i: u32) -> u32 {
+    if (A_ROWS) { return 4u * (i % 8u) + i / 8u; }
+    return i;
+}
 
 @compute @workgroup_size(8)
 fn matmul_tex_sg8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
@@ -33,14 +49,27 @@ fn matmul_tex_sg8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invoca
     var c20_0 = z0; var c20_1 = z1; var c21_0 = z0; var c21_1 = z1; var c22_0 = z0; var c22_1 = z1; var c23_0 = z0; var c23_1 = z1;
     var c24_0 = z0; var c24_1 = z1; var c25_0 = z0; var c25_1 = z1; var c26_0 = z0; var c26_1 = z1; var c27_0 = z0; var c27_1 = z1;
     var c28_0 = z0; var c28_1 = z1; var c29_0 = z0; var c29_1 = z1; var c30_0 = z0; var c30_1 = z1; var c31_0 = z0; var c31_1 = z1;
+    let qa = m0 / 4u + sl;
     for (var t = 0u; t < d.k; t++) {
-        let f0 = textureLoad(ta, vec2<u32>(t, m0 + 0u + sl), 0);
-        let f1 = textureLoad(ta, vec2<u32>(t, m0 + 8u + sl), 0);
-        let f2 = textureLoad(ta, vec2<u32>(t, m0 + 16u + sl), 0);
-        let f3 = textureLoad(ta, vec2<u32>(t, m0 + 24u + sl), 0);
         let k = t * 4u;
-        let B0 = mat4x4<f32>(textureLoad(tb, vec2<u32>(q0 + 0u, k + 0u), 0), textureLoad(tb, vec2<u32>(q0 + 0u, k + 1u), 0), textureLoad(tb, vec2<u32>(q0 + 0u, k + 2u), 0), textureLoad(tb, vec2<u32>(q0 + 0u, k + 3u), 0));
-        let B1 = mat4x4<f32>(textureLoad(tb, vec2<u32>(q0 + 1u, k + 0u), 0), textureLoad(tb, vec2<u32>(q0 + 1u, k + 1u), 0), textureLoad(tb, vec2<u32>(q0 + 1u, k + 2u), 0), textureLoad(tb, vec2<u32>(q0 + 1u, k + 3u), 0));
+        var f0: vec4<f32>; var f1: vec4<f32>; var f2: vec4<f32>; var f3: vec4<f32>;
+        if (A_ROWS) {
+            let g = transpose(mat4x4<f32>(textureLoad(ta, vec2<u32>(qa, k + 0u), 0), textureLoad(ta, vec2<u32>(qa, k + 1u), 0), textureLoad(ta, vec2<u32>(qa, k + 2u), 0), textureLoad(ta, vec2<u32>(qa, k + 3u), 0)));
+            f0 = g[0]; f1 = g[1]; f2 = g[2]; f3 = g[3];
+        } else {
+            f0 = textureLoad(ta, vec2<u32>(t, m0 + 0u + sl), 0);
+            f1 = textureLoad(ta, vec2<u32>(t, m0 + 8u + sl), 0);
+            f2 = textureLoad(ta, vec2<u32>(t, m0 + 16u + sl), 0);
+            f3 = textureLoad(ta, vec2<u32>(t, m0 + 24u + sl), 0);
+        }
+        var B0: mat4x4<f32>; var B1: mat4x4<f32>;
+        if (B_ROWS) {
+            B0 = transpose(mat4x4<f32>(textureLoad(tb, vec2<u32>(t, n0 + 0u), 0), textureLoad(tb, vec2<u32>(t, n0 + 1u), 0), textureLoad(tb, vec2<u32>(t, n0 + 2u), 0), textureLoad(tb, vec2<u32>(t, n0 + 3u), 0)));
+            B1 = transpose(mat4x4<f32>(textureLoad(tb, vec2<u32>(t, n0 + 4u), 0), textureLoad(tb, vec2<u32>(t, n0 + 5u), 0), textureLoad(tb, vec2<u32>(t, n0 + 6u), 0), textureLoad(tb, vec2<u32>(t, n0 + 7u), 0)));
+        } else {
+            B0 = mat4x4<f32>(textureLoad(tb, vec2<u32>(q0 + 0u, k + 0u), 0), textureLoad(tb, vec2<u32>(q0 + 0u, k + 1u), 0), textureLoad(tb, vec2<u32>(q0 + 0u, k + 2u), 0), textureLoad(tb, vec2<u32>(q0 + 0u, k + 3u), 0));
+            B1 = mat4x4<f32>(textureLoad(tb, vec2<u32>(q0 + 1u, k + 0u), 0), textureLoad(tb, vec2<u32>(q0 + 1u, k + 1u), 0), textureLoad(tb, vec2<u32>(q0 + 1u, k + 2u), 0), textureLoad(tb, vec2<u32>(q0 + 1u, k + 3u), 0));
+        }
         let a0 = subgroupBroadcast(f0, 0u); c0_0 = mac(c0_0, a0, B0); c0_1 = mac(c0_1, a0, B1);
         let a1 = subgroupBroadcast(f0, 1u); c1_0 = mac(c1_0, a1, B0); c1_1 = mac(c1_1, a1, B1);
         let a2 = subgroupBroadcast(f0, 2u); c2_0 = mac(c2_0, a2, B0); c2_1 = mac(c2_1, a2, B1);
@@ -74,20 +103,20 @@ fn matmul_tex_sg8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invoca
         let a30 = subgroupBroadcast(f3, 6u); c30_0 = mac(c30_0, a30, B0); c30_1 = mac(c30_1, a30, B1);
         let a31 = subgroupBroadcast(f3, 7u); c31_0 = mac(c31_0, a31, B0); c31_1 = mac(c31_1, a31, B1);
     }
-    store4(m0 + 0u, n0, c0_0); store4(m0 + 0u, n0 + 4u, c0_1); store4(m0 + 1u, n0, c1_0); store4(m0 + 1u, n0 + 4u, c1_1);
-    store4(m0 + 2u, n0, c2_0); store4(m0 + 2u, n0 + 4u, c2_1); store4(m0 + 3u, n0, c3_0); store4(m0 + 3u, n0 + 4u, c3_1);
-    store4(m0 + 4u, n0, c4_0); store4(m0 + 4u, n0 + 4u, c4_1); store4(m0 + 5u, n0, c5_0); store4(m0 + 5u, n0 + 4u, c5_1);
-    store4(m0 + 6u, n0, c6_0); store4(m0 + 6u, n0 + 4u, c6_1); store4(m0 + 7u, n0, c7_0); store4(m0 + 7u, n0 + 4u, c7_1);
-    store4(m0 + 8u, n0, c8_0); store4(m0 + 8u, n0 + 4u, c8_1); store4(m0 + 9u, n0, c9_0); store4(m0 + 9u, n0 + 4u, c9_1);
-    store4(m0 + 10u, n0, c10_0); store4(m0 + 10u, n0 + 4u, c10_1); store4(m0 + 11u, n0, c11_0); store4(m0 + 11u, n0 + 4u, c11_1);
-    store4(m0 + 12u, n0, c12_0); store4(m0 + 12u, n0 + 4u, c12_1); store4(m0 + 13u, n0, c13_0); store4(m0 + 13u, n0 + 4u, c13_1);
-    store4(m0 + 14u, n0, c14_0); store4(m0 + 14u, n0 + 4u, c14_1); store4(m0 + 15u, n0, c15_0); store4(m0 + 15u, n0 + 4u, c15_1);
-    store4(m0 + 16u, n0, c16_0); store4(m0 + 16u, n0 + 4u, c16_1); store4(m0 + 17u, n0, c17_0); store4(m0 + 17u, n0 + 4u, c17_1);
-    store4(m0 + 18u, n0, c18_0); store4(m0 + 18u, n0 + 4u, c18_1); store4(m0 + 19u, n0, c19_0); store4(m0 + 19u, n0 + 4u, c19_1);
-    store4(m0 + 20u, n0, c20_0); store4(m0 + 20u, n0 + 4u, c20_1); store4(m0 + 21u, n0, c21_0); store4(m0 + 21u, n0 + 4u, c21_1);
-    store4(m0 + 22u, n0, c22_0); store4(m0 + 22u, n0 + 4u, c22_1); store4(m0 + 23u, n0, c23_0); store4(m0 + 23u, n0 + 4u, c23_1);
-    store4(m0 + 24u, n0, c24_0); store4(m0 + 24u, n0 + 4u, c24_1); store4(m0 + 25u, n0, c25_0); store4(m0 + 25u, n0 + 4u, c25_1);
-    store4(m0 + 26u, n0, c26_0); store4(m0 + 26u, n0 + 4u, c26_1); store4(m0 + 27u, n0, c27_0); store4(m0 + 27u, n0 + 4u, c27_1);
-    store4(m0 + 28u, n0, c28_0); store4(m0 + 28u, n0 + 4u, c28_1); store4(m0 + 29u, n0, c29_0); store4(m0 + 29u, n0 + 4u, c29_1);
-    store4(m0 + 30u, n0, c30_0); store4(m0 + 30u, n0 + 4u, c30_1); store4(m0 + 31u, n0, c31_0); store4(m0 + 31u, n0 + 4u, c31_1);
+    store4(m0 + acc_row(0u), n0, c0_0); store4(m0 + acc_row(0u), n0 + 4u, c0_1); store4(m0 + acc_row(1u), n0, c1_0); store4(m0 + acc_row(1u), n0 + 4u, c1_1);
+    store4(m0 + acc_row(2u), n0, c2_0); store4(m0 + acc_row(2u), n0 + 4u, c2_1); store4(m0 + acc_row(3u), n0, c3_0); store4(m0 + acc_row(3u), n0 + 4u, c3_1);
+    store4(m0 + acc_row(4u), n0, c4_0); store4(m0 + acc_row(4u), n0 + 4u, c4_1); store4(m0 + acc_row(5u), n0, c5_0); store4(m0 + acc_row(5u), n0 + 4u, c5_1);
+    store4(m0 + acc_row(6u), n0, c6_0); store4(m0 + acc_row(6u), n0 + 4u, c6_1); store4(m0 + acc_row(7u), n0, c7_0); store4(m0 + acc_row(7u), n0 + 4u, c7_1);
+    store4(m0 + acc_row(8u), n0, c8_0); store4(m0 + acc_row(8u), n0 + 4u, c8_1); store4(m0 + acc_row(9u), n0, c9_0); store4(m0 + acc_row(9u), n0 + 4u, c9_1);
+    store4(m0 + acc_row(10u), n0, c10_0); store4(m0 + acc_row(10u), n0 + 4u, c10_1); store4(m0 + acc_row(11u), n0, c11_0); store4(m0 + acc_row(11u), n0 + 4u, c11_1);
+    store4(m0 + acc_row(12u), n0, c12_0); store4(m0 + acc_row(12u), n0 + 4u, c12_1); store4(m0 + acc_row(13u), n0, c13_0); store4(m0 + acc_row(13u), n0 + 4u, c13_1);
+    store4(m0 + acc_row(14u), n0, c14_0); store4(m0 + acc_row(14u), n0 + 4u, c14_1); store4(m0 + acc_row(15u), n0, c15_0); store4(m0 + acc_row(15u), n0 + 4u, c15_1);
+    store4(m0 + acc_row(16u), n0, c16_0); store4(m0 + acc_row(16u), n0 + 4u, c16_1); store4(m0 + acc_row(17u), n0, c17_0); store4(m0 + acc_row(17u), n0 + 4u, c17_1);
+    store4(m0 + acc_row(18u), n0, c18_0); store4(m0 + acc_row(18u), n0 + 4u, c18_1); store4(m0 + acc_row(19u), n0, c19_0); store4(m0 + acc_row(19u), n0 + 4u, c19_1);
+    store4(m0 + acc_row(20u), n0, c20_0); store4(m0 + acc_row(20u), n0 + 4u, c20_1); store4(m0 + acc_row(21u), n0, c21_0); store4(m0 + acc_row(21u), n0 + 4u, c21_1);
+    store4(m0 + acc_row(22u), n0, c22_0); store4(m0 + acc_row(22u), n0 + 4u, c22_1); store4(m0 + acc_row(23u), n0, c23_0); store4(m0 + acc_row(23u), n0 + 4u, c23_1);
+    store4(m0 + acc_row(24u), n0, c24_0); store4(m0 + acc_row(24u), n0 + 4u, c24_1); store4(m0 + acc_row(25u), n0, c25_0); store4(m0 + acc_row(25u), n0 + 4u, c25_1);
+    store4(m0 + acc_row(26u), n0, c26_0); store4(m0 + acc_row(26u), n0 + 4u, c26_1); store4(m0 + acc_row(27u), n0, c27_0); store4(m0 + acc_row(27u), n0 + 4u, c27_1);
+    store4(m0 + acc_row(28u), n0, c28_0); store4(m0 + acc_row(28u), n0 + 4u, c28_1); store4(m0 + acc_row(29u), n0, c29_0); store4(m0 + acc_row(29u), n0 + 4u, c29_1);
+    store4(m0 + acc_row(30u), n0, c30_0); store4(m0 + acc_row(30u), n0 + 4u, c30_1); store4(m0 + acc_row(31u), n0, c31_0); store4(m0 + acc_row(31u), n0 + 4u, c31_1);
 }

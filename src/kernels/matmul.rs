@@ -27,7 +27,9 @@
 //!   into rgba32float textures, then one 16×16-tiled kernel (`matmul_tex`) runs. An f32 operand
 //!   whose rows already are its texel rows (not transposed, rows of a multiple of 64 elements)
 //!   is copied into its texture instead (`matmul_copy`, a buffer-to-texture copy between
-//!   compute passes: the same texels without a shader, ~40× faster on lavapipe). On lavapipe,
+//!   compute passes: the same texels without a shader, ~40× faster on lavapipe). The subgroup
+//!   kernel also takes a transposed f32 operand (wᵀ in the forward, doutᵀ in the weight
+//!   gradient) as a copy of its stored rows, transposing 4×4 blocks as it fetches them. On lavapipe,
 //!   where a texel fetch is a vector gather, the kernel alone runs about twice as fast as the
 //!   buffer kernel, and the whole product (packs included, two more dispatches) 1.1–1.5× as
 //!   fast from 256³ to 768³; on GL llvmpipe it gains less.

@@ -1,7 +1,8 @@
 //! The texture kernels of the matmul family: both operands of C[M,N] = A·B are packed into
 //! rgba32float textures (`matmul_pack4` from whole vec4 rows, else `matmul_pack`; transposing
-//! when the operand is used transposed; a plain copy where an f32 operand's rows are its texel
-//! rows, `copy_rows`), then one kernel computes C from texel fetches: the
+//! when the operand is used transposed; a plain copy where an f32 operand's stored rows are
+//! whole texel rows, `copy_rows`, which for a transposed operand only the subgroup kernel reads),
+//! then one kernel computes C from texel fetches: the
 //! portable `matmul_tex` (a 16×16 tile per invocation), or `matmul_tex_sg8` (32×8 per lane,
 //! A's texels shared across an 8-lane subgroup; same bits) where the device's subgroups are
 //! exactly 8 lanes. The textures are padded with zeros to whole tiles of the kernel, so it never
@@ -44,12 +45,15 @@ impl Tex {
             Tex::Portable
         }
     }
-    /// The shader holding the kernel, for C and the bias stored in the layer's precision `p`.
-    fn shader(self, p: Precision) -> &'static str {
-        match (self, p) {
-            (Tex::Portable, p) => shader(p),
-            (Tex::Subgroup8, Precision::F32) => "matmul_subgroup",
-            (Tex::Subgroup8, Precision::Bf16) => "matmul_subgroup_bf16",
+    /// The shader holding the kernel, for C and the bias stored in the layer's precision `p`
+    /// and (subgroup kernel, f32) operands in the rows layouts `rows`.
+    fn shader(self, p: Precision, rows: Rows) -> &'static str {
+        match (self, p, rows) {
+            (Tex::Portable, p, _) => shader(p),
+            (Tex::Subgroup8, Precision::F32, (false, false)) => "matmul_subgroup",
+            (Tex::Subgroup8, Precision::F32, (true, _)) => "matmul_subgroup_a_rows",
+            (Tex::Subgroup8, Precision::F32, (false, true)) => "matmul_subgroup_b_rows",
+            (Tex::Subgroup8, Precision::Bf16, _) => "matmul_subgroup_bf16",
         }
     }
     fn entry(self) -> &'static str {
@@ -84,6 +88,31 @@ fn texture_sizes(kernel: Tex, m: usize, n: usize, k: usize) -> [(usize, usize); 
     [
         (kt, m.next_multiple_of(rows)),
         (n.div_ceil(4).next_multiple_of(across), 4 * kt),
+    ]
+}
+
+/// Which operands of the subgroup kernel come as a copy of their stored rows although used
+/// transposed: (A, B). `A_ROWS`: A'(q, k) = A(4q .. 4q+3, k); `B_ROWS`: B'(t, n) =
+/// B(4t .. 4t+3, n) (shaders/matmul_subgroup.wgsl). Each combination is its own shader module,
+/// so the kernel's choice is made when it is compiled, not in its loop.
+type Rows = (bool, bool);
+
+/// The subgroup kernel's texture sizes under `rows`; a side without its flag keeps its size from
+/// [`texture_sizes`]. The pads cover every fetch of the 32 × 64 workgroup tile.
+fn rows_sizes(m: usize, n: usize, k: usize, (a_rows, b_rows): Rows) -> [(usize, usize); 2] {
+    let [sa, sb] = texture_sizes(Tex::Subgroup8, m, n, k);
+    let kt = k.div_ceil(4);
+    [
+        if a_rows {
+            (m.next_multiple_of(32) / 4, 4 * kt)
+        } else {
+            sa
+        },
+        if b_rows {
+            (kt, n.next_multiple_of(64))
+        } else {
+            sb
+        },
     ]
 }
 
@@ -252,7 +281,13 @@ impl Packs {
 /// Packs `m` into a fresh `w × h`-texel texture (texel (x, y) = m(y, 4x .. 4x+3), zero outside),
 /// widening bf16 elements exactly, or copies its rows where [`copy_rows`] allows; its 16 bytes
 /// per texel are in the memory ledger (workspace) while the returned entry lives.
-fn pack(g: &Gpu, ops: &mut Vec<Dispatch>, m: &Mat, (w, h): (usize, usize)) -> Result<Packed> {
+fn pack(
+    g: &Gpu,
+    ops: &mut Vec<Dispatch>,
+    m: &Mat,
+    (w, h): (usize, usize),
+    rows: bool,
+) -> Result<Packed> {
     let held = g.hold(Category::Workspace, (16 * w * h) as u64);
     let tex = g.device.create_texture(&wgpu::TextureDescriptor {
         label: Some("matmul packed operand"),
@@ -271,7 +306,11 @@ fn pack(g: &Gpu, ops: &mut Vec<Dispatch>, m: &Mat, (w, h): (usize, usize)) -> Re
         view_formats: &[],
     });
     let view = tex.create_view(&Default::default());
-    if let Some(row_bytes) = copy_rows(m) {
+    let stored = Mat {
+        t: false,
+        ..m.clone()
+    };
+    if let Some(row_bytes) = copy_rows(if rows { &stored } else { m }) {
         // texel row y is m's row y as it lies in memory: a copy, no shader; the texels past
         // its rows and columns keep the zeros wgpu initialises a partly copied texture with
         ops.push(Dispatch {
@@ -280,7 +319,7 @@ fn pack(g: &Gpu, ops: &mut Vec<Dispatch>, m: &Mat, (w, h): (usize, usize)) -> Re
                 buffer: (*m.v.buf).clone(),
                 offset: m.v.byte_offset(),
                 row_bytes,
-                rows: m.sr as u32,
+                rows: m.sr as u32, // stored rows
                 texture: tex,
             },
             _views: vec![m.v.clone()],
@@ -329,9 +368,9 @@ fn pack(g: &Gpu, ops: &mut Vec<Dispatch>, m: &Mat, (w, h): (usize, usize)) -> Re
 /// The bytes of one texel row when packing `m` is a plain copy of its rows: f32 elements (a
 /// texel is four of them, as stored), not transposed, rows contiguous, and a row length wgpu
 /// copies from (a multiple of 256 bytes; the view 16-byte aligned). On lavapipe a copy of a
-/// 512×64 operand takes ~5 µs where the pack shader takes ~0.2 ms. (A transposed operand could
-/// be copied too, into a layout the kernel transposes as it fetches: measured on lavapipe, the
-/// subgroup kernel's extra branches cost more at 1,024 × 128 than the packs they saved.)
+/// 512×64 operand takes ~5 µs where the pack shader takes ~0.2 ms. A transposed operand's
+/// stored rows are copied the same way for the subgroup kernel, which reads them in its rows
+/// layouts ([`Rows`]).
 fn copy_rows(m: &Mat) -> Option<u32> {
     let row_bytes = 4 * m.ld;
     let whole_rows = !m.t && m.ld == m.sc;
@@ -384,15 +423,38 @@ pub(super) fn product(
             g.limits.max_texture_dimension_2d
         )));
     }
-    let [sa, sb] = texture_sizes(kernel, m, n, k);
-    let pa = pack(g, ops, &a, sa)?;
+    // transposed f32 operands the subgroup kernel takes as copies of their rows (one side at a
+    // time, and where the rows layout fits the texture limit)
+    let max = g.limits.max_texture_dimension_2d as usize;
+    let rows_of = |x: &Mat| {
+        kernel == Tex::Subgroup8
+            && x.t
+            && copy_rows(&Mat {
+                t: false,
+                ..x.clone()
+            })
+            .is_some()
+    };
+    let rows = match (rows_of(&a), rows_of(&b)) {
+        (true, _) => (true, false),
+        (false, b) => (false, b),
+    };
+    let rows = match rows_sizes(m, n, k, rows) {
+        s if s.iter().all(|&(w, h)| w <= max && h <= max) => rows,
+        _ => (false, false),
+    };
+    let [sa, sb] = match kernel {
+        Tex::Subgroup8 => rows_sizes(m, n, k, rows),
+        Tex::Portable => texture_sizes(kernel, m, n, k),
+    };
+    let pa = pack(g, ops, &a, sa, rows.0)?;
     let kept = match &reuse {
         Reuse::TakeB(packs) => packs.find(&b, sb).cloned(),
         _ => None,
     };
     let pb = match kept {
         Some(kept) => kept,
-        None => pack(g, ops, &b, sb)?,
+        None => pack(g, ops, &b, sb, rows.1)?,
     };
     if let Reuse::KeepA(packs) = reuse {
         packs.0.push(pa.clone());
@@ -405,11 +467,15 @@ pub(super) fn product(
         wgpu::BindingResource::TextureView(tb),
         binding(bias.unwrap_or(&a.v))?,
     ];
-    let (rows, cols) = kernel.workgroup_tile();
-    let groups = [n.div_ceil(cols) as u32, m.div_ceil(rows) as u32, 1];
+    let (tile_rows, tile_cols) = kernel.workgroup_tile();
+    let groups = [
+        n.div_ceil(tile_cols) as u32,
+        m.div_ceil(tile_rows) as u32,
+        1,
+    ];
     let mut op = tex_op(
         g,
-        kernel.shader(p),
+        kernel.shader(p, rows),
         kernel.entry(),
         &dims,
         &resources,
