@@ -169,7 +169,15 @@ fn invalid_flags() -> Vec<Refusal> {
             rows.push(refusal("train", &format!("{flag}={v}"), &[&want]));
         }
     }
+    for flag in ["--min-lr-frac", "--weight-decay"] {
+        for v in ["-1", "nan", "inf", "2"] {
+            let got: f32 = v.parse().expect("a float");
+            let want = format!("{flag} must be a finite number in [0, 1] (got {got})");
+            rows.push(refusal("train", &format!("{flag}={v}"), &[&want]));
+        }
+    }
     rows.extend([
+        refusal("train", "--steps 10 --warmup 11", &[&range("--warmup", 0, 10, "11")]),
         refusal("train", "--seed=-1", &["invalid value '-1' for '--seed"]),
         refusal("train", "--adapter=-1", &["invalid value '-1' for '--adapter"]),
         refusal("train", "--data no-such-file.txt", &["--data no-such-file.txt", "No such file"]),

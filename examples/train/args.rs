@@ -99,6 +99,16 @@ pub struct Args {
     /// Peak learning rate, in (0, 1].
     #[arg(long, default_value_t = 5e-3)]
     pub lr: f32,
+    /// Steps of linear learning-rate warm-up (0 to --steps; default: a twentieth of the steps,
+    /// at least one); cosine decay to --min-lr-frac of the peak follows.
+    #[arg(long, value_parser = flags::count)]
+    pub warmup: Option<usize>,
+    /// Where the cosine decay ends, as a fraction of --lr, in [0, 1].
+    #[arg(long, default_value_t = 0.1)]
+    pub min_lr_frac: f32,
+    /// AdamW's decoupled weight decay on matrices and embeddings, in [0, 1].
+    #[arg(long, default_value_t = 0.1)]
+    pub weight_decay: f32,
     #[arg(long, default_value_t = 64, value_parser = flags::count)]
     pub channels: usize,
     #[arg(long, default_value_t = 4, value_parser = flags::count)]
@@ -143,6 +153,11 @@ pub struct Args {
 }
 
 impl Args {
+    /// Warm-up steps: --warmup, or a twentieth of the steps (at least one).
+    pub fn warmup_steps(&self) -> usize {
+        self.warmup.unwrap_or((self.steps / 20).max(1))
+    }
+
     /// Whether this run writes checkpoints.
     pub fn checkpoints(&self) -> bool {
         !self.no_checkpoint
@@ -170,6 +185,11 @@ impl Args {
         flags::in_range("--chunks", self.chunks, 1, MAX_DEGREE)?;
         flags::in_range("--checkpoint-every", self.checkpoint_every, 0, MAX_STEPS)?;
         flags::positive("--lr", self.lr as f64, 1.0)?;
+        if let Some(w) = self.warmup {
+            flags::in_range("--warmup", w, 0, self.steps)?;
+        }
+        flags::non_negative("--min-lr-frac", self.min_lr_frac as f64, 1.0)?;
+        flags::non_negative("--weight-decay", self.weight_decay as f64, 1.0)?;
         flags::in_range("--channels", self.channels, 1, MAX_SIZE)?;
         flags::in_range("--heads", self.heads, 1, MAX_SIZE)?;
         flags::in_range("--layers", self.layers, 1, 4096)?;

@@ -134,10 +134,11 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
         steps: a.steps,
         adam: AdamW {
             lr: a.lr,
+            weight_decay: a.weight_decay,
             ..Default::default()
         },
-        warmup: (a.steps / 20).max(1),
-        min_lr_frac: 0.1,
+        warmup: a.warmup_steps(),
+        min_lr_frac: a.min_lr_frac,
         seed: a.seed,
     };
     cfg.validate()?;
