@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use k::{Kernel, Linear};
-use triaxis::gpu::Gpu;
+use triaxis::gpu::{Gpu, View};
 use triaxis::precision::Precision;
 use triaxis::{cpu, gpu, kernels::matmul as k, rng::Rng};
 
@@ -253,6 +253,18 @@ fn auto_matches_explicit_kernels() {
     );
 }
 
+/// Random dout [n,oc], inp [n,c], weight [oc,c] and bias [oc] of a linear layer, on the host and
+/// uploaded.
+fn operands(
+    g: &Gpu,
+    rng: &mut Rng,
+    (n, c, oc): (usize, usize, usize),
+) -> ([Vec<f32>; 4], [View; 4]) {
+    let host = [n * oc, n * c, oc * c, oc].map(|len| rand(rng, len));
+    let dev = [0, 1, 2, 3].map(|i| buf(g, &host[i]));
+    (host, dev)
+}
+
 /// The subgroup kernel gives the portable texture kernel's bits (same sums in the same order),
 /// forward and backward, where the device has 8-lane subgroups; elsewhere it is refused.
 #[test]
@@ -260,13 +272,7 @@ fn subgroup_kernel_gives_texture_bits() {
     let Some(g) = gpu::test_gpu() else { return };
     let mut rng = Rng::new(17);
     let (n, c, oc) = (150, 36, 260);
-    let (dy, x, w, b) = (
-        rand(&mut rng, n * oc),
-        rand(&mut rng, n * c),
-        rand(&mut rng, oc * c),
-        rand(&mut rng, oc),
-    );
-    let (dyb, xb, wb, bb) = (buf(&g, &dy), buf(&g, &x), buf(&g, &w), buf(&g, &b));
+    let (_, [dyb, xb, wb, bb]) = operands(&g, &mut rng, (n, c, oc));
     let out = poisoned(&g, n * oc);
     let sub = F32.with(Kernel::Subgroup);
     if g.subgroup_lanes() != Some(8) {
@@ -435,13 +441,7 @@ fn row_operands_are_copied_into_textures() {
     // (n, c, oc): every operand copied; rows not a multiple of 4 or 32 (the rows layouts' pads);
     // oc not a multiple of 64 (dout and doutᵀ packed)
     for (n, c, oc) in [(40, 64, 128), (37, 128, 64), (130, 64, 72)] {
-        let (dy, x, w, b) = (
-            rand(&mut rng, n * oc),
-            rand(&mut rng, n * c),
-            rand(&mut rng, oc * c),
-            rand(&mut rng, oc),
-        );
-        let (dyb, xb, wb, bb) = (buf(&g, &dy), buf(&g, &x), buf(&g, &w), buf(&g, &b));
+        let ([dy, x, w, b], [dyb, xb, wb, bb]) = operands(&g, &mut rng, (n, c, oc));
         let mut bits = Vec::new();
         for &l in &kernels {
             let (out, dinp) = (poisoned(&g, n * oc), poisoned(&g, n * c));

@@ -226,24 +226,13 @@ fn binding(v: &View) -> Result<wgpu::BindingResource<'_>> {
 pub(super) struct Packed {
     view: wgpu::TextureView,
     held: Arc<Allocation>,
-    /// What was packed: the operand's view (buffer, offset, length), type and layout.
-    source: (
-        wgpu::Buffer,
-        usize,
-        usize,
-        Precision,
-        usize,
-        usize,
-        usize,
-        bool,
-    ),
+    source: Source,
     size: (usize, usize),
 }
 
-/// The identity of what `m` packs into a texture.
-fn source(
-    m: &Mat,
-) -> (
+/// What was packed: the operand's view (buffer, offset, length), type and layout (stored rows,
+/// columns, row stride, transposed).
+type Source = (
     wgpu::Buffer,
     usize,
     usize,
@@ -252,7 +241,10 @@ fn source(
     usize,
     usize,
     bool,
-) {
+);
+
+/// The identity of what `m` packs into a texture.
+fn source(m: &Mat) -> Source {
     let b: &wgpu::Buffer = &m.v.buf;
     (b.clone(), m.v.offset, m.v.len, m.ty, m.sr, m.sc, m.ld, m.t)
 }
