@@ -24,9 +24,10 @@
 //           n0 + 4J .. +3, the same matrix the packed layout gives.
 //
 // Every element sums in k order from the bias with the same fma chain as matmul_tex, so both
-// kernels (and every layout) give the same bits. The host pads A' to a multiple of 32 rows and B' to a multiple of
-// 16 texels across, so every fetch is in range and no lane leaves before the broadcasts (they
-// need the whole subgroup); store4 skips what lies outside C.
+// kernels (and every layout) give the same bits. The host pads A' to a multiple of 32 rows and
+// B' to a multiple of 16 texels across (the rows layouts to their own tile), so every fetch is in
+// range and no lane leaves before the broadcasts (they need the whole subgroup); store4 skips
+// what lies outside C.
 
 // The row of the tile accumulator i holds: i, or under A_ROWS 4·(i mod 8) + i / 8.
 fn acc_row(i: u32) -> u32 {

@@ -506,50 +506,35 @@ impl Gpu {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some(&self.label),
             });
-        let set = stamps.as_ref().map(|s| s.query_set);
-        let stamp = |begin: Option<u32>, end: Option<u32>| {
-            let set = set.filter(|_| begin.is_some() || end.is_some());
-            set.map(|query_set| wgpu::ComputePassTimestampWrites {
-                query_set,
-                beginning_of_pass_write_index: begin,
-                end_of_pass_write_index: end,
-            })
-        };
-        let (first, last) = stamps.as_ref().map_or((None, None), |s| {
-            (s.beginning_of_pass_write_index, s.end_of_pass_write_index)
-        });
-        let mut copies = 0;
-        let mut rest = ops;
-        let mut begin = first;
-        loop {
-            // the dispatches up to the next copy, in one compute pass
-            let run = rest.iter().position(|op| op.is_copy());
-            let (dispatches, after) = match run {
-                Some(i) => (&rest[..i], &rest[i + 1..]),
-                None => (rest, &rest[rest.len()..]),
-            };
-            let end = if run.is_none() { last } else { None };
-            if !dispatches.is_empty() || begin.is_some() || end.is_some() {
+        // the dispatches between copies, one compute pass each (segment i of last + 1); copy i
+        // follows segment i
+        let last = ops.iter().filter(|op| op.is_copy()).count();
+        let mut copies = ops.iter().filter(|op| op.is_copy());
+        for (i, segment) in ops.split(|op| op.is_copy()).enumerate() {
+            let writes = stamps.as_ref().and_then(|s| {
+                let begin = s.beginning_of_pass_write_index.filter(|_| i == 0);
+                let end = s.end_of_pass_write_index.filter(|_| i == last);
+                (begin.is_some() || end.is_some()).then_some(wgpu::ComputePassTimestampWrites {
+                    query_set: s.query_set,
+                    beginning_of_pass_write_index: begin,
+                    end_of_pass_write_index: end,
+                })
+            });
+            if !segment.is_empty() || writes.is_some() {
                 let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: Some("ops"),
-                    timestamp_writes: stamp(begin, end),
+                    timestamp_writes: writes,
                 });
-                for op in dispatches {
+                for op in segment {
                     op.record(&mut pass);
                 }
-                begin = None;
             }
-            match run {
-                Some(i) => {
-                    rest[i].copy(&mut enc);
-                    copies += 1;
-                    rest = after;
-                }
-                None => break,
+            if let Some(copy) = copies.next() {
+                copy.copy(&mut enc);
             }
         }
         self.queue.submit([enc.finish()]);
-        self.counts.submit(ops.len() - copies);
+        self.counts.submit(ops.len() - last);
         self.check()
     }
 

@@ -2,8 +2,7 @@
 //! rgba32float textures (`matmul_pack4` from whole vec4 rows, else `matmul_pack`; transposing
 //! when the operand is used transposed; a plain copy where an f32 operand's stored rows are
 //! whole texel rows, `copy_rows`, which for a transposed operand only the subgroup kernel reads),
-//! then one kernel computes C from texel fetches: the
-//! portable `matmul_tex` (a 16×16 tile per invocation), or `matmul_tex_sg8` (32×8 per lane,
+//! then one kernel computes C from texel fetches: the portable `matmul_tex` (a 16×16 tile per invocation), or `matmul_tex_sg8` (32×8 per lane,
 //! A's texels shared across an 8-lane subgroup; same bits) where the device's subgroups are
 //! exactly 8 lanes. The textures are padded with zeros to whole tiles of the kernel, so it never
 //! fetches out of range. Its bind groups hold textures, so its pipelines take the layout wgpu
@@ -271,8 +270,10 @@ impl Packs {
 }
 
 /// Packs `m` into a fresh `w × h`-texel texture (texel (x, y) = m(y, 4x .. 4x+3), zero outside),
-/// widening bf16 elements exactly, or copies its rows where [`copy_rows`] allows; its 16 bytes
-/// per texel are in the memory ledger (workspace) while the returned entry lives.
+/// widening bf16 elements exactly, or copies its stored rows where [`copy_rows`] allows and `m`
+/// is not transposed (or, `rows`, the subgroup kernel reads the transposed operand's rows
+/// layout); its 16 bytes per texel are in the memory ledger (workspace) while the returned entry
+/// lives.
 fn pack(
     g: &Gpu,
     ops: &mut Vec<Dispatch>,
@@ -298,11 +299,7 @@ fn pack(
         view_formats: &[],
     });
     let view = tex.create_view(&Default::default());
-    let stored = Mat {
-        t: false,
-        ..m.clone()
-    };
-    if let Some(row_bytes) = copy_rows(if rows { &stored } else { m }) {
+    if let Some(row_bytes) = copy_rows(m).filter(|_| !m.t || rows) {
         // texel row y is m's row y as it lies in memory: a copy, no shader; the texels past
         // its rows and columns keep the zeros wgpu initialises a partly copied texture with
         ops.push(Dispatch {
@@ -357,15 +354,15 @@ fn pack(
     })
 }
 
-/// The bytes of one texel row when packing `m` is a plain copy of its rows: f32 elements (a
-/// texel is four of them, as stored), not transposed, rows contiguous, and a row length wgpu
-/// copies from (a multiple of 256 bytes; the view 16-byte aligned). On lavapipe a copy of a
-/// 512×64 operand takes ~5 µs where the pack shader takes ~0.2 ms. A transposed operand's
-/// stored rows are copied the same way for the subgroup kernel, which reads them in its rows
-/// layouts ([`Rows`]).
+/// The bytes of one texel row when `m`'s stored rows can be copied into texel rows as they lie
+/// in memory: f32 elements (a texel is four of them), rows contiguous, and a row length wgpu
+/// copies from (a multiple of 256 bytes; the view 16-byte aligned). Not transposed, that is the
+/// packed layout every kernel reads; transposed, the rows layouts only the subgroup kernel
+/// reads ([`Rows`]). On lavapipe a copy of a 512×64 operand takes ~5 µs where the pack shader
+/// takes ~0.2 ms.
 fn copy_rows(m: &Mat) -> Option<u32> {
     let row_bytes = 4 * m.ld;
-    let whole_rows = !m.t && m.ld == m.sc;
+    let whole_rows = m.ld == m.sc;
     let aligned = row_bytes.is_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT as usize)
         && m.v.byte_offset().is_multiple_of(16);
     (m.ty == Precision::F32 && whole_rows && aligned).then_some(row_bytes as u32)
@@ -418,19 +415,9 @@ pub(super) fn product(
     // transposed f32 operands the subgroup kernel takes as copies of their rows (one side at a
     // time, and where the rows layout fits the texture limit)
     let max = g.limits.max_texture_dimension_2d as usize;
-    let rows_of = |x: &Mat| {
-        kernel == Tex::Subgroup8
-            && x.t
-            && copy_rows(&Mat {
-                t: false,
-                ..x.clone()
-            })
-            .is_some()
-    };
-    let rows = match (rows_of(&a), rows_of(&b)) {
-        (true, _) => (true, false),
-        (false, b) => (false, b),
-    };
+    let rows_of = |x: &Mat| kernel == Tex::Subgroup8 && x.t && copy_rows(x).is_some();
+    let (ra, rb) = (rows_of(&a), rows_of(&b));
+    let rows = (ra, rb && !ra);
     let rows = match rows_sizes(m, n, k, rows) {
         s if s.iter().all(|&(w, h)| w <= max && h <= max) => rows,
         _ => (false, false),
