@@ -14,7 +14,8 @@
 //! on a CPU-time basis (flops per process CPU-second × cores, Linux only), which other
 //! processes competing for the cores do not skew.
 //!
-//! Run: `cargo bench --bench kernels` (add `WGPU_BACKEND=gl` for the GL backend).
+//! Run: `cargo bench --bench kernels` (add `WGPU_BACKEND=gl` for the GL backend). A real GPU
+//! needs larger shapes to fill it: `TRIAXIS_BENCH_SIZES=512,2048,4096` (multiples of 64).
 
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,21 @@ type Group<'a> = BenchmarkGroup<'a, criterion::measurement::WallTime>;
 /// Matmuls recorded into one pass per measured iteration.
 const BATCH: usize = 8;
 const SIZES: [usize; 2] = [256, 512];
+
+/// The square sizes to run: `TRIAXIS_BENCH_SIZES` (comma list of multiples of 64) or `SIZES`.
+fn sizes() -> Result<Vec<usize>, String> {
+    let Ok(list) = std::env::var("TRIAXIS_BENCH_SIZES") else {
+        return Ok(SIZES.to_vec());
+    };
+    list.split(',')
+        .map(|s| match s.trim().parse::<usize>() {
+            Ok(n) if n > 0 && n % 64 == 0 && n <= 16384 => Ok(n),
+            _ => Err(format!(
+                "TRIAXIS_BENCH_SIZES: {s:?} is not a multiple of 64 from 64 to 16384"
+            )),
+        })
+        .collect()
+}
 
 /// What one benchmark measured: GFLOP/s of every iteration, and flops per CPU-second.
 struct Rates {
@@ -170,6 +186,13 @@ fn batch(ops: &[Dispatch], per: usize) -> Vec<Dispatch> {
 }
 
 fn main() {
+    let sizes = match sizes() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
     let g = match AdapterChoice::from_env().and_then(|ch| Gpu::open(&ch)) {
         Ok(g) => g,
         Err(e) => {
@@ -195,7 +218,7 @@ fn main() {
         .configure_from_args();
     let mut rng = Rng::new(7);
     let mut summary = Vec::new();
-    for n in SIZES {
+    for n in sizes {
         let [x, w, dout] = [0; 3].map(|_| upload(&g, &mut rng, n * n));
         let [out, dinp, dw] = ["out", "dinp", "dweight"].map(|l| g.buffer(l, n * n));
         let forward = |k| {

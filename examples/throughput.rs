@@ -6,6 +6,7 @@
 //! cargo run --release --example throughput                       # triaxis alone
 //! cargo run --release --example throughput -- --torch            # + benches/peers/torch_gpt.py
 //! cargo run --release --example throughput -- --channels 256 --precisions bf16
+//! cargo run --release --example throughput -- --torch --torch-device cuda  # a CUDA GPU's PyTorch
 //! ```
 //!
 //! Rounds interleave the two (triaxis f32, triaxis bf16, PyTorch, then again) so a noisy
@@ -80,6 +81,9 @@ struct Args {
     /// The Python that has PyTorch.
     #[arg(long, default_value = "python3")]
     python: String,
+    /// Where PyTorch runs: cpu (the same cores), or cuda (a CUDA GPU, in true f32).
+    #[arg(long, default_value = "cpu")]
+    torch_device: String,
     /// PyTorch's threads (0: its default, one per core).
     #[arg(long, default_value_t = 0, value_parser = flags::count)]
     threads: usize,
@@ -121,6 +125,9 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
     flags::in_range("--steps", a.steps, 1, flags::MAX_STEPS)?;
     flags::in_range("--rounds", a.rounds, 1, 1000)?;
     flags::in_range("--threads", a.threads, 0, 4096)?;
+    if !["cpu", "cuda"].contains(&a.torch_device.as_str()) {
+        anyhow::bail!("--torch-device {:?}: cpu or cuda", a.torch_device);
+    }
     if let Some(i) = a.adapter {
         flags::in_range("--adapter", i, 0, flags::MAX_ADAPTER)?;
     }
@@ -275,8 +282,9 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             "DIFFERENT MODELS: the ratio compares unlike work"
         };
         println!(
-            "PyTorch  {} on {} threads, {theirs} parameters ({same})",
+            "PyTorch  {} on {} ({} threads), {theirs} parameters ({same})",
             info["torch"].as_str().unwrap_or("?"),
+            info["device"].as_str().unwrap_or("cpu"),
             info["threads"]
         );
     }
@@ -374,6 +382,7 @@ fn torch_round(a: &Args) -> anyhow::Result<(Vec<f64>, serde_json::Value)> {
     ] {
         args.extend([flag.to_string(), v.to_string()]);
     }
+    args.extend(["--device".to_string(), a.torch_device.clone()]);
     let out = Command::new(&a.python)
         .args(&args)
         .output()

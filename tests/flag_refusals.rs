@@ -61,6 +61,7 @@ fn invalid_flags() -> Vec<Refusal> {
         refusal("throughput", "--vocab 63", &["--vocab must be between 2 and 62 (got 63)"]),
         refusal("throughput", "--precisions f32,fp8", &["--precisions: \"fp8\" is not a valid value"]),
         refusal("throughput", "--backend nope", &["unknown backend \"nope\""]),
+        refusal("throughput", "--torch-device tpu", &["--torch-device \"tpu\": cpu or cuda"]),
     ];
     // every integer flag: zero where it is invalid, negative (clap refuses it), one past the cap
     let (k, m, mega) = (1 << 10, 1 << 16, 1_000_000);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The GPT that triaxis trains, in PyTorch on the CPU, for a side-by-side throughput figure.
+"""The GPT that triaxis trains, in PyTorch, for a side-by-side throughput figure.
 
 Same model as triaxis: token and position embeddings; pre-layernorm blocks of causal
 self-attention (a fused qkv projection with bias, an output projection with bias) and a 4x MLP
@@ -12,6 +12,8 @@ The parameter count is printed so a reader can check both sides train the same m
     python3 benches/peers/torch_gpt.py --layers 4 --channels 128 --heads 4 --seq 64 --batch 16
 
 Prints one JSON line: params, median step seconds, min and max, tokens/s (median), threads.
+`--device cuda` runs it on a CUDA GPU in true f32 (TF32 off), synchronising before each step's
+clock stops, for a GPU beside triaxis on the same card.
 `cargo run --release --example throughput -- --torch` runs this script between its own rounds.
 """
 import argparse
@@ -85,13 +87,22 @@ def main():
     ap.add_argument("--warmup", type=int, default=5, help="steps before measuring")
     ap.add_argument("--threads", type=int, default=0, help="0: PyTorch's default")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda on a CUDA GPU")
     a = ap.parse_args()
     if a.channels % a.heads:
         ap.error(f"--heads {a.heads} must divide --channels {a.channels}")
     if a.threads > 0:
         torch.set_num_threads(a.threads)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print(json.dumps({"error": "--device cuda: PyTorch sees no CUDA GPU"}))
+        sys.exit(3)
+    if a.device not in ("cpu", "cuda"):
+        ap.error(f"--device {a.device}: cpu or cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     torch.manual_seed(a.seed)
-    model = Gpt(a.vocab, a.seq, a.channels, a.heads, a.layers)
+    model = Gpt(a.vocab, a.seq, a.channels, a.heads, a.layers).to(a.device)
     decay = [p for n, p in model.named_parameters() if p.dim() == 2]
     rest = [p for n, p in model.named_parameters() if p.dim() != 2]
     opt = torch.optim.AdamW(
@@ -102,13 +113,15 @@ def main():
     times = []
     for s in range(a.warmup + a.steps):
         data = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=gen)
-        x, y = data[:, :-1], data[:, 1:]
+        x, y = data[:, :-1].to(a.device), data[:, 1:].to(a.device)
+        sync()
         t0 = time.perf_counter()
         loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         dt = time.perf_counter() - t0
         if s >= a.warmup:
             times.append(dt)
@@ -122,6 +135,7 @@ def main():
         "threads": torch.get_num_threads(),
         "loss": loss.item(),
         "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
     }))
 
 
