@@ -47,6 +47,7 @@ fn bench(c: &mut Criterion) {
         val_problems: 10,
         seed: 1,
         reverse: true,
+        pad: false,
     })
     .expect("corpus");
     let mut batcher = Batcher::new(3);

@@ -327,6 +327,7 @@ fn main() -> anyhow::Result<()> {
         val_problems: 10,
         seed: 1,
         reverse: true,
+        pad: false,
     })?;
     println!(
         "runtime bench on {} (4 virtual devices; medians of {STEPS} / {STEPS_OVERHEAD} steps \

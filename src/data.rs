@@ -76,6 +76,12 @@ pub struct AdditionSpec {
     /// left-to-right model can compute it digit by digit with carries, so a small model learns
     /// it in minutes. `false` writes it plainly.
     pub reverse: bool,
+    /// Fixed width: operands zero-padded to `digits` digits and sums to `digits + 1`
+    /// (`07+42=940` reversed, for 49), so every digit of every problem sits at the same offset
+    /// from the problem's start. A small model finds the digit it must add by position, and
+    /// learns the task at every seed tried where the varying-width text (`false`) leaves it
+    /// stuck before its phase change at some seeds.
+    pub pad: bool,
 }
 
 impl Default for AdditionSpec {
@@ -86,6 +92,7 @@ impl Default for AdditionSpec {
             val_problems: 2_000,
             seed: 1234,
             reverse: true,
+            pad: true,
         }
     }
 }
@@ -136,30 +143,45 @@ impl Corpus {
             };
             let (a, b) = (operand(&mut rng), operand(&mut rng));
             let held_out = (a.wrapping_mul(0x9E37_79B9) ^ b.wrapping_mul(0x85EB_CA6B)) % 10 == 0;
-            let sum = if spec.reverse {
-                (a + b).to_string().chars().rev().collect()
-            } else {
-                (a + b).to_string()
+            let width = |v: u64, w: u32| match spec.pad {
+                true => format!("{v:0w$}", w = w as usize),
+                false => v.to_string(),
             };
-            let line = format!("{a}+{b}={sum}\n");
+            let sum = width(a + b, spec.digits + 1);
+            let sum = if spec.reverse {
+                sum.chars().rev().collect()
+            } else {
+                sum
+            };
+            let prompt = format!("{}+{}=", width(a, spec.digits), width(b, spec.digits));
+            let line = format!("{prompt}{sum}\n");
             if held_out && val_problems.len() < spec.val_problems {
                 val.push_str(&line);
-                val_problems.push((format!("{a}+{b}="), sum));
+                val_problems.push((prompt, sum));
             } else if !held_out && ntrain < spec.train_problems {
                 train.push_str(&line);
                 ntrain += 1;
             }
         }
         let vocab = Vocab::Chars(ADDITION_ALPHABET.to_string());
-        let params = format!("{spec:?}");
+        // the varying-width corpus keeps the version it had before fixed width existed
+        let params = match spec.pad {
+            true => format!("{spec:?}"),
+            false => format!(
+                "AdditionSpec {{ digits: {}, train_problems: {}, val_problems: {}, seed: {}, \
+                 reverse: {} }}",
+                spec.digits, spec.train_problems, spec.val_problems, spec.seed, spec.reverse
+            ),
+        };
         Ok(Corpus {
             name: format!(
-                "addition(digits={}, train={}, val={}, seed={}{})",
+                "addition(digits={}, train={}, val={}, seed={}{}{})",
                 spec.digits,
                 spec.train_problems,
                 spec.val_problems,
                 spec.seed,
-                if spec.reverse { ", reversed sums" } else { "" }
+                if spec.reverse { ", reversed sums" } else { "" },
+                if spec.pad { ", fixed width" } else { "" }
             ),
             version: version(&[params.as_bytes(), train.as_bytes(), val.as_bytes()]),
             train: vocab.encode(&train)?,
@@ -180,6 +202,7 @@ impl Corpus {
             val_problems: 10,
             seed: 5,
             reverse: true,
+            pad: false,
         })
     }
 

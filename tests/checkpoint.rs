@@ -433,6 +433,7 @@ fn data_cursor_resumes_the_same_batches() {
         val_problems: 20,
         seed: 11,
         reverse: true,
+        pad: false,
     })
     .unwrap();
     let micro = Micro { b: 3, t: 7 };

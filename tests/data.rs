@@ -10,6 +10,7 @@ fn small() -> AdditionSpec {
         val_problems: 50,
         seed: 7,
         reverse: false,
+        pad: false,
     }
 }
 
@@ -64,6 +65,49 @@ fn reversed_sums_are_written_least_significant_digit_first() {
         );
     }
     assert_ne!(c.version, Corpus::addition(small()).unwrap().version);
+}
+
+#[test]
+fn fixed_width_problems_put_every_digit_at_one_offset() {
+    let spec = AdditionSpec {
+        reverse: true,
+        pad: true,
+        ..small()
+    };
+    let c = Corpus::addition(spec).unwrap();
+    // 3 + 1 + 3 + 1 + 4 characters and the newline
+    let text = c.vocab.decode(&c.train);
+    for line in text.lines() {
+        assert_eq!(line.len(), 12, "{line}");
+        assert_eq!((&line[3..4], &line[7..8]), ("+", "="), "{line}");
+        let plain: String = line[8..].chars().rev().collect();
+        let (x, y) = (&line[..3], &line[4..7]);
+        assert_eq!(
+            x.parse::<u64>().unwrap() + y.parse::<u64>().unwrap(),
+            plain.parse::<u64>().unwrap(),
+            "{line}"
+        );
+    }
+    // short operands are there, written with leading zeros
+    assert!(
+        text.lines().any(|l| l.starts_with("00")),
+        "no 1-digit operand"
+    );
+    for (prompt, answer) in &c.val_problems {
+        assert_eq!((prompt.len(), answer.len()), (8, 4), "{prompt}{answer}");
+    }
+    let starts = &c.train_starts;
+    assert!(
+        starts.windows(2).all(|w| w[1] - w[0] == 13),
+        "a line and its newline"
+    );
+    // the varying-width corpus is another dataset, and keeps the version it always had
+    assert_ne!(
+        c.version,
+        Corpus::addition(AdditionSpec { pad: false, ..spec })
+            .unwrap()
+            .version
+    );
 }
 
 #[test]

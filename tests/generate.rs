@@ -18,6 +18,7 @@ fn corpus() -> Corpus {
         val_problems: 40,
         seed: 3,
         reverse: true,
+        pad: false,
     })
     .unwrap()
 }

@@ -88,6 +88,7 @@ fn corpus() -> Corpus {
         val_problems: 20,
         seed: 1,
         reverse: true,
+        pad: false,
     })
     .unwrap()
 }

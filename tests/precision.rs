@@ -364,6 +364,7 @@ fn corpus() -> Corpus {
         val_problems: 20,
         seed: 3,
         reverse: true,
+        pad: false,
     })
     .unwrap()
 }

@@ -15,6 +15,7 @@ fn corpus() -> Corpus {
         val_problems: 100,
         seed: 3,
         reverse: true,
+        pad: false,
     })
     .unwrap()
 }

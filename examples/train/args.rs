@@ -27,6 +27,10 @@ pub struct Args {
     /// Write sums in plain order instead of least-significant digit first.
     #[arg(long)]
     pub plain_sums: bool,
+    /// Write operands and sums without leading zeros (problems of varying width, where the
+    /// default pads them to a fixed width; a small model learns them far less reliably).
+    #[arg(long)]
+    pub unpadded: bool,
     /// Optimizer steps (1 to 1e9; `1e6` style accepted).
     #[arg(long, default_value_t = 1500, value_parser = flags::count)]
     pub steps: usize,

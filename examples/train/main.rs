@@ -114,6 +114,7 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
         None => Corpus::addition(AdditionSpec {
             digits: a.digits as u32,
             reverse: !a.plain_sums,
+            pad: !a.unpadded,
             ..Default::default()
         })?,
     };

@@ -129,6 +129,7 @@ pub fn addition_batches(
         val_problems: 20,
         seed: corpus_seed,
         reverse: true,
+        pad: false,
     })
     .unwrap();
     let mut b = triaxis::data::Batcher::new(batch_seed);
