@@ -380,7 +380,7 @@ fn texture_limit_falls_back() {
     let mut rng = Rng::new(16);
     // Large enough for Auto to want textures on every CPU adapter.
     let (n, c, oc) = (g.limits.max_texture_dimension_2d as usize + 1, 64, 128);
-    assert!(k::texture_min_flops(&g, Precision::F32).is_none_or(|min| 2 * n * c * oc >= min));
+    assert!(k::texture_min_flops(&g).is_none_or(|min| 2 * n * c * oc >= min));
     let (x, w) = (rand(&mut rng, n * c), rand(&mut rng, oc * c));
     let (xb, wb, out) = (buf(&g, &x), buf(&g, &w), poisoned(&g, n * oc));
     let tex = k::matmul_forward(&g, TEXTURE, &out, &xb, &wb, None, n, c, oc);

@@ -393,8 +393,11 @@ fn backward_f32dout_matches_twin_accumulating() {
 
 /// The texture kernels give the twin's bits too: each bf16 operand is widened exactly as it is
 /// packed and the sums run in the same order. Cold, Mesa compiles a texture kernel again for
-/// each new texture size, so they run on two shapes: a square one, whose products all pack the
-/// same sizes, in every variant, and one with odd rows (starting mid-word) in the forward.
+/// each new texture size, so they run on three shapes: a square one, whose products all pack
+/// the same sizes, in every variant; one with odd rows (starting mid-word) in the forward; and
+/// one whose rows are 64 and 128 elements long, so its operands are widened into f32 rows and
+/// copied (`bf16_row_operands_are_widened_and_copied`), the transposed ones too for the
+/// subgroup kernel.
 #[test]
 fn texture_kernels_match_twin() {
     let Some(g) = open() else { return };
@@ -408,19 +411,63 @@ fn texture_kernels_match_twin() {
         forward(&g, kernel, &mut tally, &mut rng, (7, 33, 66), true);
         forward(&g, kernel, &mut tally, &mut rng, (66, 66, 66), true);
         forward_f32out(&g, kernel, &mut rng, (66, 66, 66), true);
-        for f32dout in [false, true] {
-            backward(
-                &g,
-                kernel,
-                &mut tally,
-                &mut rng,
-                (66, 66, 66),
-                true,
-                f32dout,
-            );
+        forward(&g, kernel, &mut tally, &mut rng, (37, 64, 128), true);
+        forward_f32out(&g, kernel, &mut rng, (37, 64, 128), true);
+        for (shape, f32dout) in [((66, 66, 66), false), ((66, 66, 66), true)]
+            .into_iter()
+            .chain([((37, 64, 128), false), ((37, 64, 128), true)])
+        {
+            backward(&g, kernel, &mut tally, &mut rng, shape, true, f32dout);
         }
     }
     tally.finish("texture kernels");
+}
+
+/// A bf16 operand whose rows are whole texel rows of a copy (64 elements or a multiple) is
+/// widened into f32 rows (`unpack`) and copied into its texture instead of packed by a shader;
+/// transposed (wᵀ of the forward, doutᵀ of the weight gradient) only for the subgroup kernel.
+/// The bits are `texture_kernels_match_twin`'s.
+#[test]
+fn bf16_row_operands_are_widened_and_copied() {
+    let Some(g) = open() else { return };
+    let mut kernels = vec![Kernel::Texture];
+    if g.subgroup_lanes() == Some(8) {
+        kernels.push(Kernel::Subgroup);
+    }
+    let (n, c, oc) = (37, 64, 96);
+    let v = |len: usize| g.buffer("operand", Precision::Bf16.words(len));
+    let (x, w, dout, out) = (v(n * c), v(oc * c), v(n * oc), v(n * oc));
+    let (dinp, dw) = (v(n * c), v(oc * c));
+    for kernel in kernels {
+        let l = BF16.with(kernel);
+        let mut ops = k::matmul_forward(&g, l, &out, &x, &w, None, n, c, oc).unwrap();
+        let back = k::matmul_backward(&g, l, &dinp, &dw, None, &dout, &x, &w, n, c, oc);
+        ops.extend(back.unwrap());
+        // the six operands (row length, transposed): inp, wᵀ | dout, w | doutᵀ, inp
+        let rows = [
+            (c, false),
+            (c, true),
+            (oc, false),
+            (c, false),
+            (oc, true),
+            (c, false),
+        ];
+        let sub = kernel == Kernel::Subgroup;
+        let copied = rows
+            .iter()
+            .filter(|&&(len, t)| len % 64 == 0 && (!t || sub))
+            .count();
+        let count = |label: &str| ops.iter().filter(|o| o.label == label).count();
+        assert_eq!(count("matmul_copy"), copied, "{kernel:?}");
+        assert_eq!(count("unpack"), copied, "{kernel:?}: one widening per copy");
+        assert_eq!(
+            ops.iter()
+                .filter(|o| o.label.starts_with("matmul_pack"))
+                .count(),
+            6 - copied,
+            "{kernel:?}"
+        );
+    }
 }
 
 /// The zero-bubble split (input half, then weight half) gives the unsplit backward's bits.

@@ -86,20 +86,19 @@ const BIAS: u32 = 2;
 const A_F32: u32 = 4;
 const C_F32: u32 = 8;
 
-/// Smallest product (2·M·N·K) of precision `p` for which [`Kernel::Auto`] takes a texture path
-/// on `g`, or `None` where it never does (not a CPU adapter). Measured on Mesa: with the packs
-/// included the texture path wins from about 160³ on lavapipe (2²³; bf16, whose operands are
-/// always packed), and only from about 400³ on GL llvmpipe, where wgpu bounds-checks every texel
-/// fetch; an f32 product on lavapipe, whose operands are mostly copies, wins from 2²⁰ (the
-/// default run's 512 × 64 × 64 attention projections: its step 52–53 → 48 ms).
-pub fn texture_min_flops(g: &Gpu, p: Precision) -> Option<usize> {
+/// Smallest product (2·M·N·K) for which [`Kernel::Auto`] takes a texture path on `g`, or
+/// `None` where it never does (not a CPU adapter). Measured on Mesa: on lavapipe, whose operands
+/// are mostly copies (bf16 ones widened first), the texture path wins from 2²⁰ in either
+/// precision (the default run's 512 × 64 × 64 attention projections: its f32 step 52–53 → 48 ms;
+/// bf16 at C64 T64 B16 157–172 → 117–118 ms with the copies); on GL llvmpipe, where wgpu checks
+/// every texel fetch, only from about 400³ (2²⁷).
+pub fn texture_min_flops(g: &Gpu) -> Option<usize> {
     if g.info.device_type != wgpu::DeviceType::Cpu {
         return None;
     }
-    Some(match (g.info.backend, p) {
-        (wgpu::Backend::Gl, _) => 1 << 27,
-        (_, Precision::F32) => 1 << 20,
-        (_, Precision::Bf16) => 1 << 23,
+    Some(match g.info.backend {
+        wgpu::Backend::Gl => 1 << 27,
+        _ => 1 << 20,
     })
 }
 
@@ -282,7 +281,7 @@ fn product(
         Kernel::Subgroup => Some(Tex::Subgroup8),
         Kernel::Auto => {
             let best = Tex::best(g);
-            (texture_min_flops(g, l.p).is_some_and(|min| 2 * m * n * k >= min)
+            (texture_min_flops(g).is_some_and(|min| 2 * m * n * k >= min)
                 && texture::fits(g, best, m, n, k))
             .then_some(best)
         }

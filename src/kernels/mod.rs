@@ -134,6 +134,26 @@ pub const SHADERS: &[(&str, &str)] = &[
         ),
     ),
     (
+        "matmul_subgroup_bf16_a_rows",
+        concat!(
+            "const A_ROWS: bool = true;\nconst B_ROWS: bool = false;\n",
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/store_bf16.wgsl"),
+            include_str!("../../shaders/matmul.wgsl"),
+            include_str!("../../shaders/matmul_subgroup.wgsl")
+        ),
+    ),
+    (
+        "matmul_subgroup_bf16_b_rows",
+        concat!(
+            "const A_ROWS: bool = false;\nconst B_ROWS: bool = true;\n",
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/store_bf16.wgsl"),
+            include_str!("../../shaders/matmul.wgsl"),
+            include_str!("../../shaders/matmul_subgroup.wgsl")
+        ),
+    ),
+    (
         "norm",
         concat!(
             include_str!("../../shaders/store_f32.wgsl"),

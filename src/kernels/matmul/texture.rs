@@ -1,7 +1,8 @@
 //! The texture kernels of the matmul family: both operands of C[M,N] = A·B are packed into
 //! rgba32float textures (`matmul_pack4` from whole vec4 rows, else `matmul_pack`; transposing
-//! when the operand is used transposed; a plain copy where an f32 operand's stored rows are
-//! whole texel rows, `copy_rows`, which for a transposed operand only the subgroup kernel reads),
+//! when the operand is used transposed; a plain copy where an operand's stored rows are whole
+//! texel rows, `copy_rows`, a bf16 one widened into f32 rows first, which for a transposed
+//! operand only the subgroup kernel reads),
 //! then one kernel computes C from texel fetches: the portable `matmul_tex` (a 16×16 tile per invocation), or `matmul_tex_sg8` (32×8 per lane,
 //! A's texels shared across an 8-lane subgroup; same bits) where the device's subgroups are
 //! exactly 8 lanes. The textures are padded with zeros to whole tiles of the kernel, so it never
@@ -52,7 +53,9 @@ impl Tex {
             (Tex::Subgroup8, Precision::F32, (false, false)) => "matmul_subgroup",
             (Tex::Subgroup8, Precision::F32, (true, _)) => "matmul_subgroup_a_rows",
             (Tex::Subgroup8, Precision::F32, (false, true)) => "matmul_subgroup_b_rows",
-            (Tex::Subgroup8, Precision::Bf16, _) => "matmul_subgroup_bf16",
+            (Tex::Subgroup8, Precision::Bf16, (false, false)) => "matmul_subgroup_bf16",
+            (Tex::Subgroup8, Precision::Bf16, (true, _)) => "matmul_subgroup_bf16_a_rows",
+            (Tex::Subgroup8, Precision::Bf16, (false, true)) => "matmul_subgroup_bf16_b_rows",
         }
     }
     fn entry(self) -> &'static str {
@@ -272,8 +275,8 @@ impl Packs {
 /// Packs `m` into a fresh `w × h`-texel texture (texel (x, y) = m(y, 4x .. 4x+3), zero outside),
 /// widening bf16 elements exactly, or copies its stored rows where [`copy_rows`] allows and `m`
 /// is not transposed (or, `rows`, the subgroup kernel reads the transposed operand's rows
-/// layout); its 16 bytes per texel are in the memory ledger (workspace) while the returned entry
-/// lives.
+/// layout); its 16 bytes per texel, and a bf16 copy's widened rows (4 bytes per element), are
+/// in the memory ledger (workspace) while the returned entry or the ops live.
 fn pack(
     g: &Gpu,
     ops: &mut Vec<Dispatch>,
@@ -300,18 +303,28 @@ fn pack(
     });
     let view = tex.create_view(&Default::default());
     if let Some(row_bytes) = copy_rows(m).filter(|_| !m.t || rows) {
-        // texel row y is m's row y as it lies in memory: a copy, no shader; the texels past
-        // its rows and columns keep the zeros wgpu initialises a partly copied texture with
+        // texel row y is m's row y as it lies in memory (bf16 rows widened into f32 rows
+        // first, by the bit rules the pack shader widens with): a copy, no pack shader; the
+        // texels past its rows and columns keep the zeros wgpu initialises a partly copied
+        // texture with
+        let rows_f32 = match m.ty {
+            Precision::F32 => m.v.clone(),
+            Precision::Bf16 => {
+                let wide = g.scratch("matmul widened operand", m.sr * m.ld);
+                ops.push(crate::kernels::bf16::unpack(g, &wide, &m.v)?);
+                wide
+            }
+        };
         ops.push(Dispatch {
             label: "matmul_copy",
             work: Work::Copy {
-                buffer: (*m.v.buf).clone(),
-                offset: m.v.byte_offset(),
+                buffer: (*rows_f32.buf).clone(),
+                offset: rows_f32.byte_offset(),
                 row_bytes,
                 rows: m.sr as u32, // stored rows
                 texture: tex,
             },
-            _views: vec![m.v.clone()],
+            _views: vec![rows_f32],
             _memory: Vec::new(),
         });
         return Ok(Packed {
@@ -355,17 +368,19 @@ fn pack(
 }
 
 /// The bytes of one texel row when `m`'s stored rows can be copied into texel rows as they lie
-/// in memory: f32 elements (a texel is four of them), rows contiguous, and a row length wgpu
-/// copies from (a multiple of 256 bytes; the view 16-byte aligned). Not transposed, that is the
+/// in memory (f32 elements, a texel four of them; bf16 ones from their widened f32 rows): rows
+/// contiguous, and a row length wgpu copies from (a multiple of 256 bytes; an f32 view 16-byte
+/// aligned). Not transposed, that is the
 /// packed layout every kernel reads; transposed, the rows layouts only the subgroup kernel
 /// reads ([`Rows`]). On lavapipe a copy of a 512×64 operand takes ~5 µs where the pack shader
 /// takes ~0.2 ms.
 fn copy_rows(m: &Mat) -> Option<u32> {
     let row_bytes = 4 * m.ld;
     let whole_rows = m.ld == m.sc;
-    let aligned = row_bytes.is_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT as usize)
-        && m.v.byte_offset().is_multiple_of(16);
-    (m.ty == Precision::F32 && whole_rows && aligned).then_some(row_bytes as u32)
+    // bf16 rows are copied from their widened f32 rows, a fresh aligned buffer
+    let offset = m.ty == Precision::Bf16 || m.v.byte_offset().is_multiple_of(16);
+    let aligned = row_bytes.is_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT as usize) && offset;
+    (whole_rows && aligned).then_some(row_bytes as u32)
 }
 
 /// How a product's packs meet [`Packs`]: none, keep A's texture, or take B's from them.
