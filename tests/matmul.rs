@@ -434,10 +434,10 @@ fn texture_operands_are_in_the_memory_ledger() {
 fn row_operands_are_copied_into_textures() {
     let Some(g) = gpu::test_gpu() else { return };
     let mut rng = Rng::new(19);
-    let mut kernels = vec![TEXTURE];
-    if g.subgroup_lanes() == Some(8) {
-        kernels.push(F32.with(Kernel::Subgroup));
-    }
+    let kernels: Vec<_> = textured_kernels(&g)
+        .into_iter()
+        .map(|k| F32.with(k))
+        .collect();
     // (n, c, oc): every operand copied; rows not a multiple of 4 or 32 (the rows layouts' pads);
     // oc not a multiple of 64 (dout and doutᵀ packed)
     for (n, c, oc) in [(40, 64, 128), (37, 128, 64), (130, 64, 72)] {
@@ -449,20 +449,7 @@ fn row_operands_are_copied_into_textures() {
             let mut ops = k::matmul_forward(&g, l, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
             let back = k::matmul_backward(&g, l, &dinp, &dw, Some(&db), &dyb, &xb, &wb, n, c, oc);
             ops.extend(back.unwrap());
-            // the six operands (row length, transposed): inp, wᵀ | dout, w | doutᵀ, inp
-            let operands = [
-                (c, false),
-                (c, true),
-                (oc, false),
-                (c, false),
-                (oc, true),
-                (c, false),
-            ];
-            let sub = l.kernel == Kernel::Subgroup;
-            let copied = operands
-                .iter()
-                .filter(|&&(len, t)| len % 64 == 0 && (!t || sub))
-                .count();
+            let copied = copied_operands(l.kernel, c, oc);
             let count = |label: &str| ops.iter().filter(|o| o.label.starts_with(label)).count();
             let what = format!("{:?} ({n}, {c}, {oc})", l.kernel);
             assert_eq!(count("matmul_copy"), copied, "{what}");

@@ -403,11 +403,7 @@ fn texture_kernels_match_twin() {
     let Some(g) = open() else { return };
     let mut rng = Rng::new(28);
     let mut tally = Tally::default();
-    let mut kernels = vec![Kernel::Texture];
-    if g.subgroup_lanes() == Some(8) {
-        kernels.push(Kernel::Subgroup);
-    }
-    for kernel in kernels {
+    for kernel in textured_kernels(&g) {
         forward(&g, kernel, &mut tally, &mut rng, (7, 33, 66), true);
         forward(&g, kernel, &mut tally, &mut rng, (66, 66, 66), true);
         forward_f32out(&g, kernel, &mut rng, (66, 66, 66), true);
@@ -430,33 +426,16 @@ fn texture_kernels_match_twin() {
 #[test]
 fn bf16_row_operands_are_widened_and_copied() {
     let Some(g) = open() else { return };
-    let mut kernels = vec![Kernel::Texture];
-    if g.subgroup_lanes() == Some(8) {
-        kernels.push(Kernel::Subgroup);
-    }
     let (n, c, oc) = (37, 64, 96);
     let v = |len: usize| g.buffer("operand", Precision::Bf16.words(len));
     let (x, w, dout, out) = (v(n * c), v(oc * c), v(n * oc), v(n * oc));
     let (dinp, dw) = (v(n * c), v(oc * c));
-    for kernel in kernels {
+    for kernel in textured_kernels(&g) {
         let l = BF16.with(kernel);
         let mut ops = k::matmul_forward(&g, l, &out, &x, &w, None, n, c, oc).unwrap();
         let back = k::matmul_backward(&g, l, &dinp, &dw, None, &dout, &x, &w, n, c, oc);
         ops.extend(back.unwrap());
-        // the six operands (row length, transposed): inp, wᵀ | dout, w | doutᵀ, inp
-        let rows = [
-            (c, false),
-            (c, true),
-            (oc, false),
-            (c, false),
-            (oc, true),
-            (c, false),
-        ];
-        let sub = kernel == Kernel::Subgroup;
-        let copied = rows
-            .iter()
-            .filter(|&&(len, t)| len % 64 == 0 && (!t || sub))
-            .count();
+        let copied = copied_operands(kernel, c, oc);
         let count = |label: &str| ops.iter().filter(|o| o.label == label).count();
         assert_eq!(count("matmul_copy"), copied, "{kernel:?}");
         assert_eq!(count("unpack"), copied, "{kernel:?}: one widening per copy");

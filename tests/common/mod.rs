@@ -50,12 +50,8 @@ pub fn poisoned(g: &Gpu, n: usize) -> View {
 /// seconds a time: a few shapes keep the test fast.)
 pub fn matmul_cases<S: Copy>(g: &Gpu, shapes: &[S]) -> Vec<(Kernel, S)> {
     let mut v: Vec<(Kernel, S)> = shapes.iter().map(|&s| (Kernel::Buffer, s)).collect();
-    let mut textured = vec![Kernel::Texture];
-    if g.subgroup_lanes() == Some(8) {
-        textured.push(Kernel::Subgroup);
-    }
     let picked = [0, 2, shapes.len() - 1];
-    for k in textured {
+    for k in textured_kernels(g) {
         v.extend(
             picked
                 .iter()
@@ -64,6 +60,35 @@ pub fn matmul_cases<S: Copy>(g: &Gpu, shapes: &[S]) -> Vec<(Kernel, S)> {
         );
     }
     v
+}
+
+/// The texture kernels `g` runs: the portable one, and the subgroup one where its subgroups are
+/// 8 lanes.
+pub fn textured_kernels(g: &Gpu) -> Vec<Kernel> {
+    let mut v = vec![Kernel::Texture];
+    if g.subgroup_lanes() == Some(8) {
+        v.push(Kernel::Subgroup);
+    }
+    v
+}
+
+/// How many of a matmul's six texture operands (forward: inp, wᵀ; input gradient: dout, w;
+/// weight gradient: doutᵀ, inp) `kernel` copies instead of packing, for inputs of `c`
+/// channels and outputs of `oc`: those whose rows are whole texel rows (a multiple of 64
+/// elements), transposed ones only for the subgroup kernel, which reads rows layouts.
+pub fn copied_operands(kernel: Kernel, c: usize, oc: usize) -> usize {
+    let rows = [
+        (c, false),
+        (c, true),
+        (oc, false),
+        (c, false),
+        (oc, true),
+        (c, false),
+    ];
+    let sub = kernel == Kernel::Subgroup;
+    rows.iter()
+        .filter(|&&(len, t)| len % 64 == 0 && (!t || sub))
+        .count()
 }
 
 pub fn rand(rng: &mut Rng, n: usize) -> Vec<f32> {
