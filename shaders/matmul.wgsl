@@ -299,8 +299,9 @@ fn matmul_tn(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 // ---- Texture path: matmul_pack + matmul_tex ----------------------------------------------------
 // On lavapipe a texel fetch is a vector gather while a storage load with a per-lane address is a
-// loop over the lanes, so big products run from rgba32float textures (the kernel is about twice
-// as fast). Every layout is first packed into the one form C = A'[M,K] · B'[K,N]:
+// loop over the lanes, so big products run from textures (the kernel is about twice as fast):
+// rgba32float, four f32 per texel, or for two bf16 operands rg32uint, four bf16 per texel
+// (the texel preludes texels_f32.wgsl and texels_words.wgsl). Every layout is first packed into the one form C = A'[M,K] · B'[K,N]:
 //
 //   ta: texel (t, m) = A'(m, 4t .. 4t+3)   size ⌈K/4⌉ × (M rounded up to 16)
 //   tb: texel (q, k) = B'(k, 4q .. 4q+3)   size (⌈N/4⌉ rounded up to 4) × 4⌈K/4⌉
@@ -312,7 +313,6 @@ fn matmul_tn(@builtin(global_invocation_id) gid: vec3<u32>) {
 // for r < rows and c < cols, else 0. (rs, cs) = (cols, 1) copies, (1, rows) transposes.
 struct PackDims { rows: u32, cols: u32, rs: u32, cs: u32 }
 @group(0) @binding(0) var<uniform> kd: PackDims;
-@group(0) @binding(1) var packed: texture_storage_2d<rgba32float, write>;
 
 @compute @workgroup_size(8, 8)
 fn matmul_pack(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -326,7 +326,7 @@ fn matmul_pack(@builtin(global_invocation_id) gid: vec3<u32>) {
             if (c < kd.cols) { v[j] = elem(aw[e / LANES], e); }
         }
     }
-    textureStore(packed, vec2<u32>(gid.xy), v);
+    put(vec2<u32>(gid.xy), v);
 }
 
 // matmul_pack4(dst, av): matmul_pack for a matrix stored as whole vec4 rows (ld = 4·ld4, equal
@@ -335,9 +335,12 @@ fn matmul_pack(@builtin(global_invocation_id) gid: vec3<u32>) {
 struct Pack4Dims { rows: u32, cols: u32, ld4: u32, t: u32 }
 @group(0) @binding(0) var<uniform> kv: Pack4Dims;
 
+fn load_quad(r: u32, q: u32, rows: u32) -> Quad {
+    if (r >= rows || q >= kv.ld4) { return Quad(); }
+    return av[r * kv.ld4 + q];
+}
 fn load4(r: u32, q: u32, rows: u32) -> vec4<f32> {
-    if (r >= rows || q >= kv.ld4) { return vec4<f32>(0.0); }
-    return quad(av[r * kv.ld4 + q]);
+    return quad(load_quad(r, q, rows));
 }
 
 @compute @workgroup_size(8, 8)
@@ -349,7 +352,7 @@ fn matmul_pack4(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (kv.t == 0u) {
         // texel (x, y+i) = stored row y+i, vec4 x
         for (var i = 0u; i < 4u; i++) {
-            textureStore(packed, vec2<u32>(x, y + i), load4(y + i, x, kv.rows));
+            put_quad(vec2<u32>(x, y + i), load_quad(y + i, x, kv.rows));
         }
     } else {
         // Stored rows 4x .. 4x+3 are logical columns; their vec4 gid.y holds logical rows y .. y+3.
@@ -357,14 +360,13 @@ fn matmul_pack4(@builtin(global_invocation_id) gid: vec3<u32>) {
             load4(4u * x, gid.y, kv.cols), load4(4u * x + 1u, gid.y, kv.cols),
             load4(4u * x + 2u, gid.y, kv.cols), load4(4u * x + 3u, gid.y, kv.cols)));
         for (var i = 0u; i < 4u; i++) {
-            textureStore(packed, vec2<u32>(x, y + i), m[i]);
+            put(vec2<u32>(x, y + i), m[i]);
         }
     }
 }
 
 // matmul_tex(c, ta, tb, bias): C[M,N] (= or +=) A'·B' (+ bias); d.k counts texels (⌈K/4⌉).
-@group(0) @binding(2) var ta: texture_2d<f32>;
-@group(0) @binding(3) var tb: texture_2d<f32>;
+// The texel prelude (texels_f32.wgsl or texels_words.wgsl) declares the textures and fetches.
 
 @compute @workgroup_size(8, 8)
 fn matmul_tex(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -393,19 +395,19 @@ fn matmul_tex(@builtin(global_invocation_id) gid: vec3<u32>) {
     var c14_0 = z0; var c14_1 = z1; var c14_2 = z2; var c14_3 = z3;
     var c15_0 = z0; var c15_1 = z1; var c15_2 = z2; var c15_3 = z3;
     for (var t = 0u; t < d.k; t++) {
-        let a0 = textureLoad(ta, vec2<u32>(t, m0 + 0u), 0); let a1 = textureLoad(ta, vec2<u32>(t, m0 + 1u), 0);
-        let a2 = textureLoad(ta, vec2<u32>(t, m0 + 2u), 0); let a3 = textureLoad(ta, vec2<u32>(t, m0 + 3u), 0);
-        let a4 = textureLoad(ta, vec2<u32>(t, m0 + 4u), 0); let a5 = textureLoad(ta, vec2<u32>(t, m0 + 5u), 0);
-        let a6 = textureLoad(ta, vec2<u32>(t, m0 + 6u), 0); let a7 = textureLoad(ta, vec2<u32>(t, m0 + 7u), 0);
-        let a8 = textureLoad(ta, vec2<u32>(t, m0 + 8u), 0); let a9 = textureLoad(ta, vec2<u32>(t, m0 + 9u), 0);
-        let a10 = textureLoad(ta, vec2<u32>(t, m0 + 10u), 0); let a11 = textureLoad(ta, vec2<u32>(t, m0 + 11u), 0);
-        let a12 = textureLoad(ta, vec2<u32>(t, m0 + 12u), 0); let a13 = textureLoad(ta, vec2<u32>(t, m0 + 13u), 0);
-        let a14 = textureLoad(ta, vec2<u32>(t, m0 + 14u), 0); let a15 = textureLoad(ta, vec2<u32>(t, m0 + 15u), 0);
+        let a0 = fa(vec2<u32>(t, m0 + 0u)); let a1 = fa(vec2<u32>(t, m0 + 1u));
+        let a2 = fa(vec2<u32>(t, m0 + 2u)); let a3 = fa(vec2<u32>(t, m0 + 3u));
+        let a4 = fa(vec2<u32>(t, m0 + 4u)); let a5 = fa(vec2<u32>(t, m0 + 5u));
+        let a6 = fa(vec2<u32>(t, m0 + 6u)); let a7 = fa(vec2<u32>(t, m0 + 7u));
+        let a8 = fa(vec2<u32>(t, m0 + 8u)); let a9 = fa(vec2<u32>(t, m0 + 9u));
+        let a10 = fa(vec2<u32>(t, m0 + 10u)); let a11 = fa(vec2<u32>(t, m0 + 11u));
+        let a12 = fa(vec2<u32>(t, m0 + 12u)); let a13 = fa(vec2<u32>(t, m0 + 13u));
+        let a14 = fa(vec2<u32>(t, m0 + 14u)); let a15 = fa(vec2<u32>(t, m0 + 15u));
         let k = t * 4u;
-        let B0 = mat4x4<f32>(textureLoad(tb, vec2<u32>(q0 + 0u, k + 0u), 0), textureLoad(tb, vec2<u32>(q0 + 0u, k + 1u), 0), textureLoad(tb, vec2<u32>(q0 + 0u, k + 2u), 0), textureLoad(tb, vec2<u32>(q0 + 0u, k + 3u), 0));
-        let B1 = mat4x4<f32>(textureLoad(tb, vec2<u32>(q0 + 1u, k + 0u), 0), textureLoad(tb, vec2<u32>(q0 + 1u, k + 1u), 0), textureLoad(tb, vec2<u32>(q0 + 1u, k + 2u), 0), textureLoad(tb, vec2<u32>(q0 + 1u, k + 3u), 0));
-        let B2 = mat4x4<f32>(textureLoad(tb, vec2<u32>(q0 + 2u, k + 0u), 0), textureLoad(tb, vec2<u32>(q0 + 2u, k + 1u), 0), textureLoad(tb, vec2<u32>(q0 + 2u, k + 2u), 0), textureLoad(tb, vec2<u32>(q0 + 2u, k + 3u), 0));
-        let B3 = mat4x4<f32>(textureLoad(tb, vec2<u32>(q0 + 3u, k + 0u), 0), textureLoad(tb, vec2<u32>(q0 + 3u, k + 1u), 0), textureLoad(tb, vec2<u32>(q0 + 3u, k + 2u), 0), textureLoad(tb, vec2<u32>(q0 + 3u, k + 3u), 0));
+        let B0 = mat4x4<f32>(fb(vec2<u32>(q0 + 0u, k + 0u)), fb(vec2<u32>(q0 + 0u, k + 1u)), fb(vec2<u32>(q0 + 0u, k + 2u)), fb(vec2<u32>(q0 + 0u, k + 3u)));
+        let B1 = mat4x4<f32>(fb(vec2<u32>(q0 + 1u, k + 0u)), fb(vec2<u32>(q0 + 1u, k + 1u)), fb(vec2<u32>(q0 + 1u, k + 2u)), fb(vec2<u32>(q0 + 1u, k + 3u)));
+        let B2 = mat4x4<f32>(fb(vec2<u32>(q0 + 2u, k + 0u)), fb(vec2<u32>(q0 + 2u, k + 1u)), fb(vec2<u32>(q0 + 2u, k + 2u)), fb(vec2<u32>(q0 + 2u, k + 3u)));
+        let B3 = mat4x4<f32>(fb(vec2<u32>(q0 + 3u, k + 0u)), fb(vec2<u32>(q0 + 3u, k + 1u)), fb(vec2<u32>(q0 + 3u, k + 2u)), fb(vec2<u32>(q0 + 3u, k + 3u)));
         c0_0 = mac(c0_0, a0, B0); c0_1 = mac(c0_1, a0, B1); c0_2 = mac(c0_2, a0, B2); c0_3 = mac(c0_3, a0, B3);
         c1_0 = mac(c1_0, a1, B0); c1_1 = mac(c1_1, a1, B1); c1_2 = mac(c1_2, a1, B2); c1_3 = mac(c1_3, a1, B3);
         c2_0 = mac(c2_0, a2, B0); c2_1 = mac(c2_1, a2, B1); c2_2 = mac(c2_2, a2, B2); c2_3 = mac(c2_3, a2, B3);

@@ -55,21 +55,21 @@ fn matmul_tex_sg8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invoca
         let k = t * 4u;
         var f0: vec4<f32>; var f1: vec4<f32>; var f2: vec4<f32>; var f3: vec4<f32>;
         if (A_ROWS) {
-            let g = transpose(mat4x4<f32>(textureLoad(ta, vec2<u32>(qa, k + 0u), 0), textureLoad(ta, vec2<u32>(qa, k + 1u), 0), textureLoad(ta, vec2<u32>(qa, k + 2u), 0), textureLoad(ta, vec2<u32>(qa, k + 3u), 0)));
+            let g = transpose(mat4x4<f32>(fa(vec2<u32>(qa, k + 0u)), fa(vec2<u32>(qa, k + 1u)), fa(vec2<u32>(qa, k + 2u)), fa(vec2<u32>(qa, k + 3u))));
             f0 = g[0]; f1 = g[1]; f2 = g[2]; f3 = g[3];
         } else {
-            f0 = textureLoad(ta, vec2<u32>(t, m0 + 0u + sl), 0);
-            f1 = textureLoad(ta, vec2<u32>(t, m0 + 8u + sl), 0);
-            f2 = textureLoad(ta, vec2<u32>(t, m0 + 16u + sl), 0);
-            f3 = textureLoad(ta, vec2<u32>(t, m0 + 24u + sl), 0);
+            f0 = fa(vec2<u32>(t, m0 + 0u + sl));
+            f1 = fa(vec2<u32>(t, m0 + 8u + sl));
+            f2 = fa(vec2<u32>(t, m0 + 16u + sl));
+            f3 = fa(vec2<u32>(t, m0 + 24u + sl));
         }
         var B0: mat4x4<f32>; var B1: mat4x4<f32>;
         if (B_ROWS) {
-            B0 = transpose(mat4x4<f32>(textureLoad(tb, vec2<u32>(t, n0 + 0u), 0), textureLoad(tb, vec2<u32>(t, n0 + 1u), 0), textureLoad(tb, vec2<u32>(t, n0 + 2u), 0), textureLoad(tb, vec2<u32>(t, n0 + 3u), 0)));
-            B1 = transpose(mat4x4<f32>(textureLoad(tb, vec2<u32>(t, n0 + 4u), 0), textureLoad(tb, vec2<u32>(t, n0 + 5u), 0), textureLoad(tb, vec2<u32>(t, n0 + 6u), 0), textureLoad(tb, vec2<u32>(t, n0 + 7u), 0)));
+            B0 = transpose(mat4x4<f32>(fb(vec2<u32>(t, n0 + 0u)), fb(vec2<u32>(t, n0 + 1u)), fb(vec2<u32>(t, n0 + 2u)), fb(vec2<u32>(t, n0 + 3u))));
+            B1 = transpose(mat4x4<f32>(fb(vec2<u32>(t, n0 + 4u)), fb(vec2<u32>(t, n0 + 5u)), fb(vec2<u32>(t, n0 + 6u)), fb(vec2<u32>(t, n0 + 7u))));
         } else {
-            B0 = mat4x4<f32>(textureLoad(tb, vec2<u32>(q0 + 0u, k + 0u), 0), textureLoad(tb, vec2<u32>(q0 + 0u, k + 1u), 0), textureLoad(tb, vec2<u32>(q0 + 0u, k + 2u), 0), textureLoad(tb, vec2<u32>(q0 + 0u, k + 3u), 0));
-            B1 = mat4x4<f32>(textureLoad(tb, vec2<u32>(q0 + 1u, k + 0u), 0), textureLoad(tb, vec2<u32>(q0 + 1u, k + 1u), 0), textureLoad(tb, vec2<u32>(q0 + 1u, k + 2u), 0), textureLoad(tb, vec2<u32>(q0 + 1u, k + 3u), 0));
+            B0 = mat4x4<f32>(fb(vec2<u32>(q0 + 0u, k + 0u)), fb(vec2<u32>(q0 + 0u, k + 1u)), fb(vec2<u32>(q0 + 0u, k + 2u)), fb(vec2<u32>(q0 + 0u, k + 3u)));
+            B1 = mat4x4<f32>(fb(vec2<u32>(q0 + 1u, k + 0u)), fb(vec2<u32>(q0 + 1u, k + 1u)), fb(vec2<u32>(q0 + 1u, k + 2u)), fb(vec2<u32>(q0 + 1u, k + 3u)));
         }
         let a0 = subgroupBroadcast(f0, 0u); c0_0 = mac(c0_0, a0, B0); c0_1 = mac(c0_1, a0, B1);
         let a1 = subgroupBroadcast(f0, 1u); c1_0 = mac(c1_0, a1, B0); c1_1 = mac(c1_1, a1, B1);

@@ -213,6 +213,8 @@ pub struct Gpu {
     pub(crate) pipelines: Arc<Pipelines>,
     /// Bytes allocated on this device, by category (shared by every clone).
     memory: Arc<MemoryLedger>,
+    /// Shaders may write rg32uint storage textures (the matmul's packed bf16 texels).
+    word_textures: bool,
 }
 
 impl Gpu {
@@ -269,7 +271,17 @@ impl Gpu {
             timer: Arc::default(),
             counts: Arc::default(),
             memory: MemoryLedger::new(),
+            word_textures: adapter
+                .get_texture_format_features(wgpu::TextureFormat::Rg32Uint)
+                .allowed_usages
+                .contains(wgpu::TextureUsages::STORAGE_BINDING),
         })
+    }
+
+    /// Whether shaders may write rg32uint storage textures: where they may, a product of two
+    /// bf16 operands takes them as packed bf16 texels (half the bytes of f32 ones).
+    pub fn has_word_textures(&self) -> bool {
+        self.word_textures
     }
 
     /// "llvmpipe (LLVM 15.0.6, 256 bits) / Vulkan"

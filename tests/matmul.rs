@@ -449,7 +449,7 @@ fn row_operands_are_copied_into_textures() {
             let mut ops = k::matmul_forward(&g, l, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
             let back = k::matmul_backward(&g, l, &dinp, &dw, Some(&db), &dyb, &xb, &wb, n, c, oc);
             ops.extend(back.unwrap());
-            let copied = copied_operands(l.kernel, c, oc);
+            let copied = copied_operands(l.kernel, c, oc, 64);
             let count = |label: &str| ops.iter().filter(|o| o.label.starts_with(label)).count();
             let what = format!("{:?} ({n}, {c}, {oc})", l.kernel);
             assert_eq!(count("matmul_copy"), copied, "{what}");

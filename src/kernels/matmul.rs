@@ -24,11 +24,14 @@
 //!   so one whose row length is not a multiple of 4 is first copied into a zero-padded scratch
 //!   matrix by a `matmul_pad` op.
 //! - **texture**: both operands are packed (`matmul_pack`/`matmul_pack4`, transposing as needed)
-//!   into rgba32float textures, then one 16×16-tiled kernel (`matmul_tex`) runs. An f32 operand
-//!   whose rows already are its texel rows (not transposed, rows of a multiple of 64 elements)
-//!   is copied into its texture instead (`matmul_copy`, a buffer-to-texture copy between
-//!   compute passes: the same texels without a shader, ~40× faster on lavapipe). The subgroup
-//!   kernel also takes a transposed f32 operand (wᵀ in the forward, doutᵀ in the weight
+//!   into textures of four elements a texel (rgba32float; for two bf16 operands, where the
+//!   device writes them, rg32uint texels of four bf16 that the kernel widens as it fetches),
+//!   then one 16×16-tiled kernel (`matmul_tex`) runs. An operand whose rows already are its
+//!   texel rows (not transposed, rows of 256 bytes or a multiple) is copied into its texture
+//!   instead (`matmul_copy`, a buffer-to-texture copy between compute passes: the same texels
+//!   without a shader, ~40× faster on lavapipe; a bf16 operand beside an f32 one is widened
+//!   into f32 rows first). The subgroup
+//!   kernel also takes a transposed operand (wᵀ in the forward, doutᵀ in the weight
 //!   gradient) as a copy of its stored rows, transposing 4×4 blocks as it fetches them. On lavapipe,
 //!   where a texel fetch is a vector gather, the kernel alone runs about twice as fast as the
 //!   buffer kernel, and the whole product (packs included, two more dispatches) 1.1–1.5× as

@@ -22,6 +22,46 @@ pub mod matmul;
 pub mod norm;
 pub mod optim;
 
+/// A storage prelude (`store_f32`, or `store_bf16` after the bf16 bit rules).
+macro_rules! store {
+    (store_f32) => {
+        include_str!("../../shaders/store_f32.wgsl")
+    };
+    (store_bf16) => {
+        concat!(
+            include_str!("../../shaders/bf16_bits.wgsl"),
+            include_str!("../../shaders/store_bf16.wgsl")
+        )
+    };
+}
+
+/// The matmul family behind a storage prelude and a texel prelude (`texels_f32`: f32 texels;
+/// `texels_words`: packed bf16 texels, for products of two bf16 operands).
+macro_rules! matmul {
+    ($store:ident, $texels:ident) => {
+        concat!(
+            store!($store),
+            include_str!(concat!("../../shaders/", stringify!($texels), ".wgsl")),
+            include_str!("../../shaders/matmul.wgsl")
+        )
+    };
+}
+
+/// The subgroup matmul kernel with its operands' rows layouts (A_ROWS, B_ROWS) fixed.
+macro_rules! subgroup {
+    ($a:literal, $b:literal, $store:ident, $texels:ident) => {
+        concat!(
+            "const A_ROWS: bool = ",
+            stringify!($a),
+            ";\nconst B_ROWS: bool = ",
+            stringify!($b),
+            ";\n",
+            matmul!($store, $texels),
+            include_str!("../../shaders/matmul_subgroup.wgsl")
+        )
+    };
+}
+
 /// Every shader source, by family name. The run record hashes these. Each family that stores
 /// tensors of the model's precision (`attention`, `elementwise`, `encoder`, `matmul`, `norm`,
 /// `optim`) is one body behind a storage prelude: `store_f32.wgsl`, or `store_bf16.wgsl` after
@@ -81,77 +121,44 @@ pub const SHADERS: &[(&str, &str)] = &[
         ),
     ),
     ("loss", include_str!("../../shaders/loss.wgsl")),
-    (
-        "matmul",
-        concat!(
-            include_str!("../../shaders/store_f32.wgsl"),
-            include_str!("../../shaders/matmul.wgsl")
-        ),
-    ),
-    (
-        "matmul_bf16",
-        concat!(
-            include_str!("../../shaders/bf16_bits.wgsl"),
-            include_str!("../../shaders/store_bf16.wgsl"),
-            include_str!("../../shaders/matmul.wgsl")
-        ),
-    ),
+    ("matmul", matmul!(store_f32, texels_f32)),
+    ("matmul_bf16", matmul!(store_bf16, texels_f32)),
+    ("matmul_bf16_words", matmul!(store_bf16, texels_words)),
     (
         "matmul_subgroup",
-        concat!(
-            "const A_ROWS: bool = false;\nconst B_ROWS: bool = false;\n",
-            include_str!("../../shaders/store_f32.wgsl"),
-            include_str!("../../shaders/matmul.wgsl"),
-            include_str!("../../shaders/matmul_subgroup.wgsl")
-        ),
+        subgroup!(false, false, store_f32, texels_f32),
     ),
     (
         "matmul_subgroup_a_rows",
-        concat!(
-            "const A_ROWS: bool = true;\nconst B_ROWS: bool = false;\n",
-            include_str!("../../shaders/store_f32.wgsl"),
-            include_str!("../../shaders/matmul.wgsl"),
-            include_str!("../../shaders/matmul_subgroup.wgsl")
-        ),
+        subgroup!(true, false, store_f32, texels_f32),
     ),
     (
         "matmul_subgroup_b_rows",
-        concat!(
-            "const A_ROWS: bool = false;\nconst B_ROWS: bool = true;\n",
-            include_str!("../../shaders/store_f32.wgsl"),
-            include_str!("../../shaders/matmul.wgsl"),
-            include_str!("../../shaders/matmul_subgroup.wgsl")
-        ),
+        subgroup!(false, true, store_f32, texels_f32),
     ),
     (
         "matmul_subgroup_bf16",
-        concat!(
-            "const A_ROWS: bool = false;\nconst B_ROWS: bool = false;\n",
-            include_str!("../../shaders/bf16_bits.wgsl"),
-            include_str!("../../shaders/store_bf16.wgsl"),
-            include_str!("../../shaders/matmul.wgsl"),
-            include_str!("../../shaders/matmul_subgroup.wgsl")
-        ),
+        subgroup!(false, false, store_bf16, texels_f32),
     ),
     (
         "matmul_subgroup_bf16_a_rows",
-        concat!(
-            "const A_ROWS: bool = true;\nconst B_ROWS: bool = false;\n",
-            include_str!("../../shaders/bf16_bits.wgsl"),
-            include_str!("../../shaders/store_bf16.wgsl"),
-            include_str!("../../shaders/matmul.wgsl"),
-            include_str!("../../shaders/matmul_subgroup.wgsl")
-        ),
+        subgroup!(true, false, store_bf16, texels_f32),
     ),
     (
         "matmul_subgroup_bf16_b_rows",
-        concat!(
-            "const A_ROWS: bool = false;\nconst B_ROWS: bool = true;\n",
-            include_str!("../../shaders/bf16_bits.wgsl"),
-            include_str!("../../shaders/store_bf16.wgsl"),
-            include_str!("../../shaders/matmul.wgsl"),
-            include_str!("../../shaders/matmul_subgroup.wgsl")
-        ),
+        subgroup!(false, true, store_bf16, texels_f32),
+    ),
+    (
+        "matmul_subgroup_words",
+        subgroup!(false, false, store_bf16, texels_words),
+    ),
+    (
+        "matmul_subgroup_words_a_rows",
+        subgroup!(true, false, store_bf16, texels_words),
+    ),
+    (
+        "matmul_subgroup_words_b_rows",
+        subgroup!(false, true, store_bf16, texels_words),
     ),
     (
         "norm",
@@ -211,8 +218,8 @@ enum Work {
     },
     /// `rows` rows of `row_bytes` from `buffer` at byte `offset` (one row after another) into
     /// texel rows 0.. of `texture` from texel (0, 0): what a pack shader would store there when
-    /// the operand's rows are its texel rows, without a shader (the matmul's f32 operands that
-    /// are read row by row; see `matmul::texture`).
+    /// the operand's rows are its texel rows, without a shader (the matmul's operands that are
+    /// read row by row; see `matmul::texture`).
     Copy {
         buffer: wgpu::Buffer,
         offset: u64,
@@ -260,7 +267,7 @@ impl crate::gpu::Record for Dispatch {
             },
             texture.as_image_copy(),
             wgpu::Extent3d {
-                width: row_bytes / 16,
+                width: row_bytes / texture.format().block_copy_size(None).unwrap_or(16),
                 height: *rows,
                 depth_or_array_layers: 1,
             },

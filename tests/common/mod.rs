@@ -74,9 +74,10 @@ pub fn textured_kernels(g: &Gpu) -> Vec<Kernel> {
 
 /// How many of a matmul's six texture operands (forward: inp, wᵀ; input gradient: dout, w;
 /// weight gradient: doutᵀ, inp) `kernel` copies instead of packing, for inputs of `c`
-/// channels and outputs of `oc`: those whose rows are whole texel rows (a multiple of 64
-/// elements), transposed ones only for the subgroup kernel, which reads rows layouts.
-pub fn copied_operands(kernel: Kernel, c: usize, oc: usize) -> usize {
+/// channels and outputs of `oc`: those whose rows are whole texel rows (a multiple of
+/// `per_row` elements: 64 f32 or widened bf16 ones, 128 bf16 ones as stored), transposed ones
+/// only for the subgroup kernel, which reads rows layouts.
+pub fn copied_operands(kernel: Kernel, c: usize, oc: usize, per_row: usize) -> usize {
     let rows = [
         (c, false),
         (c, true),
@@ -87,7 +88,7 @@ pub fn copied_operands(kernel: Kernel, c: usize, oc: usize) -> usize {
     ];
     let sub = kernel == Kernel::Subgroup;
     rows.iter()
-        .filter(|&&(len, t)| len % 64 == 0 && (!t || sub))
+        .filter(|&&(len, t)| len % per_row == 0 && (!t || sub))
         .count()
 }
 

@@ -1,13 +1,16 @@
 //! The texture kernels of the matmul family: both operands of C[M,N] = A·B are packed into
-//! rgba32float textures (`matmul_pack4` from whole vec4 rows, else `matmul_pack`; transposing
-//! when the operand is used transposed; a plain copy where an operand's stored rows are whole
-//! texel rows, `copy_rows`, a bf16 one widened into f32 rows first, which for a transposed
-//! operand only the subgroup kernel reads),
-//! then one kernel computes C from texel fetches: the portable `matmul_tex` (a 16×16 tile per invocation), or `matmul_tex_sg8` (32×8 per lane,
-//! A's texels shared across an 8-lane subgroup; same bits) where the device's subgroups are
-//! exactly 8 lanes. The textures are padded with zeros to whole tiles of the kernel, so it never
-//! fetches out of range. Its bind groups hold textures, so its pipelines take the layout wgpu
-//! derives from the shader instead of the buffer convention of [`op`](crate::kernels::op).
+//! textures of four elements a texel: rgba32float, or, for two bf16 operands where the device
+//! writes rg32uint textures, four bf16 in two words that the kernel widens as it fetches (half
+//! the bytes; the same values, so the same bits). Packed by `matmul_pack4` from whole vec4 rows,
+//! else `matmul_pack`, transposing when the operand is used transposed; or a plain copy where an
+//! operand's stored rows are whole texel rows (`copy_rows`; a bf16 one for f32 texels widened
+//! into f32 rows first), which for a transposed operand only the subgroup kernel reads. Then one
+//! kernel computes C from texel fetches: the portable `matmul_tex` (a 16×16 tile per
+//! invocation), or `matmul_tex_sg8` (32×8 per lane, A's texels shared across an 8-lane
+//! subgroup; same bits) where the device's subgroups are exactly 8 lanes. The textures are
+//! padded with zeros to whole tiles of the kernel, so it never fetches out of range. Its bind
+//! groups hold textures, so its pipelines take the layout wgpu derives from the shader instead
+//! of the buffer convention of [`op`](crate::kernels::op).
 
 use wgpu::util::DeviceExt;
 
@@ -19,11 +22,13 @@ use crate::memory::{Allocation, Category};
 use crate::precision::Precision;
 use std::sync::Arc;
 
-/// The matmul shader of elements stored as `p`: the packs and the portable kernel.
-fn shader(p: Precision) -> &'static str {
-    match p {
-        Precision::F32 => "matmul",
-        Precision::Bf16 => "matmul_bf16",
+/// The matmul shader of elements stored as `p` on texels of `words` (packed bf16) or f32: the
+/// packs and the portable kernel.
+fn shader(p: Precision, words: bool) -> &'static str {
+    match (p, words) {
+        (Precision::F32, _) => "matmul",
+        (Precision::Bf16, false) => "matmul_bf16",
+        (Precision::Bf16, true) => "matmul_bf16_words",
     }
 }
 
@@ -45,18 +50,40 @@ impl Tex {
             Tex::Portable
         }
     }
-    /// The shader holding the kernel, for C and the bias stored in the layer's precision `p`
-    /// and (subgroup kernel, f32) operands in the rows layouts `rows`.
-    fn shader(self, p: Precision, rows: Rows) -> &'static str {
-        match (self, p, rows) {
-            (Tex::Portable, p, _) => shader(p),
-            (Tex::Subgroup8, Precision::F32, (false, false)) => "matmul_subgroup",
-            (Tex::Subgroup8, Precision::F32, (true, _)) => "matmul_subgroup_a_rows",
-            (Tex::Subgroup8, Precision::F32, (false, true)) => "matmul_subgroup_b_rows",
-            (Tex::Subgroup8, Precision::Bf16, (false, false)) => "matmul_subgroup_bf16",
-            (Tex::Subgroup8, Precision::Bf16, (true, _)) => "matmul_subgroup_bf16_a_rows",
-            (Tex::Subgroup8, Precision::Bf16, (false, true)) => "matmul_subgroup_bf16_b_rows",
+    /// The shader holding the kernel, for C and the bias stored in the layer's precision `p`,
+    /// texels of `words` (packed bf16) or f32, and (subgroup kernel) operands in the rows
+    /// layouts `rows`.
+    fn shader(self, p: Precision, words: bool, rows: Rows) -> &'static str {
+        if self == Tex::Portable {
+            return shader(p, words);
         }
+        let texels = match (p, words) {
+            (Precision::F32, _) => 0,
+            (Precision::Bf16, false) => 1,
+            (Precision::Bf16, true) => 2,
+        };
+        let layout = match rows {
+            (false, false) => 0,
+            (true, _) => 1,
+            (false, true) => 2,
+        };
+        [
+            [
+                "matmul_subgroup",
+                "matmul_subgroup_a_rows",
+                "matmul_subgroup_b_rows",
+            ],
+            [
+                "matmul_subgroup_bf16",
+                "matmul_subgroup_bf16_a_rows",
+                "matmul_subgroup_bf16_b_rows",
+            ],
+            [
+                "matmul_subgroup_words",
+                "matmul_subgroup_words_a_rows",
+                "matmul_subgroup_words_b_rows",
+            ],
+        ][texels][layout]
     }
     fn entry(self) -> &'static str {
         match self {
@@ -230,6 +257,8 @@ pub(super) struct Packed {
     held: Arc<Allocation>,
     source: Source,
     size: (usize, usize),
+    /// Packed bf16 texels (else f32 ones).
+    words: bool,
 }
 
 /// What was packed: the operand's view (buffer, offset, length), type and layout (stored rows,
@@ -259,9 +288,11 @@ fn source(m: &Mat) -> Source {
 pub struct Packs(Vec<Packed>);
 
 impl Packs {
-    fn find(&self, m: &Mat, size: (usize, usize)) -> Option<&Packed> {
+    fn find(&self, m: &Mat, size: (usize, usize), words: bool) -> Option<&Packed> {
         let want = source(m);
-        self.0.iter().find(|p| p.source == want && p.size == size)
+        self.0
+            .iter()
+            .find(|p| p.source == want && p.size == size && p.words == words)
     }
     /// Textures kept.
     pub fn len(&self) -> usize {
@@ -272,19 +303,25 @@ impl Packs {
     }
 }
 
-/// Packs `m` into a fresh `w × h`-texel texture (texel (x, y) = m(y, 4x .. 4x+3), zero outside),
-/// widening bf16 elements exactly, or copies its stored rows where [`copy_rows`] allows and `m`
-/// is not transposed (or, `rows`, the subgroup kernel reads the transposed operand's rows
-/// layout); its 16 bytes per texel, and a bf16 copy's widened rows (4 bytes per element), are
-/// in the memory ledger (workspace) while the returned entry or the ops live.
+/// Packs `m` into a fresh `w × h`-texel texture (texel (x, y) = m(y, 4x .. 4x+3), zero outside):
+/// packed bf16 texels where `words` (`m` is bf16), else f32 ones (bf16 elements widened
+/// exactly); or copies its stored rows where [`copy_rows`] allows and `m` is not transposed
+/// (or, `rows`, the subgroup kernel reads the transposed operand's rows layout). Its bytes per
+/// texel (16, or 8 for words), and a bf16 copy's widened rows (4 bytes per element), are in the
+/// memory ledger (workspace) while the returned entry or the ops live.
 fn pack(
     g: &Gpu,
     ops: &mut Vec<Dispatch>,
     m: &Mat,
     (w, h): (usize, usize),
     rows: bool,
+    words: bool,
 ) -> Result<Packed> {
-    let held = g.hold(Category::Workspace, (16 * w * h) as u64);
+    let (format, texel_bytes) = match words {
+        true => (wgpu::TextureFormat::Rg32Uint, 8),
+        false => (wgpu::TextureFormat::Rgba32Float, 16),
+    };
+    let held = g.hold(Category::Workspace, (texel_bytes * w * h) as u64);
     let tex = g.device.create_texture(&wgpu::TextureDescriptor {
         label: Some("matmul packed operand"),
         size: wgpu::Extent3d {
@@ -295,44 +332,46 @@ fn pack(
         mip_level_count: 1,
         sample_count: 1,
         dimension: wgpu::TextureDimension::D2,
-        format: wgpu::TextureFormat::Rgba32Float,
+        format,
         usage: wgpu::TextureUsages::STORAGE_BINDING
             | wgpu::TextureUsages::TEXTURE_BINDING
             | wgpu::TextureUsages::COPY_DST,
         view_formats: &[],
     });
     let view = tex.create_view(&Default::default());
-    if let Some(row_bytes) = copy_rows(m).filter(|_| !m.t || rows) {
-        // texel row y is m's row y as it lies in memory (bf16 rows widened into f32 rows
-        // first, by the bit rules the pack shader widens with): a copy, no pack shader; the
-        // texels past its rows and columns keep the zeros wgpu initialises a partly copied
-        // texture with
-        let rows_f32 = match m.ty {
-            Precision::F32 => m.v.clone(),
-            Precision::Bf16 => {
+    let packed = |view| Packed {
+        view,
+        held,
+        source: source(m),
+        size: (w, h),
+        words,
+    };
+    if let Some(row_bytes) = copy_rows(m, words).filter(|_| !m.t || rows) {
+        // texel row y is m's row y as it lies in memory (bf16 rows for f32 texels widened into
+        // f32 rows first, by the bit rules the pack shader widens with): a copy, no pack
+        // shader; the texels past its rows and columns keep the zeros wgpu initialises a
+        // partly copied texture with
+        let stored = match (m.ty, words) {
+            (Precision::Bf16, false) => {
                 let wide = g.scratch("matmul widened operand", m.sr * m.ld);
                 ops.push(crate::kernels::bf16::unpack(g, &wide, &m.v)?);
                 wide
             }
+            _ => m.v.clone(),
         };
         ops.push(Dispatch {
             label: "matmul_copy",
             work: Work::Copy {
-                buffer: (*rows_f32.buf).clone(),
-                offset: rows_f32.byte_offset(),
+                buffer: (*stored.buf).clone(),
+                offset: stored.byte_offset(),
                 row_bytes,
                 rows: m.sr as u32, // stored rows
                 texture: tex,
             },
-            _views: vec![rows_f32],
+            _views: vec![stored],
             _memory: Vec::new(),
         });
-        return Ok(Packed {
-            view,
-            held,
-            source: source(m),
-            size: (w, h),
-        });
+        return Ok(packed(view));
     }
     let target = wgpu::BindingResource::TextureView(&view);
     let groups = |texels: usize| texels.div_ceil(WG_SIDE) as u32;
@@ -341,7 +380,7 @@ fn pack(
         let dims = [m.rows(), m.cols(), m.ld / 4, m.t as usize, 0, 0, 0, 0].map(|x| x as u32);
         tex_op(
             g,
-            shader(m.ty),
+            shader(m.ty, words),
             "matmul_pack4",
             &dims,
             &[target, binding(&m.v)?],
@@ -352,33 +391,31 @@ fn pack(
         let dims = [m.rows(), m.cols(), rs, cs, 0, 0, 0, 0].map(|x| x as u32);
         tex_op(
             g,
-            shader(m.ty),
+            shader(m.ty, words),
             "matmul_pack",
             &dims,
             &[target, binding(&m.v)?],
             [groups(w), groups(h), 1],
         )?
     });
-    Ok(Packed {
-        view,
-        held,
-        source: source(m),
-        size: (w, h),
-    })
+    Ok(packed(view))
 }
 
 /// The bytes of one texel row when `m`'s stored rows can be copied into texel rows as they lie
-/// in memory (f32 elements, a texel four of them; bf16 ones from their widened f32 rows): rows
-/// contiguous, and a row length wgpu copies from (a multiple of 256 bytes; an f32 view 16-byte
-/// aligned). Not transposed, that is the
-/// packed layout every kernel reads; transposed, the rows layouts only the subgroup kernel
-/// reads ([`Rows`]). On lavapipe a copy of a 512×64 operand takes ~5 µs where the pack shader
-/// takes ~0.2 ms.
-fn copy_rows(m: &Mat) -> Option<u32> {
-    let row_bytes = 4 * m.ld;
+/// in memory (four elements a texel: f32 ones, packed bf16 ones for `words` texels, a bf16
+/// operand's widened f32 rows for f32 texels): rows contiguous, and a row length wgpu copies
+/// from (a multiple of 256 bytes: 64 f32 elements, 128 bf16 ones) at an offset of whole texels.
+/// Not transposed, that is the packed layout every kernel reads; transposed, the rows layouts
+/// only the subgroup kernel reads ([`Rows`]). On lavapipe a copy of a 512×64 operand takes
+/// ~5 µs where the pack shader takes ~0.2 ms.
+fn copy_rows(m: &Mat, words: bool) -> Option<u32> {
+    let (row_bytes, offset) = match (m.ty, words) {
+        (Precision::Bf16, true) => (2 * m.ld, m.v.byte_offset().is_multiple_of(8)),
+        // widened into a fresh aligned buffer
+        (Precision::Bf16, false) => (4 * m.ld, true),
+        (Precision::F32, _) => (4 * m.ld, m.v.byte_offset().is_multiple_of(16)),
+    };
     let whole_rows = m.ld == m.sc;
-    // bf16 rows are copied from their widened f32 rows, a fresh aligned buffer
-    let offset = m.ty == Precision::Bf16 || m.v.byte_offset().is_multiple_of(16);
     let aligned = row_bytes.is_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT as usize) && offset;
     (whole_rows && aligned).then_some(row_bytes as u32)
 }
@@ -430,7 +467,9 @@ pub(super) fn product(
     // transposed f32 operands the subgroup kernel takes as copies of their rows (one side at a
     // time, and where the rows layout fits the texture limit)
     let max = g.limits.max_texture_dimension_2d as usize;
-    let rows_of = |x: &Mat| kernel == Tex::Subgroup8 && x.t && copy_rows(x).is_some();
+    // two bf16 operands as packed bf16 texels, where the device can write them
+    let words = a.ty == Precision::Bf16 && b.ty == Precision::Bf16 && g.has_word_textures();
+    let rows_of = |x: &Mat| kernel == Tex::Subgroup8 && x.t && copy_rows(x, words).is_some();
     let (ra, rb) = (rows_of(&a), rows_of(&b));
     let rows = (ra, rb && !ra);
     let rows = match rows_sizes(m, n, k, rows) {
@@ -441,14 +480,14 @@ pub(super) fn product(
         Tex::Subgroup8 => rows_sizes(m, n, k, rows),
         Tex::Portable => texture_sizes(kernel, m, n, k),
     };
-    let pa = pack(g, ops, &a, sa, rows.0)?;
+    let pa = pack(g, ops, &a, sa, rows.0, words)?;
     let kept = match &reuse {
-        Reuse::TakeB(packs) => packs.find(&b, sb).cloned(),
+        Reuse::TakeB(packs) => packs.find(&b, sb, words).cloned(),
         _ => None,
     };
     let pb = match kept {
         Some(kept) => kept,
-        None => pack(g, ops, &b, sb, rows.1)?,
+        None => pack(g, ops, &b, sb, rows.1, words)?,
     };
     if let Reuse::KeepA(packs) = reuse {
         packs.0.push(pa.clone());
@@ -469,7 +508,7 @@ pub(super) fn product(
     ];
     let mut op = tex_op(
         g,
-        kernel.shader(p, rows),
+        kernel.shader(p, words, rows),
         kernel.entry(),
         &dims,
         &resources,
