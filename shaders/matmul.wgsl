@@ -500,3 +500,24 @@ fn matmul_bias_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(
     let old = c_out[i];
     c_out[i] = word(i, vec2<f32>(lane(old, 0u), lane(old, 1u)) + s, bd.cols);
 }
+
+// ---- matmul_bias_backward4(dbias, dout): matmul_bias_backward for dout in the layer's precision
+// and a column count that is a multiple of 4: one invocation per four columns, reading a Quad of
+// each row (one load where the kernel above makes four), eight invocations per workgroup so a
+// narrow bias still spreads over every core. The same sums in the same order: the same bits. ----
+@compute @workgroup_size(8)
+fn matmul_bias_backward4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let q = gid.x + gid.y * nwg.x * 8u;
+    let quads = bd.cols / 4u;
+    if (q >= quads) { return; }
+    var s = vec4<f32>(0.0);
+    for (var r = 0u; r < bd.rows; r++) {
+        s += quad(av[r * quads + q]);
+    }
+    for (var j = 0u; j < 4u / LANES; j++) {
+        let i = q * (4u / LANES) + j;
+        let old = c_out[i];
+        let x = vec2<f32>(s[j * LANES], s[j * LANES + LANES - 1u]);
+        c_out[i] = word(i, vec2<f32>(lane(old, 0u), lane(old, 1u)) + x, bd.cols);
+    }
+}

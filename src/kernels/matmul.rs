@@ -8,7 +8,7 @@
 //!   forward   out[n,oc]     = inp[n,c]    · weight[oc,c]ᵀ + bias   buffer kernel matmul_nt
 //!   backward  dinp[n,c]     = dout[n,oc]  · weight[oc,c]           buffer kernel matmul_nn
 //!             dweight[oc,c] += dout[n,oc]ᵀ · inp[n,c]              buffer kernel matmul_tn
-//!             dbias[oc]     += Σ_rows dout                         matmul_bias_backward
+//!             dbias[oc]     += Σ_rows dout                         matmul_bias_backward(4)
 //! ```
 //!
 //! [`Linear`] says how the operands are stored: every one in the model's precision, except
@@ -543,13 +543,22 @@ fn backward_weight(
     if let Some(db) = dbias {
         let flags = if l.io != p { A_F32 } else { 0 };
         let words = p.words(oc);
+        // whole Quads of dout's rows: four columns per invocation, eight per workgroup
+        let (entry, groups) = match oc.is_multiple_of(4) && flags == 0 {
+            true => {
+                let groups = (oc / 4).div_ceil(8) as u32;
+                let y = groups.div_ceil(65535);
+                ("matmul_bias_backward4", [groups.div_ceil(y), y, 1])
+            }
+            false => ("matmul_bias_backward", groups_1d(words)),
+        };
         ops.push(op(
             g,
             shader(p),
-            "matmul_bias_backward",
+            entry,
             &[n as u32, oc as u32, flags, 0],
             &[Arg::W(&db.slice(0, words)), Arg::R(&dy.v)],
-            groups_1d(words),
+            groups,
         )?);
     }
     Ok(ops)
