@@ -35,6 +35,16 @@ macro_rules! store {
     };
 }
 
+/// The family in `shaders/<name>.wgsl` behind a storage prelude.
+macro_rules! family {
+    ($store:ident, $name:ident) => {
+        concat!(
+            store!($store),
+            include_str!(concat!("../../shaders/", stringify!($name), ".wgsl"))
+        )
+    };
+}
+
 /// The matmul family behind a storage prelude and a texel prelude (`texels_f32`: f32 texels;
 /// `texels_words`: packed bf16 texels, for products of two bf16 operands).
 macro_rules! matmul {
@@ -68,21 +78,8 @@ macro_rules! subgroup {
 /// the bit rules of `bf16_bits.wgsl` (`<family>_bf16`); bf16 packing begins with the same bit
 /// rules, and `loss` works on f32 only.
 pub const SHADERS: &[(&str, &str)] = &[
-    (
-        "attention",
-        concat!(
-            include_str!("../../shaders/store_f32.wgsl"),
-            include_str!("../../shaders/attention.wgsl")
-        ),
-    ),
-    (
-        "attention_bf16",
-        concat!(
-            include_str!("../../shaders/bf16_bits.wgsl"),
-            include_str!("../../shaders/store_bf16.wgsl"),
-            include_str!("../../shaders/attention.wgsl")
-        ),
-    ),
+    ("attention", family!(store_f32, attention)),
+    ("attention_bf16", family!(store_bf16, attention)),
     (
         "bf16",
         concat!(
@@ -90,36 +87,10 @@ pub const SHADERS: &[(&str, &str)] = &[
             include_str!("../../shaders/bf16.wgsl")
         ),
     ),
-    (
-        "elementwise",
-        concat!(
-            include_str!("../../shaders/store_f32.wgsl"),
-            include_str!("../../shaders/elementwise.wgsl")
-        ),
-    ),
-    (
-        "elementwise_bf16",
-        concat!(
-            include_str!("../../shaders/bf16_bits.wgsl"),
-            include_str!("../../shaders/store_bf16.wgsl"),
-            include_str!("../../shaders/elementwise.wgsl")
-        ),
-    ),
-    (
-        "encoder",
-        concat!(
-            include_str!("../../shaders/store_f32.wgsl"),
-            include_str!("../../shaders/encoder.wgsl")
-        ),
-    ),
-    (
-        "encoder_bf16",
-        concat!(
-            include_str!("../../shaders/bf16_bits.wgsl"),
-            include_str!("../../shaders/store_bf16.wgsl"),
-            include_str!("../../shaders/encoder.wgsl")
-        ),
-    ),
+    ("elementwise", family!(store_f32, elementwise)),
+    ("elementwise_bf16", family!(store_bf16, elementwise)),
+    ("encoder", family!(store_f32, encoder)),
+    ("encoder_bf16", family!(store_bf16, encoder)),
     ("loss", include_str!("../../shaders/loss.wgsl")),
     ("matmul", matmul!(store_f32, texels_f32)),
     ("matmul_bf16", matmul!(store_bf16, texels_f32)),
@@ -160,36 +131,10 @@ pub const SHADERS: &[(&str, &str)] = &[
         "matmul_subgroup_words_b_rows",
         subgroup!(false, true, store_bf16, texels_words),
     ),
-    (
-        "norm",
-        concat!(
-            include_str!("../../shaders/store_f32.wgsl"),
-            include_str!("../../shaders/norm.wgsl")
-        ),
-    ),
-    (
-        "norm_bf16",
-        concat!(
-            include_str!("../../shaders/bf16_bits.wgsl"),
-            include_str!("../../shaders/store_bf16.wgsl"),
-            include_str!("../../shaders/norm.wgsl")
-        ),
-    ),
-    (
-        "optim",
-        concat!(
-            include_str!("../../shaders/store_f32.wgsl"),
-            include_str!("../../shaders/optim.wgsl")
-        ),
-    ),
-    (
-        "optim_bf16",
-        concat!(
-            include_str!("../../shaders/bf16_bits.wgsl"),
-            include_str!("../../shaders/store_bf16.wgsl"),
-            include_str!("../../shaders/optim.wgsl")
-        ),
-    ),
+    ("norm", family!(store_f32, norm)),
+    ("norm_bf16", family!(store_bf16, norm)),
+    ("optim", family!(store_f32, optim)),
+    ("optim_bf16", family!(store_bf16, optim)),
 ];
 
 /// Threads per workgroup of every 1-D kernel.
