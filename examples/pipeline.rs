@@ -21,7 +21,7 @@ use triaxis::mesh::Mesh;
 use triaxis::model::{fit, GptConfig, Micro, Precision};
 use triaxis::pipeline::partition::describe_stages;
 use triaxis::pipeline::partition::{stage_blocks, Balance};
-use triaxis::pipeline::{Link, ScheduleKind};
+use triaxis::pipeline::{Link, Schedule, ScheduleKind};
 use triaxis::runtime::Summary;
 use triaxis::step::TrainConfig;
 
@@ -46,7 +46,7 @@ struct Args {
     /// Pipeline stages (devices; 1 to 1024, each needs a block of the model).
     #[arg(long, default_value_t = 4, value_parser = flags::count)]
     stages: usize,
-    /// Schedules: comma list of gpipe, 1f1b, interleaved, zb-h1, or "all".
+    /// Schedules: comma list of gpipe, 1f1b, interleaved, zb-h1, zb-v, or "all".
     #[arg(long, default_value = "all")]
     schedule: String,
     /// Microbatch counts to sweep (comma list, each 1 to 65536).
@@ -205,12 +205,7 @@ fn open_devices(a: &Args, choice: &AdapterChoice) -> anyhow::Result<Vec<Gpu>> {
 
 fn parse_schedules(s: &str) -> anyhow::Result<Vec<ScheduleKind>> {
     if s == "all" {
-        return Ok(vec![
-            ScheduleKind::GPipe,
-            ScheduleKind::OneFOneB,
-            ScheduleKind::Interleaved,
-            ScheduleKind::ZeroBubbleH1,
-        ]);
+        return Ok(ScheduleKind::ALL.to_vec());
     }
     Ok(s.split(',')
         .map(|x| x.trim().parse::<ScheduleKind>())
@@ -419,21 +414,19 @@ fn check_fit(
     for &kind in kinds {
         let v = chunks_of(kind, a.chunks);
         let stages = stage_blocks(model, a.stages * v, &Balance::Params)?;
+        // where each stage runs (any m the schedule takes: the placement does not depend on it)
+        let placed = Schedule::new(kind, a.stages, a.stages, v)?;
         for (s, blocks) in stages.iter().enumerate() {
-            // stage s runs on device s mod p (chunk-major, as `Schedule::stage`)
-            fit::check(model, blocks, micro, 1, &gpus[s % a.stages].limits)?;
+            fit::check(model, blocks, micro, 1, &gpus[placed.place(s).0].limits)?;
         }
     }
     Ok(())
 }
 
-/// Model chunks per device: `chunks` for the interleaved schedule, one for the others.
+/// Model chunks per device: `chunks` for the interleaved schedule, two for ZB-V, one for the
+/// others.
 fn chunks_of(kind: ScheduleKind, chunks: usize) -> usize {
-    if kind == ScheduleKind::Interleaved {
-        chunks
-    } else {
-        1
-    }
+    kind.fixed_chunks().unwrap_or(chunks)
 }
 
 /// Interleaving needs m to be a multiple of p.

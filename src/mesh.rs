@@ -150,6 +150,23 @@ impl Mesh {
                 ));
             }
         }
+        match self.schedule.fixed_chunks() {
+            Some(1) if self.chunks > 1 => {
+                return bad(format!(
+                    "--chunks {} needs --schedule interleaved ({} runs one chunk per device); use \
+                     --schedule interleaved or --chunks 1",
+                    self.chunks, self.schedule
+                ))
+            }
+            Some(n) if self.chunks != n => {
+                return bad(format!(
+                    "--schedule {} places {n} chunks per device in a V (device d holds stages d \
+                     and 2·pp−1−d), got --chunks {}; use --chunks {n}",
+                    self.schedule, self.chunks
+                ))
+            }
+            _ => {}
+        }
         let blocks = model.layers + 2;
         let stages = self.pp * self.chunks;
         if stages > blocks {
@@ -160,14 +177,11 @@ impl Mesh {
                 self.pp,
                 self.chunks,
                 model.layers,
-                if self.chunks > 1 { " or --chunks 1" } else { "" }
-            ));
-        }
-        if self.chunks > 1 && self.schedule != ScheduleKind::Interleaved {
-            return bad(format!(
-                "--chunks {} needs --schedule interleaved ({} runs one chunk per device); use \
-                 --schedule interleaved or --chunks 1",
-                self.chunks, self.schedule
+                if self.chunks > 1 && self.schedule.fixed_chunks().is_none() {
+                    " or --chunks 1"
+                } else {
+                    ""
+                }
             ));
         }
         if self.schedule == ScheduleKind::Interleaved

@@ -191,6 +191,18 @@ fn invalid() -> Vec<(
             vec!["needs --schedule interleaved"],
         ),
         (
+            "zb-v with one chunk per device",
+            Mesh {
+                schedule: ScheduleKind::ZeroBubbleV,
+                ..mesh(1, 1, 2, 4)
+            },
+            m,
+            2,
+            8,
+            2,
+            vec!["zb-v places 2 chunks per device in a V", "--chunks 2"],
+        ),
+        (
             "interleaved with m not a multiple of pp",
             il(2, 3, 2),
             m,

@@ -108,6 +108,7 @@ fn every_schedule_is_bit_identical_to_one_device() {
         (ScheduleKind::Interleaved, 4, 4, 2),
         (ScheduleKind::ZeroBubbleH1, 2, 4, 1),
         (ScheduleKind::ZeroBubbleH1, 4, 8, 1),
+        (ScheduleKind::ZeroBubbleV, 2, 4, 2),
     ] {
         let cfg = cfg(m);
         let data = batches(&c, &cfg, cfg.steps);
@@ -133,11 +134,7 @@ fn every_schedule_is_bit_identical_to_one_device() {
                 r.stats.grad_norm.to_bits(),
                 "{kind:?} step {s}: grad norm"
             );
-            let per_micro = if kind == ScheduleKind::ZeroBubbleH1 {
-                3
-            } else {
-                2
-            };
+            let per_micro = if kind.split_backward() { 3 } else { 2 };
             assert_eq!(report.events.len(), p * v * per_micro * m);
             // one device clock: the pipeline summary's bubble is the step's, and its trace has
             // one device-clock span per pass

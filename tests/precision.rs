@@ -84,13 +84,14 @@ fn bf16_repeats_and_every_pipeline_schedule_gives_the_one_device_bits() {
         (losses.clone(), sum.clone()),
         "repeat"
     );
-    // every schedule; the recompute modes where the schedule replays most (ZB-H1's W, the
-    // interleaved chunks; tests/recompute.rs covers every schedule in f32)
+    // every schedule; the recompute modes where the schedule replays most (the zero-bubble W's,
+    // the interleaved and V chunks; tests/recompute.rs covers every schedule in f32)
     for mesh in [
         pp(ScheduleKind::GPipe, 2, 1, 4),
         pp(ScheduleKind::OneFOneB, 4, 1, 4),
         pp(ScheduleKind::ZeroBubbleH1, 2, 1, 4),
         pp(ScheduleKind::Interleaved, 2, 2, 4),
+        pp(ScheduleKind::ZeroBubbleV, 2, 2, 4),
     ] {
         let modes: &[Recompute] = match mesh.schedule {
             ScheduleKind::GPipe | ScheduleKind::OneFOneB => &[Recompute::None],

@@ -128,6 +128,7 @@ fn one_device_and_every_pipeline_schedule_give_the_trainers_bits() {
         (ScheduleKind::OneFOneB, 2, 1),
         (ScheduleKind::ZeroBubbleH1, 2, 1),
         (ScheduleKind::Interleaved, 2, 2),
+        (ScheduleKind::ZeroBubbleV, 2, 2),
         (ScheduleKind::OneFOneB, 4, 1),
     ] {
         let mesh = Mesh {
@@ -188,10 +189,12 @@ fn dp_by_pp_and_zero_1_in_stages_give_plain_data_parallel_bits() {
         (ScheduleKind::OneFOneB, 0),
         (ScheduleKind::OneFOneB, 1),
         (ScheduleKind::ZeroBubbleH1, 1),
+        (ScheduleKind::ZeroBubbleV, 2),
         (ScheduleKind::GPipe, 0),
     ] {
         let mesh = Mesh {
             schedule: kind,
+            chunks: kind.fixed_chunks().unwrap_or(1),
             zero,
             ..mesh(2, 2, m)
         };

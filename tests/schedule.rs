@@ -98,6 +98,26 @@ fn zero_bubble_h1_pictures() {
 }
 
 #[test]
+fn zero_bubble_v_picture() {
+    // Device 0 holds stages 0 and 3 (chunks c0, c1), device 1 stages 1 and 2: the turn of the V
+    // (1F0c0 → 1F0c1) stays on device 1, and the loss is computed on device 0.
+    assert_eq!(
+        render(&zero_bubble_v(2, 3).unwrap()),
+        picture(
+            "0F0c0 0F1c0 0F2c0 0F0c1 0B0c1 0W0c1 0F1c1 0B1c1 0W1c1 0B0c0 0W0c0 0F2c1 0B2c1 0W2c1 0B1c0 0W1c0 0B2c0 0W2c0 .
+             .     1F0c0 1F0c1 1F1c0 1F1c1 1B0c1 1W0c1 1F2c0 1B0c0 1W0c0 1F2c1 1B1c1 1W1c1 1B1c0 1B2c1 1B2c0 1W1c0 1W2c1 1W2c0"
+        )
+    );
+    let s = zero_bubble_v(4, 8).unwrap();
+    let stages: Vec<_> = (0..4).map(|d| (s.stage(d, 0), s.stage(d, 1))).collect();
+    assert_eq!(stages, [(0, 7), (1, 6), (2, 5), (3, 4)]);
+    assert!((0..8).all(|st| {
+        let (d, c) = s.place(st);
+        s.stage(d, c) == st
+    }));
+}
+
+#[test]
 fn display_is_list_order() {
     assert_eq!(
         one_f_one_b(2, 2).unwrap().to_string(),

@@ -47,6 +47,31 @@ fn unit_simulation_reproduces_the_bubble_formulas_exactly() {
                 assert_eq!(r.idle, p * (p - 1), "{tag}");
             }
             ScheduleKind::ZeroBubbleH1 => {}
+            // ZB-V (F = B = W = 1 per chunk): 6m+p−1 steps once m ≥ ⌊3p/2⌋, the least any
+            // order can take (device p−1 starts at p−1 with 6m units of work).
+            ScheduleKind::ZeroBubbleV => {
+                assert!(r.makespan >= 6 * m + p - 1, "{tag}");
+                if m >= 3 * p / 2 {
+                    assert_eq!(r.makespan, 6 * m + p - 1, "{tag}");
+                    assert_eq!(r.idle, p * (p - 1), "{tag}");
+                    assert!((r.bubble - theory(&s)).abs() < 1e-12, "{tag}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn zero_bubble_v_halves_zero_bubble_h1s_idle_time() {
+    // Both idle p−1 units per device, but a ZB-V unit is a chunk, half a stage: ZB-V idles
+    // (p−1)/2 stage units per device, ZB-H1 p−1.
+    for p in [2, 4, 8] {
+        for m in [12, 16, 64] {
+            let v = simulate_unit(&zero_bubble_v(p, m).unwrap()).unwrap();
+            let h1 = simulate_unit(&zero_bubble_h1(p, m).unwrap()).unwrap();
+            assert_eq!(v.idle, h1.idle, "p={p} m={m}");
+            assert_eq!(v.makespan, 2 * h1.makespan - (p - 1), "p={p} m={m}");
+            assert!(v.bubble < h1.bubble, "p={p} m={m}");
         }
     }
 }
@@ -105,6 +130,17 @@ fn peak_activations_per_device() {
                 vec![p.min(m); p],
                 "p={p} m={m}"
             );
+        }
+    }
+    // ZB-V counts half-stage chunk-microbatches: 2·min(p, m) on the busiest device once m ≥ p
+    // (1F1B's first device), never more than 2p.
+    for p in [1, 2, 3, 4, 8] {
+        for m in [1, 2, 4, 8, 16, 64] {
+            let peak = peak_activations(&zero_bubble_v(p, m).unwrap());
+            assert!(peak.iter().all(|&n| n <= 2 * p), "p={p} m={m}: {peak:?}");
+            if m >= p {
+                assert_eq!(peak.iter().max(), Some(&(2 * p)), "p={p} m={m}: {peak:?}");
+            }
         }
     }
     // Interleaved counts chunk-microbatches: device 0 of p=4, v=2 holds 11 (5.5 stages' worth).

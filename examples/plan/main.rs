@@ -272,13 +272,17 @@ fn print_reference() {
     );
     let b = |kind: ScheduleKind, m| 100.0 * pipeline::bubble(kind, 1, p, m);
     println!(
-        "  bubble p=8 [GPipe/1F1B {}]: m=8 {:.1} %, m=64 {:.1} %   [ZB-H1 {}]: {:.1} %, {:.1} %",
+        "  bubble p=8 [GPipe/1F1B {}]: m=8 {:.1} %, m=64 {:.1} %   [ZB-H1 {}]: {:.1} %, {:.1} %   \
+         [ZB-V {}]: m=16 {:.1} %, m=64 {:.1} %",
         pipeline::formula(ScheduleKind::OneFOneB),
         b(ScheduleKind::OneFOneB, 8),
         b(ScheduleKind::OneFOneB, 64),
         pipeline::formula(ScheduleKind::ZeroBubbleH1),
         b(ScheduleKind::ZeroBubbleH1, 8),
-        b(ScheduleKind::ZeroBubbleH1, 64)
+        b(ScheduleKind::ZeroBubbleH1, 64),
+        pipeline::formula(ScheduleKind::ZeroBubbleV),
+        b(ScheduleKind::ZeroBubbleV, 16),
+        b(ScheduleKind::ZeroBubbleV, 64)
     );
     let rows: Vec<String> = ZeroStage::ALL
         .iter()

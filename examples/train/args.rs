@@ -56,7 +56,7 @@ pub struct Args {
     /// ZeRO stage over the data-parallel group (0–3).
     #[arg(long, default_value_t = 0, value_parser = flags::count)]
     pub zero: usize,
-    /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1.
+    /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-v.
     #[arg(long, default_value = "1f1b")]
     pub schedule: String,
     /// Precision: f32, or bf16 mixed precision (bf16 parameters, gradients and activations,
@@ -67,9 +67,10 @@ pub struct Args {
     /// full (the layer from its input); the parameters stay bit-identical to none.
     #[arg(long, default_value = "none")]
     pub recompute: String,
-    /// Model chunks per pipeline device (interleaved schedule).
-    #[arg(long, default_value_t = 1, value_parser = flags::count)]
-    pub chunks: usize,
+    /// Model chunks per pipeline device: any count for the interleaved schedule; zb-v places 2
+    /// (its default); the others 1 (the default).
+    #[arg(long, value_parser = flags::count)]
+    pub chunks: Option<usize>,
     /// Devices: "virtual" (dp·tp·pp virtual devices on one adapter), a number N (N virtual
     /// devices, which must equal dp·tp·pp), or "all" (one device per adapter wgpu finds).
     #[arg(long, default_value = "virtual")]
@@ -186,7 +187,9 @@ impl Args {
         flags::in_range("--tp", self.tp, 1, MAX_DEGREE)?;
         flags::in_range("--pp", self.pp, 1, MAX_DEGREE)?;
         flags::in_range("--zero", self.zero, 0, 3)?;
-        flags::in_range("--chunks", self.chunks, 1, MAX_DEGREE)?;
+        if let Some(c) = self.chunks {
+            flags::in_range("--chunks", c, 1, MAX_DEGREE)?;
+        }
         flags::in_range("--checkpoint-every", self.checkpoint_every, 0, MAX_STEPS)?;
         flags::positive("--lr", self.lr as f64, 1.0)?;
         if let Some(w) = self.warmup {

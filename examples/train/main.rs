@@ -143,14 +143,15 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
         seed: a.seed,
     };
     cfg.validate()?;
+    let schedule = a.schedule.parse::<ScheduleKind>()?;
     let mesh = Mesh {
         dp: a.dp,
         tp: a.tp,
         pp: a.pp,
         zero: a.zero,
-        schedule: a.schedule.parse::<ScheduleKind>()?,
+        schedule,
         microbatches: a.microbatches,
-        chunks: a.chunks,
+        chunks: a.chunks.or(schedule.fixed_chunks()).unwrap_or(1),
     };
     let opts = RuntimeOptions {
         link: Link::by_name(&a.link)?,

@@ -185,6 +185,7 @@ pub fn enumerate(req: &PlanRequest) -> Result<Vec<Candidate>> {
                     (ScheduleKind::OneFOneB, 1),
                     (ScheduleKind::Interleaved, 2),
                     (ScheduleKind::ZeroBubbleH1, 1),
+                    (ScheduleKind::ZeroBubbleV, 2),
                 ]
             } else {
                 &[(ScheduleKind::OneFOneB, 1)]

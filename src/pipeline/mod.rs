@@ -4,7 +4,8 @@
 //! the device clock (`runtime::replay`).
 //!
 //! ```text
-//! schedule  Action {F|B|W, micro, chunk}; gpipe, one_f_one_b, interleaved, zero_bubble_h1
+//! schedule  Action {F|B|W, micro, chunk}; gpipe, one_f_one_b, interleaved, zero_bubble_h1,
+//!           zero_bubble_v
 //! validate  exactly-once, order on a device, FIFO channels, deadlock under a channel bound
 //! render    rows = devices, columns = unit-cost steps: "0F0 0F1 .   .   0B0 0B1"
 //! simulate  simulate_unit (bubble, peak activations)
@@ -21,8 +22,8 @@ pub mod validate;
 
 pub use render::render;
 pub use schedule::{
-    gpipe, interleaved, one_f_one_b, zero_bubble_h1, Action, Flow, Kind, Msg, Schedule,
-    ScheduleKind,
+    gpipe, interleaved, one_f_one_b, zero_bubble_h1, zero_bubble_v, Action, Flow, Kind, Msg,
+    Schedule, ScheduleKind,
 };
 pub use simulate::{peak_activations, simulate_unit, SimResult};
 // the link model lives in `crate::link`; re-exported for the pipeline's users

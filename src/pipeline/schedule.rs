@@ -1,5 +1,6 @@
 //! Pipeline schedules as data: one ordered list of [`Action`]s per device, built by pure
-//! functions (`gpipe`, `one_f_one_b`, `interleaved`, `zero_bubble_h1`). The same value feeds the
+//! functions (`gpipe`, `one_f_one_b`, `interleaved`, `zero_bubble_h1`, `zero_bubble_v`). The
+//! same value feeds the
 //! validator, the unit-cost simulator and the runtime's lowering; nothing else knows a
 //! schedule's shape.
 //!
@@ -7,6 +8,17 @@
 //! device `d` holds stages `d, d+p, d+2p, …` (Megatron's interleaving). An action's `chunk` is the
 //! local chunk index `c`; its model stage is `c·p + d`, where `d` is the index of the list that
 //! holds it. Without interleaving `v = 1` and every chunk is 0.
+//!
+//! The V placement (ZB-V): two chunks per device, device `d` holding stages `d` and `2p−1−d`, so
+//! device 0 runs both the first and the last stage and the turn of the V (stages `p−1` → `p`)
+//! stays on device `p−1`. [`Schedule::stage`] and [`Schedule::place`] are the only places that
+//! know either rule.
+//!
+//! ```text
+//!   p = 2, V                stage 0    stage 1    stage 2    stage 3
+//!   device 0 (chunks 0,1)   [c0] ───▶ ─┐                     ┌─▶ [c1] → loss
+//!   device 1 (chunks 0,1)              └─▶ [c0] ─▶ [c1] ───┘
+//! ```
 //!
 //! ```text
 //!   p = 2, v = 2            stage 0    stage 1    stage 2    stage 3
@@ -75,17 +87,25 @@ impl Action {
     }
 }
 
-/// The schedule families, parsed from "gpipe", "1f1b", "interleaved", "zb-h1".
+/// The schedule families, parsed from "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScheduleKind {
     GPipe,
     OneFOneB,
     Interleaved,
     ZeroBubbleH1,
+    ZeroBubbleV,
 }
 
 impl ScheduleKind {
-    pub const NAMES: [&'static str; 4] = ["gpipe", "1f1b", "interleaved", "zb-h1"];
+    pub const ALL: [ScheduleKind; 5] = [
+        ScheduleKind::GPipe,
+        ScheduleKind::OneFOneB,
+        ScheduleKind::Interleaved,
+        ScheduleKind::ZeroBubbleH1,
+        ScheduleKind::ZeroBubbleV,
+    ];
+    pub const NAMES: [&'static str; 5] = ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -93,12 +113,27 @@ impl ScheduleKind {
             ScheduleKind::OneFOneB => "1f1b",
             ScheduleKind::Interleaved => "interleaved",
             ScheduleKind::ZeroBubbleH1 => "zb-h1",
+            ScheduleKind::ZeroBubbleV => "zb-v",
         }
     }
 
     /// Whether the backward is split into B (input gradients) and W (weight gradients).
     pub fn split_backward(self) -> bool {
-        self == ScheduleKind::ZeroBubbleH1
+        matches!(self, ScheduleKind::ZeroBubbleH1 | ScheduleKind::ZeroBubbleV)
+    }
+
+    /// Whether stages sit on the devices in a V (two chunks per device; see the module doc).
+    pub fn v_shaped(self) -> bool {
+        self == ScheduleKind::ZeroBubbleV
+    }
+
+    /// The chunks per device the schedule needs, when it fixes them (the V schedules: 2).
+    pub fn fixed_chunks(self) -> Option<usize> {
+        match self {
+            ScheduleKind::Interleaved => None,
+            ScheduleKind::ZeroBubbleV => Some(2),
+            _ => Some(1),
+        }
     }
 }
 
@@ -111,14 +146,8 @@ impl fmt::Display for ScheduleKind {
 impl std::str::FromStr for ScheduleKind {
     type Err = Error;
     fn from_str(s: &str) -> Result<ScheduleKind> {
-        let kinds = [
-            ScheduleKind::GPipe,
-            ScheduleKind::OneFOneB,
-            ScheduleKind::Interleaved,
-            ScheduleKind::ZeroBubbleH1,
-        ];
         let lower = s.trim().to_ascii_lowercase();
-        kinds
+        ScheduleKind::ALL
             .into_iter()
             .find(|k| k.name() == lower)
             .ok_or_else(|| {
@@ -165,18 +194,28 @@ pub struct Schedule {
 
 impl Schedule {
     /// Build the schedule `kind` for `p` devices, `m` microbatches and `v` chunks per device
-    /// (`v` must be 1 except for interleaved).
+    /// (`v` is 1 except for interleaved, which takes any, and zb-v, which takes 2).
     pub fn new(kind: ScheduleKind, p: usize, m: usize, v: usize) -> Result<Schedule> {
-        if kind != ScheduleKind::Interleaved && v != 1 {
-            return Err(Error::Config(format!(
-                "{kind} has one chunk per device (v = 1), got v = {v}; only interleaved uses v > 1"
-            )));
+        match kind.fixed_chunks() {
+            Some(1) if v != 1 => {
+                return Err(Error::Config(format!(
+                    "{kind} has one chunk per device (v = 1), got v = {v}; only interleaved \
+                     uses v > 1"
+                )))
+            }
+            Some(n) if v != n => {
+                return Err(Error::Config(format!(
+                    "{kind} places {n} chunks per device (a V), got v = {v}; use v = {n}"
+                )))
+            }
+            _ => {}
         }
         match kind {
             ScheduleKind::GPipe => gpipe(p, m),
             ScheduleKind::OneFOneB => one_f_one_b(p, m),
             ScheduleKind::Interleaved => interleaved(p, m, v),
             ScheduleKind::ZeroBubbleH1 => zero_bubble_h1(p, m),
+            ScheduleKind::ZeroBubbleV => zero_bubble_v(p, m),
         }
     }
 
@@ -202,14 +241,20 @@ impl Schedule {
         self.p * self.v
     }
 
-    /// Model stage of local `chunk` on `device`.
+    /// Model stage of local `chunk` on `device`: `c·p + d`, or in a V `d` and `2p−1−d`.
     pub fn stage(&self, device: usize, chunk: usize) -> usize {
-        chunk * self.p + device
+        match (self.kind.v_shaped(), chunk) {
+            (true, 1) => 2 * self.p - 1 - device,
+            _ => chunk * self.p + device,
+        }
     }
 
-    /// `(device, chunk)` holding model stage `stage`.
+    /// `(device, chunk)` holding model stage `stage` (the inverse of [`Schedule::stage`]).
     pub fn place(&self, stage: usize) -> (usize, usize) {
-        (stage % self.p, stage / self.p)
+        match self.kind.v_shaped() && stage >= self.p {
+            true => (2 * self.p - 1 - stage, 1),
+            false => (stage % self.p, stage / self.p),
+        }
     }
 
     /// Label of `action` on `device` (see the module doc).
@@ -429,4 +474,95 @@ pub fn interleaved(p: usize, m: usize, v: usize) -> Result<Schedule> {
         })
         .collect();
     Ok(Schedule::of(ScheduleKind::Interleaved, p, m, v, actions))
+}
+
+/// ZB-V (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", §6): two chunks per device in a V
+/// (device `d` holds stages `d` and `2p−1−d`), the backward split into B and W. Device `d` runs,
+/// with `n = max(m, 2p−1)` microbatches laid out and those ≥ m dropped afterwards:
+///
+/// 1. warm-up: `2(p−d)−1` forwards on chunk 0, then `d` pairs (F chunk 1, F chunk 0), then
+///    `p−d` triples (F, B, W on chunk 1): the V's turn starts its backward at once;
+/// 2. steady state: (F, B, W on chunk 0; F, B, W on chunk 1) until every forward has run;
+/// 3. cool-down: `d` pairs (B chunk 0, B chunk 1), then `p−d` pairs (B, W on chunk 0), then
+///    the deferred W's of chunk 1 and of chunk 0, which fill the drain.
+///
+/// Each device holds at most `2p` chunk-microbatches of activations (half a stage each): the
+/// peak of 1F1B's first device. With F = B = W of one unit per chunk the device clock idles only
+/// while the V fills and drains (see `theory::bubble`).
+///
+/// ```text
+/// zero_bubble_v(2, 3):
+///   0F0c0 0F1c0 0F2c0 0F0c1 0B0c1 0W0c1 0F1c1 0B1c1 0W1c1 0B0c0 0W0c0 0F2c1 0B2c1 0W2c1 …
+///   .     1F0c0 1F0c1 1F1c0 1F1c1 1B0c1 1W0c1 1F2c0 1B0c0 1W0c0 1F2c1 1B1c1 1W1c1 1B1c0 …
+/// ```
+pub fn zero_bubble_v(p: usize, m: usize) -> Result<Schedule> {
+    check_sizes("zb-v", p, m, 2)?;
+    let actions = (0..p).map(|d| zero_bubble_v_list(p, m, d)).collect();
+    Ok(Schedule::of(ScheduleKind::ZeroBubbleV, p, m, 2, actions))
+}
+
+/// Device `d`'s ZB-V list (the phases in [`zero_bubble_v`]'s doc).
+fn zero_bubble_v_list(p: usize, m: usize, d: usize) -> Vec<Action> {
+    let n = m.max(2 * p - 1);
+    let mut l = Counted::default();
+    for _ in 0..2 * (p - d) - 1 {
+        l.put(Kind::F, 0);
+    }
+    for _ in 0..d {
+        l.put(Kind::F, 1);
+        l.put(Kind::F, 0);
+    }
+    for _ in 0..p - d {
+        l.put_all(1);
+    }
+    while l.count(Kind::F, 1) < l.count(Kind::F, 0) || l.count(Kind::F, 0) < n {
+        if l.count(Kind::F, 0) < n {
+            l.put(Kind::F, 0);
+        }
+        l.put(Kind::B, 0);
+        l.put(Kind::W, 0);
+        l.put_all(1);
+    }
+    for _ in 0..d {
+        l.put(Kind::B, 0);
+        l.put(Kind::B, 1);
+    }
+    for _ in 0..p - d {
+        l.put(Kind::B, 0);
+        l.put(Kind::W, 0);
+    }
+    // the deferred weight gradients fill the drain: chunk 1's, then chunk 0's
+    for chunk in [1, 0] {
+        while l.count(Kind::W, chunk) < l.count(Kind::B, chunk) {
+            l.put(Kind::W, chunk);
+        }
+    }
+    let mut list = l.list;
+    list.retain(|a| a.micro < m);
+    list
+}
+
+/// A device's list under construction: each (kind, chunk) takes the next microbatch in turn.
+#[derive(Default)]
+struct Counted {
+    list: Vec<Action>,
+    /// `next[kind][chunk]`, kinds in `F, B, W` order
+    next: [[usize; 2]; 3],
+}
+
+impl Counted {
+    fn count(&self, kind: Kind, chunk: usize) -> usize {
+        self.next[kind as usize][chunk]
+    }
+    fn put(&mut self, kind: Kind, chunk: usize) {
+        let micro = self.count(kind, chunk);
+        self.list.push(Action { kind, micro, chunk });
+        self.next[kind as usize][chunk] += 1;
+    }
+    /// F, B and W of the next microbatch on `chunk`.
+    fn put_all(&mut self, chunk: usize) {
+        for kind in [Kind::F, Kind::B, Kind::W] {
+            self.put(kind, chunk);
+        }
+    }
 }

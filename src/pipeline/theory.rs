@@ -22,6 +22,18 @@
 //! ```
 //!
 //! so ZB-H1's idle time is a third of 1F1B's, at the same peak activation memory as 1F1B.
+//!
+//! ZB-V (the same paper, §6) puts two chunks of half a stage on each device in a V and counts
+//! in chunk units (F = B = W = 1 per chunk, 6m units of work per device). Device p−1 cannot start
+//! before p−1 forwards have run upstream and has 6m units to do, so no order ends before
+//! `6m + p − 1`; ZB-V's order reaches that bound for `m ≥ ⌊3p/2⌋`:
+//!
+//! ```text
+//! ZB-V   idle per device = p−1 chunk units = (p−1)/2 stage units   bubble = (p−1)/(6m + p − 1)
+//! ```
+//!
+//! half of ZB-H1's idle time, at 1F1B's peak activation memory (2p half-stage microbatches = p).
+//! It is "zero bubble" in the sense that nothing idles beyond the start-up every order pays.
 
 use super::{Schedule, ScheduleKind};
 use crate::error::{Error, Result};
@@ -38,6 +50,7 @@ pub fn theory(s: &Schedule) -> f64 {
 /// - GPipe, 1F1B: `(p−1) / (m + p − 1)`
 /// - interleaved: `(p−1) / (v·m + p − 1)`
 /// - ZB-H1: `(p−1) / (3m + p − 1)` (unit F = B = W; see the module doc)
+/// - ZB-V: `(p−1) / (6m + p − 1)` (unit F = B = W per chunk, `m ≥ ⌊3p/2⌋`; see the module doc)
 pub fn bubble(kind: ScheduleKind, v: usize, p: usize, m: usize) -> f64 {
     if p <= 1 {
         return 0.0;
@@ -47,6 +60,7 @@ pub fn bubble(kind: ScheduleKind, v: usize, p: usize, m: usize) -> f64 {
         ScheduleKind::GPipe | ScheduleKind::OneFOneB => m,
         ScheduleKind::Interleaved => v as f64 * m,
         ScheduleKind::ZeroBubbleH1 => 3.0 * m,
+        ScheduleKind::ZeroBubbleV => 6.0 * m,
     };
     p / (slots + p)
 }
@@ -56,7 +70,7 @@ pub fn bubble(kind: ScheduleKind, v: usize, p: usize, m: usize) -> f64 {
 ///
 /// - p = 1 (plain gradient accumulation): 1
 /// - GPipe: m
-/// - 1F1B, ZB-H1: min(m, p)
+/// - 1F1B, ZB-H1, ZB-V: min(m, p)
 /// - interleaved: min(m, p·(1 + (p−1)/(p·v))) = min(m, p + (p−1)/v)
 pub fn held_microbatches(kind: ScheduleKind, v: usize, p: usize, m: usize) -> f64 {
     if p <= 1 {
@@ -65,18 +79,17 @@ pub fn held_microbatches(kind: ScheduleKind, v: usize, p: usize, m: usize) -> f6
     let (pf, mf) = (p as f64, m as f64);
     match kind {
         ScheduleKind::GPipe => mf,
-        ScheduleKind::OneFOneB | ScheduleKind::ZeroBubbleH1 => mf.min(pf),
+        ScheduleKind::OneFOneB | ScheduleKind::ZeroBubbleH1 | ScheduleKind::ZeroBubbleV => {
+            mf.min(pf)
+        }
         ScheduleKind::Interleaved => mf.min(pf + (pf - 1.0) / v as f64),
     }
 }
 
-/// Model chunks per device (v for interleaved, else 1): the number of stage boundaries
-/// each microbatch crosses on a device, for point-to-point traffic.
+/// Model chunks per device (v for interleaved, 2 for ZB-V, else 1): the number of stage
+/// boundaries each microbatch crosses on a device, for point-to-point traffic.
 pub fn chunks(kind: ScheduleKind, v: usize) -> usize {
-    match kind {
-        ScheduleKind::Interleaved => v,
-        _ => 1,
-    }
+    kind.fixed_chunks().unwrap_or(v)
 }
 
 /// The bubble formula as text, for printing.
@@ -85,18 +98,27 @@ pub fn formula(kind: ScheduleKind) -> &'static str {
         ScheduleKind::GPipe | ScheduleKind::OneFOneB => "(p-1)/(m+p-1)",
         ScheduleKind::Interleaved => "(p-1)/(v·m+p-1)",
         ScheduleKind::ZeroBubbleH1 => "(p-1)/(3m+p-1)",
+        ScheduleKind::ZeroBubbleV => "(p-1)/(6m+p-1)",
     }
 }
 
-/// Checks schedule `kind` (`v` chunks when interleaved) against p stages, m microbatches and
-/// L layers: L divisible by p (by p·v when interleaved), m divisible by p when interleaved
-/// (Megatron's rule), and one chunk per device for the other schedules.
+/// Checks schedule `kind` (`v` chunks when interleaved or ZB-V) against p stages, m
+/// microbatches and L layers: L divisible by p·v, m divisible by p when interleaved
+/// (Megatron's rule), two chunks per device for ZB-V and one for the other schedules.
 pub fn validate(kind: ScheduleKind, v: usize, p: usize, m: usize, layers: usize) -> Result<()> {
-    if kind != ScheduleKind::Interleaved && v > 1 {
-        return Err(Error::Config(format!(
-            "v = {v} model chunks per device need the interleaved schedule ({kind} runs one chunk \
-             per device); use the interleaved schedule or v = 1"
-        )));
+    match kind.fixed_chunks() {
+        Some(1) if v > 1 => {
+            return Err(Error::Config(format!(
+                "v = {v} model chunks per device need the interleaved schedule ({kind} runs one \
+                 chunk per device); use the interleaved schedule or v = 1"
+            )))
+        }
+        Some(n) if v != n => {
+            return Err(Error::Config(format!(
+                "{kind} places {n} model chunks per device (a V), got v = {v}; use v = {n}"
+            )))
+        }
+        _ => {}
     }
     let chunks = chunks(kind, v);
     if chunks == 0 {

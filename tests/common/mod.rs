@@ -10,7 +10,7 @@ pub mod tiny;
 
 use triaxis::gpu::{Gpu, View};
 use triaxis::kernels::matmul::Kernel;
-use triaxis::pipeline::{gpipe, interleaved, one_f_one_b, zero_bubble_h1, Schedule};
+use triaxis::pipeline::{gpipe, interleaved, one_f_one_b, zero_bubble_h1, zero_bubble_v, Schedule};
 use triaxis::rng::Rng;
 
 /// A value no kernel writes: an unwritten output element fails every comparison.
@@ -130,6 +130,7 @@ pub fn all_schedules() -> Vec<Schedule> {
             out.push(gpipe(p, m).unwrap());
             out.push(one_f_one_b(p, m).unwrap());
             out.push(zero_bubble_h1(p, m).unwrap());
+            out.push(zero_bubble_v(p, m).unwrap());
             for v in [1, 2, 3] {
                 if m % p == 0 {
                     out.push(interleaved(p, m, v).unwrap());
