@@ -46,7 +46,7 @@ struct Args {
     /// Pipeline stages (devices; 1 to 1024, each needs a block of the model).
     #[arg(long, default_value_t = 4, value_parser = flags::count)]
     stages: usize,
-    /// Schedules: comma list of gpipe, 1f1b, interleaved, zb-h1, zb-v, or "all".
+    /// Schedules: comma list of gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev, or "all".
     #[arg(long, default_value = "all")]
     schedule: String,
     /// Microbatch counts to sweep (comma list, each 1 to 65536).
@@ -88,8 +88,10 @@ struct Args {
     /// Also run the wall-clock measurement one device at a time (the device clock always is).
     #[arg(long)]
     serial: bool,
-    /// Measured steps per point and clock (after one warm-up step; 1 to 10⁶); the median is
-    /// reported.
+    /// Measured steps per point and clock (after one warm-up step; 1 to 10⁶): the wall clock
+    /// reports the median step; the device clock pools at least this many, and enough for 8
+    /// passes of each kind per device (⌈8/m⌉), into per-pass medians, with the spread of the
+    /// steps' own bubbles.
     #[arg(long, default_value_t = 1, value_parser = flags::count)]
     steps: usize,
     /// Precision: f32, or bf16 mixed precision (stages send 2-byte activations and gradients).
@@ -99,6 +101,10 @@ struct Args {
     #[arg(long, default_value = "runs/pipeline")]
     out: PathBuf,
 }
+
+/// Passes of each kind every device runs, at least, across the steps the device clock pools
+/// for one point (so a small m takes several steps and its medians are stable).
+const SAMPLES: usize = 8;
 
 fn main() {
     let args = Args::parse();
@@ -142,10 +148,13 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
     };
     let choice = AdapterChoice::from_flags(a.backend.as_deref(), a.adapter, false)?;
     for &k in &kinds {
-        if !ms.iter().any(|&m| applicable(k, a.stages, m)) {
+        if !ms.iter().any(|&m| applicable(k, a.stages, m, a.chunks)) {
+            let e = Schedule::new(k, a.stages, ms[0], chunks_of(k, a.chunks))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             anyhow::bail!(
-                "--schedule {} needs a --microbatches count divisible by --stages {}; none of \
-                 {ms:?} is",
+                "--schedule {} takes none of --microbatches {ms:?} on --stages {}: {e}",
                 k.name(),
                 a.stages
             );
@@ -252,7 +261,11 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
     );
     let total: usize = kinds
         .iter()
-        .map(|k| ms.iter().filter(|&&m| applicable(*k, a.stages, m)).count())
+        .map(|k| {
+            ms.iter()
+                .filter(|&&m| applicable(*k, a.stages, m, a.chunks))
+                .count()
+        })
         .sum();
     let bar = progress::bar(total as u64);
     let mut rows: Vec<Summary> = Vec::new();
@@ -266,9 +279,10 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         say(
             &bar,
             format!(
-                "{:>4} {:>8} {:>10} {:>10} {:>7} {:>11} {:>11} {:>12} {:>13} {:>8}",
+                "{:>4} {:>8} {:>8} {:>15} {:>10} {:>7} {:>11} {:>11} {:>12} {:>13} {:>8}",
                 "m",
                 "theory",
+                "costed",
                 "device clk",
                 "wall clk",
                 "imbal.",
@@ -279,7 +293,10 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                 "peak act"
             ),
         );
-        for &m in ms.iter().filter(|&&m| applicable(kind, a.stages, m)) {
+        for &m in ms
+            .iter()
+            .filter(|&&m| applicable(kind, a.stages, m, a.chunks))
+        {
             bar.set_message(format!("{} m={m}", kind.name()));
             let cfg = TrainConfig {
                 model,
@@ -320,26 +337,36 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             let mut step = 1;
             let tokens = m * micro.tokens();
             let traced = m == 8 || (m == *ms.last().unwrap_or(&m) && !ms.contains(&8));
-            // the median step by wall time, summarised (and traced) on both clocks
-            let mut median = |engine: &mut Engine, serial: bool| -> anyhow::Result<_> {
-                engine.set_serial(serial);
-                let mut runs = Vec::new();
-                for _ in 0..a.steps.max(1) {
-                    engine.step(&batch()?, step)?;
-                    let sum = engine
+            // wall clock: the median step by wall time, devices running concurrently (unless
+            // --serial)
+            engine.set_serial(a.serial);
+            let mut walls = Vec::new();
+            for _ in 0..a.steps.max(1) {
+                engine.step(&batch()?, step)?;
+                walls.push(
+                    engine
                         .summary(tokens)?
-                        .context("the engine summarises its pipeline step")?;
-                    let trace = if traced { engine.chrome_trace()? } else { None };
-                    runs.push((sum, trace));
-                    step += 1;
-                }
-                runs.sort_by(|x, y| x.0.wall_step.total_cmp(&y.0.wall_step));
-                Ok(runs.swap_remove(runs.len() / 2))
-            };
-            // wall clock: devices run concurrently (unless --serial); device clock: one device
-            // at a time, so each pass's kernel time is its own
-            let (wall, _) = median(&mut engine, a.serial)?;
-            let (dev, trace) = median(&mut engine, true)?;
+                        .context("the engine summarises its pipeline step")?,
+                );
+                step += 1;
+            }
+            walls.sort_by(|x, y| x.wall_step.total_cmp(&y.wall_step));
+            let wall = walls.swap_remove(walls.len() / 2);
+            // device clock: one device at a time, so each pass's kernel time is its own; steps
+            // pooled until every device has run each kind of pass SAMPLES times
+            engine.set_serial(true);
+            engine.pool_steps(true);
+            for _ in 0..a.steps.max(SAMPLES.div_ceil(m)) {
+                engine.step(&batch()?, step)?;
+                step += 1;
+            }
+            let pooled = engine
+                .pooled(tokens, traced)?
+                .context("the engine pools its pipeline steps")?;
+            engine.pool_steps(false);
+            let trace = pooled.trace;
+            let spread = (pooled.bubble_range[1] - pooled.bubble_range[0]) / 2.0;
+            let dev = pooled.summary;
             let sum = Summary {
                 wall_step: wall.wall_step,
                 wall_bubble: wall.wall_bubble,
@@ -356,10 +383,12 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             say(
                 &bar,
                 format!(
-                    "{:>4} {:>7.1}% {:>9.1}% {:>9.1}% {:>6.1}% {:>9.1}ms {:>9.1}ms {:>12.0} {:>13.0} {:>8}",
+                    "{:>4} {:>7.1}% {:>7.1}% {:>8.1}±{:<4.1}% {:>9.1}% {:>6.1}% {:>9.1}ms {:>9.1}ms {:>12.0} {:>13.0} {:>8}",
                     m,
                     100.0 * sum.theory,
+                    100.0 * sum.costed,
                     100.0 * sum.device_bubble,
+                    100.0 * spread,
                     100.0 * sum.wall_bubble,
                     100.0 * sum.imbalance,
                     1e3 * sum.device_step,
@@ -414,8 +443,9 @@ fn check_fit(
     for &kind in kinds {
         let v = chunks_of(kind, a.chunks);
         let stages = stage_blocks(model, a.stages * v, &Balance::Params)?;
-        // where each stage runs (any m the schedule takes: the placement does not depend on it)
-        let placed = Schedule::new(kind, a.stages, a.stages, v)?;
+        // where each stage runs (any m the schedule takes, here 2p: the placement does not
+        // depend on it)
+        let placed = Schedule::new(kind, a.stages, 2 * a.stages, v)?;
         for (s, blocks) in stages.iter().enumerate() {
             fit::check(model, blocks, micro, 1, &gpus[placed.place(s).0].limits)?;
         }
@@ -429,9 +459,10 @@ fn chunks_of(kind: ScheduleKind, chunks: usize) -> usize {
     kind.fixed_chunks().unwrap_or(chunks)
 }
 
-/// Interleaving needs m to be a multiple of p.
-fn applicable(kind: ScheduleKind, p: usize, m: usize) -> bool {
-    kind != ScheduleKind::Interleaved || m.is_multiple_of(p)
+/// Whether schedule `kind` takes `m` microbatches on `p` stages (interleaving needs m to be a
+/// multiple of p, DualPipeV m ≥ 2p): the schedule's own constructor decides.
+fn applicable(kind: ScheduleKind, p: usize, m: usize, chunks: usize) -> bool {
+    Schedule::new(kind, p, m, chunks_of(kind, chunks)).is_ok()
 }
 
 /// Host staging speed: one download + upload of an activation-sized buffer.

@@ -84,6 +84,22 @@ pub struct Engine {
     placement: Vec<Placement>,
     /// The runtime's last step and its device clock (for its pipeline report and summary).
     last: Option<(RuntimeStep, Clock)>,
+    /// The steps since [`Engine::pool_steps`] turned pooling on (`None`: off).
+    pool: Option<Vec<RuntimeStep>>,
+}
+
+/// Several steps of one layout on the device clock as one ([`Engine::pooled`]).
+#[derive(Clone, Debug)]
+pub struct Pooled {
+    /// The last step replayed with each pass at the median of its kind on its device over all
+    /// the pooled steps.
+    pub summary: crate::runtime::Summary,
+    /// The lowest and highest device-clock bubble of the steps each replayed on its own costs.
+    pub bubble_range: [f64; 2],
+    /// Steps pooled.
+    pub steps: usize,
+    /// The pooled step as a Chrome trace, when asked for.
+    pub trace: Option<serde_json::Value>,
 }
 
 impl Engine {
@@ -143,6 +159,7 @@ impl Engine {
             schedule,
             placement,
             last: None,
+            pool: None,
         })
     }
 
@@ -219,6 +236,39 @@ impl Engine {
         }
     }
 
+    /// From the next step on, keep every step to pool the device clock over them
+    /// ([`Engine::pooled`]); `false` stops pooling and drops them.
+    pub fn pool_steps(&mut self, on: bool) {
+        self.pool = on.then(Vec::new);
+    }
+
+    /// The steps since `pool_steps(true)` as one (see [`Pooled`]); `tokens` per step, `trace`
+    /// whether to draw the Chrome trace too. `None` before a pooled step.
+    pub fn pooled(&self, tokens: usize, trace: bool) -> Result<Option<Pooled>> {
+        let Some(last) = self.pool.as_ref().and_then(|p| p.last()) else {
+            return Ok(None);
+        };
+        let steps: Vec<&RuntimeStep> = self.pool.iter().flatten().collect();
+        let clock = self.rt.clock_over(&steps)?;
+        let mut range = [f64::INFINITY, f64::NEG_INFINITY];
+        for s in &steps {
+            let b = self
+                .rt
+                .summary(s, &self.rt.clock(s)?, tokens)?
+                .device_bubble;
+            range = [range[0].min(b), range[1].max(b)];
+        }
+        Ok(Some(Pooled {
+            summary: self.rt.summary(last, &clock, tokens)?,
+            bubble_range: range,
+            steps: steps.len(),
+            trace: match trace {
+                true => Some(self.rt.chrome_trace(last, &clock)?),
+                false => None,
+            },
+        }))
+    }
+
     /// One optimizer step, index `s` (sets the learning rate and Adam's bias correction).
     pub fn step(&mut self, batches: &[(Vec<u32>, Vec<u32>)], s: usize) -> Result<StepCosts> {
         let t0 = std::time::Instant::now();
@@ -228,6 +278,9 @@ impl Engine {
         let mut c = costs(&self.rt, &run, &clock, &self.schedule)?;
         c.wall = wall;
         c.memory = run.runs.iter().map(|w| w.memory.clone()).collect();
+        if let Some(pool) = &mut self.pool {
+            pool.push(run.clone());
+        }
         self.last = Some((run, clock));
         Ok(c)
     }

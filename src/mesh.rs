@@ -195,6 +195,15 @@ impl Mesh {
                 self.microbatches, self.pp
             ));
         }
+        if self.schedule == ScheduleKind::DualPipeV && self.microbatches < 2 * self.pp {
+            return bad(format!(
+                "the dualpipev schedule needs at least as many microbatches as model stages \
+                 (m ≥ 2·pp), got m = {}, pp = {}; e.g. --microbatches {}",
+                self.microbatches,
+                self.pp,
+                2 * self.pp
+            ));
+        }
         self.zero_offered()?;
         Ok(())
     }

@@ -29,6 +29,7 @@ fn layouts() -> Vec<Mesh> {
         sched(ScheduleKind::ZeroBubbleH1, 1, tiny::mesh(1, 1, 2, 4)),
         sched(ScheduleKind::Interleaved, 2, tiny::mesh(1, 1, 2, 4)),
         sched(ScheduleKind::ZeroBubbleV, 2, tiny::mesh(1, 1, 2, 4)),
+        sched(ScheduleKind::DualPipeV, 2, tiny::mesh(1, 1, 2, 4)),
         sched(ScheduleKind::OneFOneB, 1, tiny::mesh(1, 2, 2, 4)),
         Mesh {
             zero: 3,

@@ -29,7 +29,7 @@ fn invalid_flags() -> Vec<Refusal> {
         refusal("data_parallel", "--layers 99999999999999999999", &["invalid value '99999999999999999999' for '--layers"]),
         refusal("pipeline", "--stages 20", &["--stages 20 × 1 chunk(s) = 20 model stages, but the model has only 10 blocks"]),
         refusal("pipeline", "--schedule interleaved --chunks 8", &["32 model stages", "lower --stages or --chunks"]),
-        refusal("pipeline", "--schedule interleaved --microbatches 1,2,3", &["needs a --microbatches count divisible by --stages 4"]),
+        refusal("pipeline", "--schedule interleaved --microbatches 1,2,3", &["takes none of --microbatches [1, 2, 3] on --stages 4", "m % p == 0"]),
         refusal("pipeline", "--schedule zigzag", &["unknown pipeline schedule \"zigzag\""]),
         refusal("pipeline", "--balance speed", &["--balance must be params or time"]),
         refusal("pipeline", "--devices some", &["--devices must be virtual or all"]),

@@ -203,6 +203,19 @@ fn invalid() -> Vec<(
             vec!["zb-v places 2 chunks per device in a V", "--chunks 2"],
         ),
         (
+            "dualpipev with fewer microbatches than stages",
+            Mesh {
+                schedule: ScheduleKind::DualPipeV,
+                chunks: 2,
+                ..mesh(1, 1, 2, 3)
+            },
+            m,
+            2,
+            8,
+            2,
+            vec!["m ≥ 2·pp", "--microbatches 4"],
+        ),
+        (
             "interleaved with m not a multiple of pp",
             il(2, 3, 2),
             m,

@@ -109,6 +109,7 @@ fn every_schedule_is_bit_identical_to_one_device() {
         (ScheduleKind::ZeroBubbleH1, 2, 4, 1),
         (ScheduleKind::ZeroBubbleH1, 4, 8, 1),
         (ScheduleKind::ZeroBubbleV, 2, 4, 2),
+        (ScheduleKind::DualPipeV, 2, 4, 2),
     ] {
         let cfg = cfg(m);
         let data = batches(&c, &cfg, cfg.steps);
@@ -305,4 +306,45 @@ fn bad_layouts_are_clear_errors() {
         .unwrap();
         assert!(e.to_string().contains("positive bandwidth"), "{e}");
     }
+}
+
+#[test]
+fn pooled_device_clock_takes_each_pass_at_its_median_over_the_steps() {
+    let Some(gpus) = gpu::test_gpus(2) else {
+        return;
+    };
+    let c = corpus();
+    let cfg = cfg(2);
+    let data = batches(&c, &cfg, 4);
+    let mut e = engine(
+        &gpus,
+        cfg,
+        pipeline(ScheduleKind::OneFOneB, 2, 2, 1),
+        RuntimeOptions {
+            serial: true,
+            ..RuntimeOptions::default()
+        },
+    )
+    .unwrap();
+    e.step(&data[0], 0).unwrap();
+    assert!(e.pooled(1, false).unwrap().is_none(), "not pooling yet");
+    e.pool_steps(true);
+    e.step(&data[1], 1).unwrap();
+    // one step pooled is that step
+    let one = e.pooled(1, true).unwrap().expect("one pooled step");
+    let own = e.summary(1).unwrap().expect("a step was run");
+    assert_eq!(one.steps, 1);
+    assert_eq!(one.summary.device_bubble, own.device_bubble);
+    assert_eq!(one.bubble_range, [own.device_bubble; 2]);
+    assert!(one.trace.is_some());
+    for (s, b) in data.iter().enumerate().skip(2) {
+        e.step(b, s).unwrap();
+    }
+    let three = e.pooled(1, false).unwrap().expect("three pooled steps");
+    assert_eq!(three.steps, 3);
+    let [lo, hi] = three.bubble_range;
+    assert!(lo <= hi && three.trace.is_none());
+    assert!((0.0..1.0).contains(&three.summary.device_bubble));
+    e.pool_steps(false);
+    assert!(e.pooled(1, false).unwrap().is_none(), "pooling off");
 }

@@ -92,6 +92,7 @@ fn bf16_repeats_and_every_pipeline_schedule_gives_the_one_device_bits() {
         pp(ScheduleKind::ZeroBubbleH1, 2, 1, 4),
         pp(ScheduleKind::Interleaved, 2, 2, 4),
         pp(ScheduleKind::ZeroBubbleV, 2, 2, 4),
+        pp(ScheduleKind::DualPipeV, 2, 2, 4),
     ] {
         let modes: &[Recompute] = match mesh.schedule {
             ScheduleKind::GPipe | ScheduleKind::OneFOneB => &[Recompute::None],

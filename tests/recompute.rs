@@ -62,6 +62,7 @@ fn layouts() -> Vec<Mesh> {
         with(ScheduleKind::OneFOneB, 1, tiny::mesh(1, 2, 2, 4)),
         with(ScheduleKind::Interleaved, 2, tiny::mesh(1, 1, 2, 4)),
         with(ScheduleKind::ZeroBubbleV, 2, tiny::mesh(1, 1, 2, 4)),
+        with(ScheduleKind::DualPipeV, 2, tiny::mesh(1, 1, 2, 4)),
         Mesh {
             zero: 3,
             ..tiny::mesh(2, 1, 1, 2)

@@ -129,6 +129,7 @@ fn one_device_and_every_pipeline_schedule_give_the_trainers_bits() {
         (ScheduleKind::ZeroBubbleH1, 2, 1),
         (ScheduleKind::Interleaved, 2, 2),
         (ScheduleKind::ZeroBubbleV, 2, 2),
+        (ScheduleKind::DualPipeV, 2, 2),
         (ScheduleKind::OneFOneB, 4, 1),
     ] {
         let mesh = Mesh {

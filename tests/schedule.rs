@@ -118,6 +118,19 @@ fn zero_bubble_v_picture() {
 }
 
 #[test]
+fn dual_pipe_v_picture() {
+    // The V of ZB-V; in the steady state each F on one chunk is followed by a full backward (B
+    // and its W) on the other ("F&B"), and the last backwards defer their W's to the drain.
+    assert_eq!(
+        render(&dual_pipe_v(2, 4).unwrap()),
+        picture(
+            "0F0c0 0F1c0 0F2c0 0F0c1 0B0c1 0W0c1 0F1c1 0F3c0 0B1c1 0W1c1 0F2c1 0B0c0 0W0c0 0B2c1 0W2c1 0F3c1 0B1c0 0W1c0 0B3c1 0W3c1 0B2c0 0W2c0 .     0B3c0 0W3c0
+             .     1F0c0 1F0c1 1F1c0 1F1c1 1F2c0 1B0c1 1W0c1 1F2c1 1B0c0 1W0c0 1F3c0 1B1c1 1W1c1 1F3c1 1B1c0 1W1c0 1B2c1 1W2c1 1B2c0 1W2c0 1B3c1 1B3c0 1W3c1 1W3c0"
+        )
+    );
+}
+
+#[test]
 fn display_is_list_order() {
     assert_eq!(
         one_f_one_b(2, 2).unwrap().to_string(),
@@ -277,8 +290,13 @@ fn bad_inputs_are_config_errors() {
     assert!(err(zero_bubble_h1(2, 0)).contains("microbatches m"));
     assert!(err(interleaved(2, 4, 0)).contains("chunks per device v"));
     assert!(err(interleaved(4, 6, 2)).contains("m % p == 0"));
+    assert!(err(dual_pipe_v(4, 7)).contains("m ≥ 2p = 8"));
+    assert!(err(Schedule::new(ScheduleKind::ZeroBubbleV, 2, 4, 1)).contains("use v = 2"));
     let e = err("zb".parse::<ScheduleKind>());
-    assert!(e.contains("gpipe, 1f1b, interleaved, zb-h1"), "{e}");
+    assert!(
+        e.contains("gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev"),
+        "{e}"
+    );
     assert_eq!(
         "ZB-H1".parse::<ScheduleKind>().unwrap(),
         ScheduleKind::ZeroBubbleH1

@@ -57,6 +57,11 @@ fn unit_simulation_reproduces_the_bubble_formulas_exactly() {
                     assert!((r.bubble - theory(&s)).abs() < 1e-12, "{tag}");
                 }
             }
+            // DualPipeV (F&B run as F, B, W back to back): the same bound at every m ≥ 2p.
+            ScheduleKind::DualPipeV => {
+                assert_eq!(r.makespan, 6 * m + p - 1, "{tag}");
+                assert!((r.bubble - theory(&s)).abs() < 1e-12, "{tag}");
+            }
         }
     }
 }
@@ -141,6 +146,13 @@ fn peak_activations_per_device() {
             if m >= p {
                 assert_eq!(peak.iter().max(), Some(&(2 * p)), "p={p} m={m}: {peak:?}");
             }
+        }
+    }
+    // DualPipeV holds one half-stage microbatch more than ZB-V on every device: 2p + 1.
+    for p in [1, 2, 3, 4, 8] {
+        for m in [2 * p, 2 * p + 1, 64] {
+            let peak = peak_activations(&dual_pipe_v(p, m).unwrap());
+            assert_eq!(peak, vec![2 * p + 1; p], "p={p} m={m}");
         }
     }
     // Interleaved counts chunk-microbatches: device 0 of p=4, v=2 holds 11 (5.5 stages' worth).
@@ -315,4 +327,33 @@ fn slow_link_on_two_stages_by_hand() {
 fn an_unknown_link_is_a_config_error() {
     let e = err(Link::by_name("infiniband"));
     assert!(e.contains("nvlink, pcie, ethernet, ideal"), "{e}");
+}
+
+#[test]
+fn costed_simulation_is_the_unit_one_at_unit_costs_and_the_formula_at_others() {
+    // every device of every schedule does the same work, so the busiest device's idle share
+    // is everyone's
+    for s in all_schedules() {
+        let unit = simulate_unit(&s).unwrap().bubble;
+        let costed = simulate_costed(&s, [1.0; 3]).unwrap();
+        assert!(
+            (unit - costed).abs() < 1e-12,
+            "{} p={} m={}",
+            s.kind,
+            s.p,
+            s.m
+        );
+    }
+    // 1F1B's bubble does not depend on the pass costs; ZB-H1's is (p−1)(F+B−W) over
+    // m(F+B+W) + (p−1)(F+B−W) once m ≥ p (here W = F/2, as on lavapipe)
+    let (f, b, w) = (3.34, 4.29, 2.14);
+    for (p, m) in [(2, 4), (4, 4), (4, 8), (4, 64), (8, 16)] {
+        let ofob = simulate_costed(&one_f_one_b(p, m).unwrap(), [f, b + w, 0.0]).unwrap();
+        assert!((ofob - theory(&one_f_one_b(p, m).unwrap())).abs() < 1e-12);
+        let zb = simulate_costed(&zero_bubble_h1(p, m).unwrap(), [f, b, w]).unwrap();
+        let hole = (p - 1) as f64 * (f + b - w);
+        let want = hole / (m as f64 * (f + b + w) + hole);
+        assert!((zb - want).abs() < 1e-9, "p={p} m={m}: {zb} vs {want}");
+    }
+    assert!(simulate_costed(&gpipe(2, 2).unwrap(), [1.0, f64::NAN, 0.0]).is_err());
 }

@@ -156,7 +156,9 @@ pub fn held(schedule: &Schedule, s: usize, chunk: usize) -> usize {
         ScheduleKind::GPipe => m,
         ScheduleKind::OneFOneB => m.min(p - s),
         ScheduleKind::ZeroBubbleH1 => m.min(p),
-        ScheduleKind::Interleaved | ScheduleKind::ZeroBubbleV => schedule.slots_needed()[s][chunk],
+        ScheduleKind::Interleaved | ScheduleKind::ZeroBubbleV | ScheduleKind::DualPipeV => {
+            schedule.slots_needed()[s][chunk]
+        }
     }
 }
 

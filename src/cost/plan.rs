@@ -186,6 +186,7 @@ pub fn enumerate(req: &PlanRequest) -> Result<Vec<Candidate>> {
                     (ScheduleKind::Interleaved, 2),
                     (ScheduleKind::ZeroBubbleH1, 1),
                     (ScheduleKind::ZeroBubbleV, 2),
+                    (ScheduleKind::DualPipeV, 2),
                 ]
             } else {
                 &[(ScheduleKind::OneFOneB, 1)]

@@ -8,7 +8,7 @@
 //!           zero_bubble_v
 //! validate  exactly-once, order on a device, FIFO channels, deadlock under a channel bound
 //! render    rows = devices, columns = unit-cost steps: "0F0 0F1 .   .   0B0 0B1"
-//! simulate  simulate_unit (bubble, peak activations)
+//! simulate  simulate_unit (bubble, peak activations), simulate_costed (bubble at F, B, W costs)
 //! ```
 
 pub mod event;
@@ -22,10 +22,10 @@ pub mod validate;
 
 pub use render::render;
 pub use schedule::{
-    gpipe, interleaved, one_f_one_b, zero_bubble_h1, zero_bubble_v, Action, Flow, Kind, Msg,
-    Schedule, ScheduleKind,
+    dual_pipe_v, gpipe, interleaved, one_f_one_b, zero_bubble_h1, zero_bubble_v, Action, Flow,
+    Kind, Msg, Schedule, ScheduleKind,
 };
-pub use simulate::{peak_activations, simulate_unit, SimResult};
+pub use simulate::{peak_activations, simulate_costed, simulate_unit, SimResult};
 // the link model lives in `crate::link`; re-exported for the pipeline's users
 pub use crate::link::Link;
 pub use validate::validate;

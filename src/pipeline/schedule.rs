@@ -1,6 +1,6 @@
 //! Pipeline schedules as data: one ordered list of [`Action`]s per device, built by pure
-//! functions (`gpipe`, `one_f_one_b`, `interleaved`, `zero_bubble_h1`, `zero_bubble_v`). The
-//! same value feeds the
+//! functions (`gpipe`, `one_f_one_b`, `interleaved`, `zero_bubble_h1`, `zero_bubble_v`,
+//! `dual_pipe_v`). The same value feeds the
 //! validator, the unit-cost simulator and the runtime's lowering; nothing else knows a
 //! schedule's shape.
 //!
@@ -87,7 +87,8 @@ impl Action {
     }
 }
 
-/// The schedule families, parsed from "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v".
+/// The schedule families, parsed from "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v",
+/// "dualpipev".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScheduleKind {
     GPipe,
@@ -95,17 +96,20 @@ pub enum ScheduleKind {
     Interleaved,
     ZeroBubbleH1,
     ZeroBubbleV,
+    DualPipeV,
 }
 
 impl ScheduleKind {
-    pub const ALL: [ScheduleKind; 5] = [
+    pub const ALL: [ScheduleKind; 6] = [
         ScheduleKind::GPipe,
         ScheduleKind::OneFOneB,
         ScheduleKind::Interleaved,
         ScheduleKind::ZeroBubbleH1,
         ScheduleKind::ZeroBubbleV,
+        ScheduleKind::DualPipeV,
     ];
-    pub const NAMES: [&'static str; 5] = ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"];
+    pub const NAMES: [&'static str; 6] =
+        ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -114,24 +118,28 @@ impl ScheduleKind {
             ScheduleKind::Interleaved => "interleaved",
             ScheduleKind::ZeroBubbleH1 => "zb-h1",
             ScheduleKind::ZeroBubbleV => "zb-v",
+            ScheduleKind::DualPipeV => "dualpipev",
         }
     }
 
     /// Whether the backward is split into B (input gradients) and W (weight gradients).
     pub fn split_backward(self) -> bool {
-        matches!(self, ScheduleKind::ZeroBubbleH1 | ScheduleKind::ZeroBubbleV)
+        matches!(
+            self,
+            ScheduleKind::ZeroBubbleH1 | ScheduleKind::ZeroBubbleV | ScheduleKind::DualPipeV
+        )
     }
 
     /// Whether stages sit on the devices in a V (two chunks per device; see the module doc).
     pub fn v_shaped(self) -> bool {
-        self == ScheduleKind::ZeroBubbleV
+        matches!(self, ScheduleKind::ZeroBubbleV | ScheduleKind::DualPipeV)
     }
 
     /// The chunks per device the schedule needs, when it fixes them (the V schedules: 2).
     pub fn fixed_chunks(self) -> Option<usize> {
         match self {
             ScheduleKind::Interleaved => None,
-            ScheduleKind::ZeroBubbleV => Some(2),
+            ScheduleKind::ZeroBubbleV | ScheduleKind::DualPipeV => Some(2),
             _ => Some(1),
         }
     }
@@ -216,6 +224,7 @@ impl Schedule {
             ScheduleKind::Interleaved => interleaved(p, m, v),
             ScheduleKind::ZeroBubbleH1 => zero_bubble_h1(p, m),
             ScheduleKind::ZeroBubbleV => zero_bubble_v(p, m),
+            ScheduleKind::DualPipeV => dual_pipe_v(p, m),
         }
     }
 
@@ -548,6 +557,8 @@ struct Counted {
     list: Vec<Action>,
     /// `next[kind][chunk]`, kinds in `F, B, W` order
     next: [[usize; 2]; 3],
+    /// B's whose W waits, oldest first: (chunk, microbatch)
+    deferred: std::collections::VecDeque<(usize, usize)>,
 }
 
 impl Counted {
@@ -565,4 +576,94 @@ impl Counted {
             self.put(kind, chunk);
         }
     }
+    /// The next B on `chunk`, with its W right after it (`full`) or deferred.
+    fn backward(&mut self, chunk: usize, full: bool) {
+        let micro = self.count(Kind::B, chunk);
+        self.put(Kind::B, chunk);
+        match full {
+            true => self.list.push(Action::w(micro, chunk)),
+            false => self.deferred.push_back((chunk, micro)),
+        }
+    }
+    /// The oldest deferred W, if any.
+    fn deferred_w(&mut self) {
+        if let Some((chunk, micro)) = self.deferred.pop_front() {
+            self.list.push(Action::w(micro, chunk));
+        }
+    }
+}
+
+/// DualPipeV (DeepSeek's DualPipe cut in half onto a V; Qi et al.'s V placement): two chunks per
+/// device in a V, as ZB-V, and a steady state that pairs the forward of one chunk with the full
+/// backward of the other ("F&B"). Device `d` runs, with `m ≥ 2p` microbatches:
+///
+/// 1. `2(p−1−d)` forwards on chunk 0, then `d+1` pairs (F chunk 0, F chunk 1);
+/// 2. `p−1−d` times: B on chunk 1 (its W deferred), the oldest deferred W, F on chunk 1;
+/// 3. `m−2p+d+1` times: F chunk 0 & full backward chunk 1, F chunk 1 & full backward chunk 0;
+/// 4. `p−1−d` times: full backward chunk 1, F chunk 1 & full backward chunk 0;
+/// 5. `d+1` pairs of backwards (chunk 1, chunk 0), full until halfway, then B with W deferred
+///    (odd devices switch before chunk 1's, even ones before chunk 0's);
+/// 6. `p−1−d` times: the oldest deferred W, a backward on chunk 0; then the `d+1` W's left.
+///
+/// A full backward is B followed at once by its W; "F & full backward" is F, B, W back to
+/// back: the runtime runs them one after the other on the device, so what overlaps is each
+/// pass's transfer with the next pass's compute (no kernel of one runs inside the other).
+pub fn dual_pipe_v(p: usize, m: usize) -> Result<Schedule> {
+    check_sizes("dualpipev", p, m, 2)?;
+    if m < 2 * p {
+        return Err(Error::Config(format!(
+            "dualpipev needs at least as many microbatches as model stages (m ≥ 2p = {}), got \
+             m = {m}; e.g. microbatches {}",
+            2 * p,
+            2 * p
+        )));
+    }
+    let actions = (0..p).map(|d| dual_pipe_v_list(p, m, d)).collect();
+    Ok(Schedule::of(ScheduleKind::DualPipeV, p, m, 2, actions))
+}
+
+/// Device `d`'s DualPipeV list (the phases in [`dual_pipe_v`]'s doc).
+fn dual_pipe_v_list(p: usize, m: usize, d: usize) -> Vec<Action> {
+    let mut l = Counted::default();
+    for _ in 0..2 * (p - 1 - d) {
+        l.put(Kind::F, 0);
+    }
+    for _ in 0..=d {
+        l.put(Kind::F, 0);
+        l.put(Kind::F, 1);
+    }
+    for _ in 0..p - 1 - d {
+        l.backward(1, false);
+        l.deferred_w();
+        l.put(Kind::F, 1);
+    }
+    for _ in 0..m + d + 1 - 2 * p {
+        l.put(Kind::F, 0);
+        l.backward(1, true);
+        l.put(Kind::F, 1);
+        l.backward(0, true);
+    }
+    for _ in 0..p - 1 - d {
+        l.backward(1, true);
+        l.put(Kind::F, 1);
+        l.backward(0, true);
+    }
+    // halfway through, the backwards stop running their W at once: odd devices from this
+    // pair's chunk-1 backward on, even ones from its chunk-0 backward on
+    let (half, odd) = (d.div_ceil(2), d % 2 == 1);
+    let mut full = true;
+    for i in 0..=d {
+        full = full && !(i == half && odd);
+        l.backward(1, full);
+        full = full && (i != half || odd);
+        l.backward(0, full);
+    }
+    for _ in 0..p - 1 - d {
+        l.deferred_w();
+        l.backward(0, full);
+    }
+    while !l.deferred.is_empty() {
+        l.deferred_w();
+    }
+    l.list
 }

@@ -8,6 +8,9 @@
 //!   `(p−1)/(vm+p−1)`. (Costing the full backward 2 and F 1 scales the makespan to `3(m+p−1)`
 //!   and leaves the fraction unchanged.) ZB-H1 with F = B = W = 1 is the paper's setting:
 //!   `3m+p−1` steps for `m ≥ p`, bubble `(p−1)/(3m+p−1)`.
+//! - [`simulate_costed`]: the same with F, B and W at given (measured) costs: the bubble the
+//!   schedule has on balanced stages with those pass costs, which the pipeline example prints
+//!   beside the unit formula (ZB-H1 with W = F/2 idles more than its unit formula says).
 
 use super::schedule::{Kind, Schedule};
 use super::validate::{key, validate};
@@ -33,7 +36,14 @@ pub struct SimResult {
 
 /// Run `s` with unit costs and free transfers. Errors if `s` is not a valid schedule.
 pub fn simulate_unit(s: &Schedule) -> Result<SimResult> {
-    let Timed { start, makespan } = engine(s)?;
+    let timed = engine(s, [1.0; 3])?;
+    // unit costs: every time is a small whole number, exact in f64
+    let makespan = timed.makespan as usize;
+    let start = timed
+        .start
+        .iter()
+        .map(|l| l.iter().map(|&t| t as usize).collect())
+        .collect();
     let busy: Vec<usize> = s.actions.iter().map(Vec::len).collect();
     let idle = s.p * makespan - busy.iter().sum::<usize>();
     let bubble = idle as f64 / (s.p * makespan) as f64;
@@ -71,26 +81,46 @@ pub fn peak_activations(s: &Schedule) -> Vec<usize> {
         .collect()
 }
 
-/// Start step of every action (shaped like `Schedule::actions`) and the makespan.
+/// Start time of every action (shaped like `Schedule::actions`) and the makespan, in units of
+/// the costs given.
 struct Timed {
-    start: Vec<Vec<usize>>,
-    makespan: usize,
+    start: Vec<Vec<f64>>,
+    makespan: f64,
 }
 
-/// The engine: each device starts its next action, one step long, as soon as it is free and the
-/// action's inputs are there; messages arrive when their producer ends.
-fn engine(s: &Schedule) -> Result<Timed> {
+/// The bubble of `s` with each F, B and W costing `cost = [F, B, W]` seconds (B the full
+/// backward unless the schedule splits it), every stage alike and transfers free: the formula
+/// of the schedule evaluated at measured pass costs instead of units. Idle share of the busiest
+/// device over the makespan, as the device clock reports it.
+pub fn simulate_costed(s: &Schedule, cost: [f64; 3]) -> Result<f64> {
+    if let Some(c) = cost.iter().find(|c| !c.is_finite() || **c < 0.0) {
+        return Err(Error::Config(format!(
+            "pass costs must be finite and non-negative, got {c} in {cost:?}"
+        )));
+    }
+    let Timed { makespan, .. } = engine(s, cost)?;
+    let busy = s
+        .actions
+        .iter()
+        .map(|l| l.iter().map(|a| cost[a.kind as usize]).sum::<f64>())
+        .fold(0.0, f64::max);
+    Ok(1.0 - busy / makespan.max(f64::MIN_POSITIVE))
+}
+
+/// The engine: each device starts its next action as soon as it is free and the action's
+/// inputs are there (`cost[kind]` long); messages arrive when their producer ends.
+fn engine(s: &Schedule, cost: [f64; 3]) -> Result<Timed> {
     validate(s, usize::MAX)?;
     let n = 3 * s.stages() * s.m;
     // when each (kind, stage, micro) ended; None: not yet
-    let mut ended: Vec<Option<usize>> = vec![None; n];
-    let mut start: Vec<Vec<usize>> = s
+    let mut ended: Vec<Option<f64>> = vec![None; n];
+    let mut start: Vec<Vec<f64>> = s
         .actions
         .iter()
         .map(|l| Vec::with_capacity(l.len()))
         .collect();
-    let mut free = vec![0usize; s.p];
-    let mut makespan = 0usize;
+    let mut free = vec![0.0f64; s.p];
+    let mut makespan = 0.0f64;
     loop {
         let mut progress = false;
         for d in 0..s.p {
@@ -104,7 +134,7 @@ fn engine(s: &Schedule) -> Result<Timed> {
                 };
                 if let Some(k) = local {
                     // earlier in the list (rule 3)
-                    t = t.max(ended[key(s, k, stage, a.micro)].unwrap_or(0));
+                    t = t.max(ended[key(s, k, stage, a.micro)].unwrap_or(0.0));
                 }
                 if let Some(msg) = s.input(d, a) {
                     let kind = if a.kind == Kind::F { Kind::F } else { Kind::B };
@@ -113,10 +143,11 @@ fn engine(s: &Schedule) -> Result<Timed> {
                         None => break,
                     }
                 }
-                ended[key(s, a.kind, stage, a.micro)] = Some(t + 1);
+                let end = t + cost[a.kind as usize];
+                ended[key(s, a.kind, stage, a.micro)] = Some(end);
                 start[d].push(t);
-                free[d] = t + 1;
-                makespan = makespan.max(t + 1);
+                free[d] = end;
+                makespan = makespan.max(end);
                 progress = true;
             }
         }

@@ -34,6 +34,14 @@
 //!
 //! half of ZB-H1's idle time, at 1F1B's peak activation memory (2p half-stage microbatches = p).
 //! It is "zero bubble" in the sense that nothing idles beyond the start-up every order pays.
+//!
+//! DualPipeV (DeepSeek's DualPipe on a V, as PyTorch's `ScheduleDualPipeV` lays it out) pairs the
+//! forward of one chunk with the full backward of the other ("F&B"). Its published idle time,
+//! (p−1)·(F&B + B − 3W) per device with B the input-gradient part, is p−1 chunk units with
+//! F = B = W = 1 and F&B = F + B + W (what one device running the two back to back costs):
+//! the same bound as ZB-V, reached at every `m ≥ 2p`, at one more half-stage microbatch of
+//! activations (2p + 1). What DualPipe buys beyond ZB-V is F&B < F + B + W where a pass's
+//! communication hides under the other's compute.
 
 use super::{Schedule, ScheduleKind};
 use crate::error::{Error, Result};
@@ -51,6 +59,7 @@ pub fn theory(s: &Schedule) -> f64 {
 /// - interleaved: `(p−1) / (v·m + p − 1)`
 /// - ZB-H1: `(p−1) / (3m + p − 1)` (unit F = B = W; see the module doc)
 /// - ZB-V: `(p−1) / (6m + p − 1)` (unit F = B = W per chunk, `m ≥ ⌊3p/2⌋`; see the module doc)
+/// - DualPipeV: the same (unit F = B = W per chunk, F&B = F + B + W; it needs `m ≥ 2p`)
 pub fn bubble(kind: ScheduleKind, v: usize, p: usize, m: usize) -> f64 {
     if p <= 1 {
         return 0.0;
@@ -60,7 +69,7 @@ pub fn bubble(kind: ScheduleKind, v: usize, p: usize, m: usize) -> f64 {
         ScheduleKind::GPipe | ScheduleKind::OneFOneB => m,
         ScheduleKind::Interleaved => v as f64 * m,
         ScheduleKind::ZeroBubbleH1 => 3.0 * m,
-        ScheduleKind::ZeroBubbleV => 6.0 * m,
+        ScheduleKind::ZeroBubbleV | ScheduleKind::DualPipeV => 6.0 * m,
     };
     p / (slots + p)
 }
@@ -71,6 +80,7 @@ pub fn bubble(kind: ScheduleKind, v: usize, p: usize, m: usize) -> f64 {
 /// - p = 1 (plain gradient accumulation): 1
 /// - GPipe: m
 /// - 1F1B, ZB-H1, ZB-V: min(m, p)
+/// - DualPipeV: min(m, p + 1/2) (2p + 1 half-stage chunks)
 /// - interleaved: min(m, p·(1 + (p−1)/(p·v))) = min(m, p + (p−1)/v)
 pub fn held_microbatches(kind: ScheduleKind, v: usize, p: usize, m: usize) -> f64 {
     if p <= 1 {
@@ -82,6 +92,7 @@ pub fn held_microbatches(kind: ScheduleKind, v: usize, p: usize, m: usize) -> f6
         ScheduleKind::OneFOneB | ScheduleKind::ZeroBubbleH1 | ScheduleKind::ZeroBubbleV => {
             mf.min(pf)
         }
+        ScheduleKind::DualPipeV => mf.min(pf + 0.5),
         ScheduleKind::Interleaved => mf.min(pf + (pf - 1.0) / v as f64),
     }
 }
@@ -98,13 +109,14 @@ pub fn formula(kind: ScheduleKind) -> &'static str {
         ScheduleKind::GPipe | ScheduleKind::OneFOneB => "(p-1)/(m+p-1)",
         ScheduleKind::Interleaved => "(p-1)/(v·m+p-1)",
         ScheduleKind::ZeroBubbleH1 => "(p-1)/(3m+p-1)",
-        ScheduleKind::ZeroBubbleV => "(p-1)/(6m+p-1)",
+        ScheduleKind::ZeroBubbleV | ScheduleKind::DualPipeV => "(p-1)/(6m+p-1)",
     }
 }
 
 /// Checks schedule `kind` (`v` chunks when interleaved or ZB-V) against p stages, m
 /// microbatches and L layers: L divisible by p·v, m divisible by p when interleaved
-/// (Megatron's rule), two chunks per device for ZB-V and one for the other schedules.
+/// (Megatron's rule), m ≥ 2p for DualPipeV, two chunks per device for the V schedules and one
+/// for the others.
 pub fn validate(kind: ScheduleKind, v: usize, p: usize, m: usize, layers: usize) -> Result<()> {
     match kind.fixed_chunks() {
         Some(1) if v > 1 => {
@@ -129,6 +141,13 @@ pub fn validate(kind: ScheduleKind, v: usize, p: usize, m: usize, layers: usize)
     if !layers.is_multiple_of(p.saturating_mul(chunks)) {
         return Err(Error::Config(format!(
             "{layers} layers do not split into pp·v = {p}·{chunks} equal stages; choose pp (and v) dividing the layer count"
+        )));
+    }
+    if kind == ScheduleKind::DualPipeV && m < 2 * p {
+        return Err(Error::Config(format!(
+            "the dualpipev schedule needs microbatches m = {m} ≥ 2·pp = {}; choose m = {}",
+            2 * p,
+            2 * p
         )));
     }
     if kind == ScheduleKind::Interleaved && p > 1 && !m.is_multiple_of(p) {

@@ -49,6 +49,7 @@ pub struct Runtime {
 }
 
 /// What one step did on every worker.
+#[derive(Clone)]
 pub struct RuntimeStep {
     pub runs: Vec<WorkerRun>,
     pub wall: f64,
@@ -227,7 +228,20 @@ impl Runtime {
     /// seconds (each pass at the median of its kind on its device) and link-model
     /// communication seconds.
     pub fn clock(&self, run: &RuntimeStep) -> Result<Clock> {
-        replay(&self.plan, &self.mesh, &op_costs(&self.plan, &run.runs))
+        self.clock_over(&[run])
+    }
+
+    /// The last of `steps` on the device clock with each pass at the median of its kind on its
+    /// device over all of `steps` (the same programs run every step; communication from the
+    /// last). Errors on no step.
+    pub fn clock_over(&self, steps: &[&RuntimeStep]) -> Result<Clock> {
+        if steps.is_empty() {
+            return Err(Error::Config(
+                "a device clock needs at least one step".into(),
+            ));
+        }
+        let runs: Vec<&[WorkerRun]> = steps.iter().map(|s| s.runs.as_slice()).collect();
+        replay(&self.plan, &self.mesh, &op_costs(&self.plan, &runs))
     }
 
     /// Global device `device`'s chunks (one per pipeline chunk it runs).

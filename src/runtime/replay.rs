@@ -209,21 +209,31 @@ fn run(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free_dp: bool) -> Result<Clo
 }
 
 /// Per op of every device, its device-clock seconds: a compute op costs the median of the ops
-/// of its kind on its device in this step (every F, B, W of one chunk does identical work, so
-/// only scheduler noise differs), communication its link-model seconds.
-pub(super) fn op_costs(plan: &Plan, runs: &[WorkerRun]) -> Vec<Vec<f64>> {
+/// of its kind on its device over `steps` (every F, B, W of one chunk does identical work, so
+/// only scheduler noise differs; pooling several steps gives a small m enough samples for a
+/// stable median), communication its link-model seconds in the last of them.
+pub(super) fn op_costs(plan: &Plan, steps: &[&[WorkerRun]]) -> Vec<Vec<f64>> {
     let key = |op: &Op| match op {
         Op::Compute { action, segs } => Some((action.chunk, action.kind, segs.clone())),
         _ => None,
     };
+    let Some(last) = steps.last() else {
+        return plan
+            .programs
+            .iter()
+            .map(|p| vec![0.0; p.ops.len()])
+            .collect();
+    };
     plan.programs
         .iter()
-        .zip(runs)
-        .map(|(p, r)| {
+        .enumerate()
+        .map(|(d, p)| {
             let mut by: HashMap<(usize, Kind, std::ops::Range<usize>), Vec<f64>> = HashMap::new();
-            for (op, rec) in p.ops.iter().zip(&r.records) {
-                if let Some(k) = key(op) {
-                    by.entry(k).or_default().push(rec.device);
+            for runs in steps {
+                for (op, rec) in p.ops.iter().zip(&runs[d].records) {
+                    if let Some(k) = key(op) {
+                        by.entry(k).or_default().push(rec.device);
+                    }
                 }
             }
             let median: HashMap<_, f64> = by
@@ -235,7 +245,7 @@ pub(super) fn op_costs(plan: &Plan, runs: &[WorkerRun]) -> Vec<Vec<f64>> {
                 .collect();
             p.ops
                 .iter()
-                .zip(&r.records)
+                .zip(&last[d].records)
                 .map(|(op, rec)| match key(op) {
                     Some(k) => median[&k],
                     None => rec.device + rec.link,

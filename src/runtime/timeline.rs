@@ -11,10 +11,14 @@
 //! Bubble, as the formula means it: the idle share of the *busiest* device's time over the
 //! span of the passes, `1 − busy_max / span` — for balanced stages exactly `(p−1)/(m+p−1)`
 //! under GPipe/1F1B. Stage imbalance is reported apart, `1 − busy_mean / busy_max`, and so is
-//! the total idle share of all devices (`idle`), which is roughly bubble + imbalance.
+//! the total idle share of all devices (`idle`), which is roughly bubble + imbalance. Beside
+//! the unit formula, `costed` is the schedule's bubble at the step's own median F, B and W
+//! (balanced stages, free transfers): what the formula says once the passes are not equal.
 //!
 //! Also writes a Chrome trace (opens in Perfetto / chrome://tracing): one track per device,
 //! compute on the device clock and the wall clock as separate processes.
+
+use std::collections::HashMap;
 
 use serde_json::json;
 
@@ -23,6 +27,8 @@ use super::ir::Op;
 use super::replay::Clock;
 use crate::error::Result;
 use crate::mesh::Coords;
+use crate::pipeline::schedule::Action;
+use crate::pipeline::simulate_costed;
 use crate::pipeline::theory::theory;
 
 /// One step, summarised.
@@ -34,6 +40,10 @@ pub struct Summary {
     pub v: usize,
     /// Analytic bubble of the schedule.
     pub theory: f64,
+    /// The schedule's bubble on balanced stages at this step's pass costs (the median F, B and
+    /// W of replica 0's devices on the device clock), transfers free: `theory` with measured
+    /// costs in place of units ([`crate::pipeline::simulate_costed`]).
+    pub costed: f64,
     pub wall_step: f64,
     /// Idle share of the busiest device on the wall clock.
     pub wall_bubble: f64,
@@ -110,6 +120,7 @@ impl Runtime {
             m: s.m,
             v: s.v,
             theory: theory(s),
+            costed: simulate_costed(s, self.pass_costs(clock))?,
             wall_step,
             wall_bubble: 1.0 - max(&wall_busy) / wall_step,
             wall_busy,
@@ -123,6 +134,31 @@ impl Runtime {
             peak_held: r.peak_held,
             memory: r.memory,
             link: self.opts.link.name.to_string(),
+        })
+    }
+
+    /// Median device-clock seconds of each pass kind `[F, B, W]` over replica 0's devices (tensor
+    /// rank 0 for its stage; a pass cut into segments counts as their sum; 0 for a kind the
+    /// schedule does not run).
+    fn pass_costs(&self, clock: &Clock) -> [f64; 3] {
+        let mut by: [Vec<f64>; 3] = Default::default();
+        for pos in 0..self.mesh.pp {
+            let Some(d) = self.at_position(pos).next() else {
+                continue;
+            };
+            let mut passes: HashMap<Action, f64> = HashMap::new();
+            for (op, &(a, e)) in self.plan.programs[d].ops.iter().zip(&clock.spans[d]) {
+                if let Op::Compute { action, .. } = op {
+                    *passes.entry(*action).or_default() += e - a;
+                }
+            }
+            for (a, t) in passes {
+                by[a.kind as usize].push(t);
+            }
+        }
+        by.map(|mut v| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
         })
     }
 

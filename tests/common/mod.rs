@@ -10,7 +10,9 @@ pub mod tiny;
 
 use triaxis::gpu::{Gpu, View};
 use triaxis::kernels::matmul::Kernel;
-use triaxis::pipeline::{gpipe, interleaved, one_f_one_b, zero_bubble_h1, zero_bubble_v, Schedule};
+use triaxis::pipeline::{
+    dual_pipe_v, gpipe, interleaved, one_f_one_b, zero_bubble_h1, zero_bubble_v, Schedule,
+};
 use triaxis::rng::Rng;
 
 /// A value no kernel writes: an unwritten output element fails every comparison.
@@ -131,6 +133,9 @@ pub fn all_schedules() -> Vec<Schedule> {
             out.push(one_f_one_b(p, m).unwrap());
             out.push(zero_bubble_h1(p, m).unwrap());
             out.push(zero_bubble_v(p, m).unwrap());
+            if m >= 2 * p {
+                out.push(dual_pipe_v(p, m).unwrap());
+            }
             for v in [1, 2, 3] {
                 if m % p == 0 {
                     out.push(interleaved(p, m, v).unwrap());
