@@ -19,13 +19,15 @@ pub mod schedule;
 pub mod simulate;
 pub mod theory;
 pub mod validate;
+mod vshape;
 
 pub use render::render;
 pub use schedule::{
-    dual_pipe_v, gpipe, interleaved, one_f_one_b, zero_bubble_h1, zero_bubble_v, Action, Flow,
-    Kind, Msg, Schedule, ScheduleKind,
+    gpipe, interleaved, one_f_one_b, zero_bubble_h1, Action, Flow, Kind, Msg, Schedule,
+    ScheduleKind,
 };
 pub use simulate::{peak_activations, simulate_costed, simulate_unit, SimResult};
 // the link model lives in `crate::link`; re-exported for the pipeline's users
 pub use crate::link::Link;
 pub use validate::validate;
+pub use vshape::{dual_pipe_v, zero_bubble_v};
