@@ -84,8 +84,9 @@ pub struct Engine {
     placement: Vec<Placement>,
     /// The runtime's last step and its device clock (for its pipeline report and summary).
     last: Option<(RuntimeStep, Clock)>,
-    /// The steps since [`Engine::pool_steps`] turned pooling on (`None`: off).
-    pool: Option<Vec<RuntimeStep>>,
+    /// The steps since [`Engine::pool_steps`] turned pooling on, each with its own device-clock
+    /// bubble (`None`: off).
+    pool: Option<Vec<(RuntimeStep, f64)>>,
 }
 
 /// Several steps of one layout on the device clock as one ([`Engine::pooled`]).
@@ -245,19 +246,15 @@ impl Engine {
     /// The steps since `pool_steps(true)` as one (see [`Pooled`]); `tokens` per step, `trace`
     /// whether to draw the Chrome trace too. `None` before a pooled step.
     pub fn pooled(&self, tokens: usize, trace: bool) -> Result<Option<Pooled>> {
-        let Some(last) = self.pool.as_ref().and_then(|p| p.last()) else {
+        let Some((last, _)) = self.pool.as_ref().and_then(|p| p.last()) else {
             return Ok(None);
         };
-        let steps: Vec<&RuntimeStep> = self.pool.iter().flatten().collect();
+        let pool = self.pool.iter().flatten();
+        let steps: Vec<&RuntimeStep> = pool.clone().map(|(s, _)| s).collect();
         let clock = self.rt.clock_over(&steps)?;
-        let mut range = [f64::INFINITY, f64::NEG_INFINITY];
-        for s in &steps {
-            let b = self
-                .rt
-                .summary(s, &self.rt.clock(s)?, tokens)?
-                .device_bubble;
-            range = [range[0].min(b), range[1].max(b)];
-        }
+        let range = pool.fold([f64::INFINITY, f64::NEG_INFINITY], |[lo, hi], &(_, b)| {
+            [lo.min(b), hi.max(b)]
+        });
         Ok(Some(Pooled {
             summary: self.rt.summary(last, &clock, tokens)?,
             bubble_range: range,
@@ -279,7 +276,9 @@ impl Engine {
         c.wall = wall;
         c.memory = run.runs.iter().map(|w| w.memory.clone()).collect();
         if let Some(pool) = &mut self.pool {
-            pool.push(run.clone());
+            // the step's own bubble, as its summary reads it from this clock
+            let bubble = clock.bubble(0..self.mesh.pp * self.mesh.tp);
+            pool.push((run.clone(), bubble));
         }
         self.last = Some((run, clock));
         Ok(c)

@@ -56,7 +56,7 @@ pub struct Args {
     /// ZeRO stage over the data-parallel group (0–3).
     #[arg(long, default_value_t = 0, value_parser = flags::count)]
     pub zero: usize,
-    /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-v.
+    /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev.
     #[arg(long, default_value = "1f1b")]
     pub schedule: String,
     /// Precision: f32, or bf16 mixed precision (bf16 parameters, gradients and activations,
@@ -67,8 +67,8 @@ pub struct Args {
     /// full (the layer from its input); the parameters stay bit-identical to none.
     #[arg(long, default_value = "none")]
     pub recompute: String,
-    /// Model chunks per pipeline device: any count for the interleaved schedule; zb-v places 2
-    /// (its default); the others 1 (the default).
+    /// Model chunks per pipeline device: any count for the interleaved schedule; zb-v and
+    /// dualpipev place 2 (their default); the others 1 (the default).
     #[arg(long, value_parser = flags::count)]
     pub chunks: Option<usize>,
     /// Devices: "virtual" (dp·tp·pp virtual devices on one adapter), a number N (N virtual
