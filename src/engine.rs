@@ -266,6 +266,13 @@ impl Engine {
         }))
     }
 
+    /// The seconds of every op of every device that [`Engine::pooled`] replays (each pass at the
+    /// median of its kind on its device over the pooled steps); `None` before a pooled step.
+    pub fn pooled_costs(&self) -> Option<Vec<Vec<f64>>> {
+        let steps: Vec<&RuntimeStep> = self.pool.iter().flatten().map(|(s, _)| s).collect();
+        (!steps.is_empty()).then(|| self.rt.costs_over(&steps))
+    }
+
     /// One optimizer step, index `s` (sets the learning rate and Adam's bias correction).
     pub fn step(&mut self, batches: &[(Vec<u32>, Vec<u32>)], s: usize) -> Result<StepCosts> {
         let t0 = std::time::Instant::now();

@@ -48,6 +48,7 @@
 //! rng          the seeded generator
 //! runtime      every layout lowered to per-device op lists, checked, run by one worker each
 //! runtime_dir  a private XDG_RUNTIME_DIR before the first wgpu instance (lavapipe's warning)
+//! sim          a layout's step simulated from a calibration: lowered, costed, replayed at scale
 //! session      a run: data cursor, checkpoints every N steps, resume under any layout
 //! step         what every runner shares: TrainConfig, StepStats, ModelState, the checksum
 //! train        the one-device reference step the runtime is tested against; eval, generation
@@ -83,6 +84,7 @@ pub mod rng;
 pub mod runtime;
 pub mod runtime_dir;
 pub mod session;
+pub mod sim;
 pub mod step;
 pub mod train;
 

@@ -56,6 +56,16 @@ fn invalid_flags() -> Vec<Refusal> {
         refusal("plan", "--layers 4", &["a GPT shape needs both --layers and --hidden"]),
         refusal("plan", "--params 1e3 --layers 4 --hidden 4096", &["parameters leave nothing for the blocks"]),
         refusal("plan", "--nodes 65536 --devices-per-node 1024", &["more than the 1048576 devices the planner handles"]),
+        refusal("simulate", "--schedule zigzag", &["unknown pipeline schedule \"zigzag\""]),
+        refusal("simulate", "--tp 3", &["tensor-parallel degree 3 must divide the heads (64)"]),
+        refusal("simulate", "--dp 200", &["needs 12800 devices; the cluster has 1024"]),
+        refusal("simulate", "--schedule zb-v --chunks 3", &["got --chunks 3; use --chunks 2"]),
+        refusal("simulate", "--calibration {empty}", &["--calibration", "is empty (0 bytes)"]),
+        refusal("simulate", "--calibration {file}", &["is no calibration file"]),
+        refusal("simulate", "--precision fp8", &["unknown precision \"fp8\""]),
+        refusal("simulate", "--recompute some", &["unknown recompute mode \"some\""]),
+        refusal("simulate", "--bucket-mb 0", &["--bucket-mb must be a finite number"]),
+        refusal("simulate", "--validate --link pigeon", &["unknown link \"pigeon\""]),
         refusal("throughput", "--heads 3", &["heads (3) must divide channels (128)"]),
         refusal("throughput", "--vocab 1", &["--vocab must be between 2 and 62 (got 1)"]),
         refusal("throughput", "--vocab 63", &["--vocab must be between 2 and 62 (got 63)"]),
@@ -265,6 +275,28 @@ fn unusual_but_valid_flags_run_to_completion() {
         "{out}"
     );
     assert!(out.contains("recommendation:"), "{out}");
+    // the simulator's default: 1024 devices as one replica, and a trace written
+    let trace = dir.join("trace.json");
+    let args = ["--trace", trace.to_str().unwrap()];
+    let Some(sim) = common::example::run_example("simulate", &dir, &args) else {
+        return;
+    };
+    let out = String::from_utf8_lossy(&sim.stdout);
+    assert!(
+        sim.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sim.stderr)
+    );
+    assert!(
+        out.contains("(1024 devices)") && out.contains("standing for all"),
+        "{out}"
+    );
+    assert!(
+        out.contains("critical path") && out.contains("planner  step"),
+        "{out}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    assert!(json["traceEvents"].as_array().unwrap().len() > 100);
     if gpu::test_gpu().is_none() {
         return;
     }

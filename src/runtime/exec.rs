@@ -240,8 +240,14 @@ impl Runtime {
                 "a device clock needs at least one step".into(),
             ));
         }
+        replay(&self.plan, &self.mesh, &self.costs_over(steps))
+    }
+
+    /// Device-clock seconds of every op of every device over `steps`, as
+    /// [`Runtime::clock_over`] replays them (what a simulator is calibrated and checked on).
+    pub fn costs_over(&self, steps: &[&RuntimeStep]) -> Vec<Vec<f64>> {
         let runs: Vec<&[WorkerRun]> = steps.iter().map(|s| s.runs.as_slice()).collect();
-        replay(&self.plan, &self.mesh, &op_costs(&self.plan, &runs))
+        op_costs(&self.plan, &runs)
     }
 
     /// Global device `device`'s chunks (one per pipeline chunk it runs).

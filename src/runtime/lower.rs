@@ -36,6 +36,20 @@ pub fn lower_with(
     shapes: &[Vec<ChunkShape>],
     prefetch: bool,
 ) -> Result<Plan> {
+    lower_replicas(mesh, schedule, shapes, prefetch, mesh.dp)
+}
+
+/// [`lower_with`] for the first `replicas` data-parallel replicas only (devices
+/// `0 .. replicas·pp·tp`: replicas are the outermost axis). Replicas run identical lists, so a
+/// simulator that costs each data-parallel collective for its whole group may replay replica 0
+/// alone ([`super::replay::replay()`] keeps a group's members that the plan holds).
+pub fn lower_replicas(
+    mesh: &Mesh,
+    schedule: &Schedule,
+    shapes: &[Vec<ChunkShape>],
+    prefetch: bool,
+    replicas: usize,
+) -> Result<Plan> {
     if schedule.p != mesh.pp || schedule.m != mesh.microbatches || schedule.v != mesh.chunks {
         return Err(Error::Config(format!(
             "the schedule (p = {}, m = {}, v = {}) does not fit the layout {}",
@@ -51,7 +65,7 @@ pub fn lower_with(
             mesh.pp, mesh.chunks
         )));
     }
-    let programs = (0..mesh.devices())
+    let programs = (0..replicas.min(mesh.dp) * mesh.pp * mesh.tp)
         .map(|d| {
             let place = mesh.coords(d);
             Program {

@@ -11,8 +11,11 @@
 //! ```
 //!
 //! Exposed data-parallel communication is the step's makespan minus the makespan of the same
-//! replay with data-parallel reductions and gathers free; the pipeline bubble is measured over
-//! the span of the passes (F, B, W), as the schedule's theory counts it.
+//! replay with data-parallel reductions and gathers free ([`Free`] frees any axis); the pipeline
+//! bubble is measured over the span of the passes (F, B, W), as the schedule's theory counts it.
+//! A plan of the first replicas only ([`super::lower::lower_replicas`]) replays with each
+//! group cut to the devices it holds: identical replicas reach every collective at the same
+//! time, so the figures are those of the whole mesh when each op's cost is the whole group's.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -64,16 +67,47 @@ fn is_dp(op: &Op) -> bool {
 /// Replays `plan` with `cost[d][i]`, the seconds of op i of device d (kernel seconds for
 /// compute and the optimizer, link-model seconds for communication).
 pub fn replay(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>]) -> Result<Clock> {
-    let full = run(plan, mesh, cost, false)?;
-    let free = run(plan, mesh, cost, true)?;
+    let full = replay_free(plan, mesh, cost, Free::default())?;
+    let free = replay_free(plan, mesh, cost, Free::DP)?;
     Ok(Clock {
         exposed_dp: (full.makespan - free.makespan).max(0.0),
         ..full
     })
 }
 
-/// Per device: (compute stream, comm stream) free times.
-fn run(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free_dp: bool) -> Result<Clock> {
+/// Which communication a replay takes as free (zero seconds): the makespan without it, less the
+/// makespan with it, is the part of it the step exposes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Free {
+    /// Data-parallel reductions and gathers.
+    pub dp: bool,
+    /// Tensor-parallel all-reduces.
+    pub tp: bool,
+    /// Pipeline sends.
+    pub pp: bool,
+}
+
+impl Free {
+    pub const DP: Free = Free {
+        dp: true,
+        tp: false,
+        pp: false,
+    };
+    pub const TP: Free = Free {
+        dp: false,
+        tp: true,
+        pp: false,
+    };
+    pub const PP: Free = Free {
+        dp: false,
+        tp: false,
+        pp: true,
+    };
+}
+
+/// Replays `plan` as [`replay`] does with the communication `free` takes as free
+/// (`exposed_dp` left 0).
+pub fn replay_free(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free: Free) -> Result<Clock> {
     let n = plan.programs.len();
     if cost.len() != n
         || cost
@@ -127,6 +161,7 @@ fn run(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free_dp: bool) -> Result<Clo
                         clock.spans[d][pc[d]] = (start, compute[d]);
                     }
                     Op::Send { to, flow, .. } => {
+                        let c = if free.pp { 0.0 } else { c };
                         let l = link_free.entry((d, *to)).or_insert(0.0);
                         let start = l.max(compute[d]);
                         *l = start + c;
@@ -149,7 +184,8 @@ fn run(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free_dp: bool) -> Result<Clo
                         }
                     }
                     other => {
-                        let g = group(mesh, p.place, other).unwrap_or_default();
+                        let mut g = group(mesh, p.place, other).unwrap_or_default();
+                        g.retain(|&q| q < n);
                         // every member must stand at this same call
                         let all = g
                             .iter()
@@ -165,7 +201,12 @@ fn run(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free_dp: bool) -> Result<Clo
                         };
                         let start = g.iter().map(|&q| ready(q)).fold(0.0, f64::max);
                         let dur = g.iter().map(|&q| cost[q][pc[q]]).fold(0.0, f64::max);
-                        let dur = if dp && free_dp { 0.0 } else { dur };
+                        let tp = matches!(other, Op::TpAllReduce { .. });
+                        let dur = if (dp && free.dp) || (tp && free.tp) {
+                            0.0
+                        } else {
+                            dur
+                        };
                         for &q in &g {
                             clock.spans[q][pc[q]] = (start, start + dur);
                             if let Op::Unshard { chunk, block } = other {
@@ -176,7 +217,7 @@ fn run(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free_dp: bool) -> Result<Clo
                                 clock.dp_comm[q] += dur;
                             } else {
                                 compute[q] = start + dur;
-                                if matches!(other, Op::TpAllReduce { .. }) {
+                                if tp {
                                     clock.busy[q] += dur;
                                     clock.passes_end[q] = compute[q];
                                 }

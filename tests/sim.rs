@@ -1,0 +1,232 @@
+//! The simulator: one replica stands for identical ones exactly, it meets the schedule formula
+//! at unit costs, its critical path covers the step, its calibration fit and file checks hold,
+//! and a 1024-device layout keeps only tp · pp programs. No device work.
+
+use triaxis::cost::{Cluster, Link};
+use triaxis::mesh::Mesh;
+use triaxis::model::{GptConfig, Recompute};
+use triaxis::pipeline::ScheduleKind;
+use triaxis::precision::Precision;
+use triaxis::sim::report::critical_path;
+use triaxis::sim::{simulate, Calibration, Fit, Spec};
+
+fn small() -> GptConfig {
+    GptConfig {
+        vocab: 16,
+        ctx: 16,
+        channels: 32,
+        heads: 4,
+        layers: 2,
+    }
+}
+
+fn cluster(nodes: usize, per_node: usize) -> Cluster {
+    Cluster::new(
+        nodes,
+        per_node,
+        80.0,
+        Link::gbps(100.0).with_latency_us(2.0),
+        Link::gbps(1.0).with_latency_us(20.0),
+        1e-3,
+    )
+    .unwrap()
+}
+
+fn spec(mesh: Mesh, cluster: Cluster, calibration: Calibration) -> Spec {
+    Spec {
+        model: small(),
+        micro_b: 2,
+        mesh,
+        cluster,
+        calibration,
+        precision: Precision::F32,
+        recompute: Recompute::None,
+        bucket_bytes: 16 << 10,
+        every_replica: false,
+    }
+}
+
+fn layout(dp: usize, tp: usize, pp: usize, zero: usize) -> Mesh {
+    Mesh {
+        dp,
+        tp,
+        pp,
+        zero,
+        schedule: ScheduleKind::OneFOneB,
+        microbatches: 4,
+        chunks: 1,
+    }
+}
+
+#[test]
+fn one_replica_stands_for_identical_replicas_exactly() {
+    for zero in [0, 1, 3] {
+        let s = spec(
+            layout(4, 2, 2, zero),
+            cluster(2, 8),
+            Calibration::from_rate(1e9),
+        );
+        let one = simulate(&s).unwrap();
+        let all = simulate(&Spec {
+            every_replica: true,
+            ..s
+        })
+        .unwrap();
+        assert_eq!((one.replicas, all.replicas), (1, 4), "zero {zero}");
+        assert_eq!(one.plan.programs.len(), 4);
+        assert_eq!(one.step(), all.step(), "zero {zero}");
+        assert_eq!(one.bubble, all.bubble);
+        assert_eq!(one.exposed, all.exposed);
+        assert!(one.exposed.dp > 0.0, "the dp traffic crosses the slow link");
+        assert_eq!(one.clock.spans[..], all.clock.spans[..4], "zero {zero}");
+    }
+}
+
+#[test]
+fn replicas_on_unlike_links_are_all_simulated() {
+    // 3 devices per node: replica 0's pipeline transfer stays inside node 0, replica 1's
+    // (devices 2 → 3) crosses to node 1
+    let s = spec(
+        layout(2, 1, 2, 0),
+        cluster(2, 3),
+        Calibration::from_rate(1e9),
+    );
+    assert_eq!(simulate(&s).unwrap().replicas, 2);
+}
+
+#[test]
+fn the_simulated_bubble_is_the_schedule_formula_at_unit_costs() {
+    // every block costs one second a pass (both stages hold two blocks), links ideal, the
+    // optimizer free: 1F1B's (p − 1)/(m + p − 1)
+    let unit = Fit {
+        overhead: 1.0,
+        per_unit: 0.0,
+        points: 0,
+        max_miss: 0.0,
+    };
+    let mut cal = Calibration::from_rate(1e9);
+    cal.passes = [unit; 4];
+    // links fast enough to cost nothing at these sizes (4 KB in 4·10⁻¹⁵ s)
+    let fast = Link::gbps(1e9);
+    let ideal = Cluster {
+        intra: fast,
+        inter: fast,
+        ..cluster(1, 8)
+    };
+    for m in [2, 4, 8] {
+        let mesh = Mesh {
+            microbatches: m,
+            ..layout(1, 1, 2, 0)
+        };
+        let sim = simulate(&spec(mesh, ideal.clone(), cal.clone())).unwrap();
+        let formula = 1.0 / (m as f64 + 1.0);
+        assert!((sim.bubble - formula).abs() < 1e-9, "m {m}: {}", sim.bubble);
+        // F = 2 s and B = 2 s per microbatch on each device, plus the fill and drain
+        assert!((sim.step() - 4.0 * (m as f64 + 1.0)).abs() < 1e-9);
+    }
+}
+
+#[test]
+fn the_critical_path_covers_the_step() {
+    let s = spec(
+        layout(2, 2, 2, 1),
+        cluster(1, 8),
+        Calibration::from_rate(1e8),
+    );
+    let sim = simulate(&s).unwrap();
+    let path = critical_path(&sim);
+    let total: f64 = path.seconds.iter().sum();
+    assert!(
+        (total - sim.step()).abs() <= 1e-9 * sim.step(),
+        "{total} vs {}",
+        sim.step()
+    );
+    assert!(path.words().starts_with("critical path"));
+}
+
+#[test]
+fn the_calibration_fit_recovers_its_constants() {
+    let pts: Vec<(f64, f64, f64)> = [(3.0, 1e9), (6.0, 2.5e9), (3.0, 2e9), (4.0, 0.5e9)]
+        .iter()
+        .map(|&(u, a)| (u, a, 2e-3 * u + a / 20e9))
+        .collect();
+    let f = Fit::of(&pts).unwrap();
+    assert!((f.overhead - 2e-3).abs() < 1e-12 && (f.per_unit - 1.0 / 20e9).abs() < 1e-20);
+    assert!(f.max_miss < 1e-9);
+    // a negative fixed cost is no cost: the rate alone
+    let pts = [(1.0, 1.0, 1.0), (1.0, 3.0, 4.0)];
+    let f = Fit::of(&pts).unwrap();
+    assert_eq!((f.overhead, f.per_unit), (0.0, 13.0 / 10.0));
+    assert!(Fit::of(&[]).is_err());
+    assert!(Fit::of(&[(1.0, 0.0, 1.0)]).is_err());
+}
+
+#[test]
+fn a_bad_calibration_file_is_refused_by_name() {
+    let dir = std::env::temp_dir().join(format!("triaxis-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("cal.json");
+    std::fs::write(&path, "{ not json").unwrap();
+    let e = Calibration::load(&path).unwrap_err().to_string();
+    assert!(e.contains("no calibration file"), "{e}");
+    let mut c = Calibration::from_rate(1e12);
+    c.passes[1].per_unit = -1.0;
+    std::fs::write(&path, c.to_json()).unwrap();
+    let e = Calibration::load(&path).unwrap_err().to_string();
+    assert!(e.contains("finite and ≥ 0"), "{e}");
+    let good = Calibration::from_rate(1e12);
+    std::fs::write(&path, good.to_json()).unwrap();
+    assert_eq!(Calibration::load(&path).unwrap(), good);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_impossible_layout_is_refused_before_simulating() {
+    let s = spec(
+        layout(64, 2, 2, 0),
+        cluster(1, 8),
+        Calibration::from_rate(1e9),
+    );
+    let e = simulate(&s).unwrap_err().to_string();
+    assert!(e.contains("256 devices"), "{e}");
+    let s = spec(
+        layout(1, 3, 1, 0),
+        cluster(1, 8),
+        Calibration::from_rate(1e9),
+    );
+    assert!(simulate(&s).is_err(), "3 tensor ranks cannot split 4 heads");
+}
+
+#[test]
+fn a_thousand_devices_keep_only_one_replica_of_programs() {
+    let model = GptConfig {
+        vocab: 32000,
+        ctx: 2048,
+        channels: 8192,
+        heads: 64,
+        layers: 80,
+    };
+    let mesh = Mesh {
+        microbatches: 32,
+        ..layout(16, 8, 8, 1)
+    };
+    let s = Spec {
+        model,
+        micro_b: 1,
+        precision: Precision::Bf16,
+        bucket_bytes: 25 << 20,
+        ..spec(mesh, cluster(128, 8), Calibration::from_rate(300e12))
+    };
+    let s = Spec {
+        cluster: Cluster {
+            inter: Link::gbps(25.0).with_latency_us(10.0),
+            ..s.cluster.clone()
+        },
+        ..s
+    };
+    let sim = simulate(&s).unwrap();
+    assert_eq!((sim.replicas, sim.plan.programs.len()), (1, 64));
+    assert_eq!(sim.memory.len(), 64);
+    assert!(sim.bubble > 0.0 && sim.bubble < 7.0 / 39.0 + 0.01);
+    assert_eq!(sim.tokens, 16 * 32 * 2048);
+}
