@@ -10,6 +10,7 @@ use triaxis::gpu::{self, Gpu};
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro};
 use triaxis::pipeline::{Schedule, ScheduleKind};
+use triaxis::runtime::replay::replay;
 use triaxis::runtime::{Fault, FaultKind};
 use triaxis::step::TrainConfig;
 use triaxis::train::Trainer;
@@ -316,10 +317,11 @@ fn pooled_device_clock_takes_each_pass_at_its_median_over_the_steps() {
     let c = corpus();
     let cfg = cfg(2);
     let data = batches(&c, &cfg, 4);
+    let mesh = pipeline(ScheduleKind::OneFOneB, 2, 2, 1);
     let mut e = engine(
         &gpus,
         cfg,
-        pipeline(ScheduleKind::OneFOneB, 2, 2, 1),
+        mesh,
         RuntimeOptions {
             serial: true,
             ..RuntimeOptions::default()
@@ -329,7 +331,12 @@ fn pooled_device_clock_takes_each_pass_at_its_median_over_the_steps() {
     e.step(&data[0], 0).unwrap();
     assert!(e.pooled(1, false).unwrap().is_none(), "not pooling yet");
     e.pool_steps(true);
-    e.step(&data[1], 1).unwrap();
+    let measured = e.step(&data[1], 1).unwrap();
+    // the replay of the measured op costs (what the simulator's validation replays) is the
+    // device clock's figure for the step
+    let plan = e.plan().unwrap().clone();
+    let replayed = replay(&plan, &mesh, &e.pooled_costs().unwrap()).unwrap();
+    assert_eq!(replayed.makespan, measured.device_step);
     // one step pooled is that step
     let one = e.pooled(1, true).unwrap().expect("one pooled step");
     let own = e.summary(1).unwrap().expect("a step was run");

@@ -2,14 +2,18 @@
 //! simulator checked against measured steps.
 //!
 //! ```text
-//! calibrate  model A (4 × 128, 4 heads, seq 32) on 2 virtual devices, serial (one device's
+//! calibrate  model A (4 × 128, 4 heads, seq 32) on virtual devices, serial (one device's
 //!            compute at a time: clean device-clock times): pp 1 and 2 under 1F1B, pp 2 under
-//!            ZB-H1, m = 4, microbatches of 2 and 4 sequences: each chunk's F, B, W and whole backward (the
-//!            median of its kind over the pooled steps) beside the simulator's FLOPs and blocks
-//!            for that chunk ─▶ a least-squares fit per pass class; the optimizer per parameter
-//! validate   calibrate on A, then ≥ 8 layouts of model B (8 × 128) on 4 virtual devices:
-//!            each trained, its device clock replayed from its own pooled op costs (measured),
-//!            and simulated from the calibration and the link model (simulated)
+//!            ZB-H1, m = 4, microbatches of 2 and 4 sequences: each chunk's F, B, W and whole
+//!            backward (the median of its kind over the pooled steps) beside the simulator's
+//!            FLOPs and blocks for that chunk ─▶ a least-squares fit per pass class; the
+//!            optimizer per parameter
+//! validate   model A's runs and ≥ 8 layouts of model B (8 × 128) on 4 virtual devices, all
+//!            built first and then stepped in rounds (one step of each per round, the order
+//!            rotating), so a host whose speed drifts slows every run alike; the calibration
+//!            fitted to A, then each layout of B's device clock replayed from its own pooled
+//!            op costs (measured) beside its simulation from the calibration and the link
+//!            model (simulated)
 //! ```
 //!
 //! Communication on virtual devices is costed by the link model on both sides (the device
@@ -35,11 +39,24 @@ use triaxis::sim::report::seconds;
 use triaxis::sim::{chunks, simulate, Calibration, Fit, Spec};
 use triaxis::step::TrainConfig;
 
-/// One layout trained here: its plan, its pooled per-op seconds and their replay.
+/// One layout being trained here: its engine, shape and data cursor, and the device-clock
+/// seconds of each of its measured steps.
+struct Run {
+    engine: Engine,
+    model: GptConfig,
+    mesh: Mesh,
+    micro_b: usize,
+    batcher: Batcher,
+    steps: Vec<f64>,
+}
+
+/// One layout measured: its plan, its pooled per-op seconds and their replay, and the spread
+/// (min, max) of its steps' own device-clock seconds.
 struct Measured {
     plan: Plan,
     cost: Vec<Vec<f64>>,
     clock: Clock,
+    spread: (f64, f64),
 }
 
 fn model(corpus: &Corpus, layers: usize) -> GptConfig {
@@ -52,8 +69,8 @@ fn model(corpus: &Corpus, layers: usize) -> GptConfig {
     }
 }
 
-/// Trains `mesh` for one warm-up and `steps` pooled steps, serial, communication on `link`.
-fn measure(
+/// Builds `mesh` (serial, communication on `link`) and runs its warm-up step.
+fn start(
     gpus: &[Gpu],
     corpus: &Corpus,
     model: &GptConfig,
@@ -61,14 +78,13 @@ fn measure(
     micro_b: usize,
     link: Link,
     steps: usize,
-) -> anyhow::Result<Measured> {
-    let micro = Micro {
-        b: micro_b,
-        t: model.ctx,
-    };
+) -> anyhow::Result<Run> {
     let cfg = TrainConfig {
         model: *model,
-        micro,
+        micro: Micro {
+            b: micro_b,
+            t: model.ctx,
+        },
         grad_accum: mesh.microbatches,
         steps: steps + 1,
         adam: triaxis::cpu::AdamW::default(),
@@ -82,32 +98,66 @@ fn measure(
         serial: true,
         ..RuntimeOptions::default()
     };
-    let mut engine = Engine::new(&gpus[..mesh.devices()], cfg, mesh, opts)?;
-    let mut batcher = Batcher::new(1);
-    for s in 0..=steps {
-        if s == 1 {
-            engine.pool_steps(true);
+    let mut run = Run {
+        engine: Engine::new(&gpus[..mesh.devices()], cfg, mesh, opts)?,
+        model: *model,
+        mesh,
+        micro_b,
+        batcher: Batcher::new(1),
+        steps: Vec::new(),
+    };
+    step(&mut run, corpus)?;
+    run.engine.pool_steps(true);
+    run.steps.clear();
+    Ok(run)
+}
+
+fn step(run: &mut Run, corpus: &Corpus) -> anyhow::Result<()> {
+    let micro = Micro {
+        b: run.micro_b,
+        t: run.model.ctx,
+    };
+    let batches = (0..run.engine.batches_per_step())
+        .map(|_| corpus.train_batch(&mut run.batcher, micro))
+        .collect::<triaxis::Result<Vec<_>>>()?;
+    let s = run.steps.len();
+    let c = run.engine.step(&batches, s)?;
+    run.steps.push(c.device_step);
+    Ok(())
+}
+
+/// `steps` rounds, each one step of every run, in an order that rotates from round to round:
+/// a host whose speed drifts (a shared VM) slows every layout alike instead of whichever ran
+/// during the slow minute.
+fn rounds(runs: &mut [Run], corpus: &Corpus, steps: usize) -> anyhow::Result<()> {
+    let n = runs.len();
+    for r in 0..steps {
+        for i in 0..n {
+            step(&mut runs[(r + i) % n], corpus)?;
         }
-        let batches = (0..engine.batches_per_step())
-            .map(|_| corpus.train_batch(&mut batcher, micro))
-            .collect::<triaxis::Result<Vec<_>>>()?;
-        engine.step(&batches, s)?;
     }
-    let plan = engine.plan().context("the engine has no plan")?.clone();
-    let cost = engine.pooled_costs().context("no pooled step")?;
-    let clock = replay(&plan, &mesh, &cost)?;
-    Ok(Measured { plan, cost, clock })
+    Ok(())
+}
+
+/// A run's pooled op costs and their replay.
+fn measured(run: &Run) -> anyhow::Result<Measured> {
+    let plan = run.engine.plan().context("the engine has no plan")?.clone();
+    let cost = run.engine.pooled_costs().context("no pooled step")?;
+    let clock = replay(&plan, &run.mesh, &cost)?;
+    let lo = run.steps.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = run.steps.iter().copied().fold(0.0, f64::max);
+    Ok(Measured {
+        plan,
+        cost,
+        clock,
+        spread: (lo, hi),
+    })
 }
 
 /// The (blocks, FLOPs, seconds) of every pass of `m` by class, and (1, parameters, seconds) of
 /// every device's optimizer.
-fn points(
-    m: &Measured,
-    model: &GptConfig,
-    mesh: &Mesh,
-    micro_b: usize,
-    out: &mut [Vec<(f64, f64, f64)>; 5],
-) -> anyhow::Result<()> {
+fn points(run: &Run, m: &Measured, out: &mut [Vec<(f64, f64, f64)>; 5]) -> anyhow::Result<()> {
+    let (model, mesh, micro_b) = (&run.model, &run.mesh, run.micro_b);
     let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
     let sims = chunks(
         model,
@@ -150,17 +200,16 @@ fn points(
     Ok(())
 }
 
-/// Measures model A here and fits the calibration.
-fn calibrate(gpus: &[Gpu], corpus: &Corpus, steps: usize) -> anyhow::Result<Calibration> {
+/// Model A's runs: the whole model and halves (6 and 3 blocks), whole and split backward, two
+/// microbatch sizes.
+fn calibration_runs(gpus: &[Gpu], corpus: &Corpus, steps: usize) -> anyhow::Result<Vec<Run>> {
     let model = model(corpus, 4);
-    let mut pts: [Vec<(f64, f64, f64)>; 5] = Default::default();
-    // whole model and halves (6 and 3 blocks), whole and split backward, two microbatch sizes
-    let runs = [
+    let mut runs = Vec::new();
+    for (pp, kind) in [
         (1, ScheduleKind::OneFOneB),
         (2, ScheduleKind::OneFOneB),
         (2, ScheduleKind::ZeroBubbleH1),
-    ];
-    for (pp, kind) in runs {
+    ] {
         for b in [2, 4] {
             let mesh = Mesh {
                 pp,
@@ -168,10 +217,19 @@ fn calibrate(gpus: &[Gpu], corpus: &Corpus, steps: usize) -> anyhow::Result<Cali
                 microbatches: 4,
                 ..Mesh::default()
             };
-            let m = measure(gpus, corpus, &model, mesh, b, Link::ideal(), steps)?;
-            points(&m, &model, &mesh, b, &mut pts)?;
+            runs.push(start(gpus, corpus, &model, mesh, b, Link::ideal(), steps)?);
         }
     }
+    Ok(runs)
+}
+
+/// The calibration fitted to model A's measured runs.
+fn fit(gpus: &[Gpu], runs: &[Run]) -> anyhow::Result<Calibration> {
+    let mut pts: [Vec<(f64, f64, f64)>; 5] = Default::default();
+    for run in runs {
+        points(run, &measured(run)?, &mut pts)?;
+    }
+    let model = runs.first().context("no calibration run")?.model;
     let fit = |i: usize| Fit::of(&pts[i]);
     let info = &gpus[0].info;
     Ok(Calibration {
@@ -236,7 +294,9 @@ fn print_fits(c: &Calibration) {
 pub fn calibrate_command(out: &Path, steps: usize) -> anyhow::Result<()> {
     let (gpus, corpus) = open(2)?;
     println!("calibrating on {} …", gpus[0].adapter_name());
-    let c = calibrate(&gpus, &corpus, steps)?;
+    let mut runs = calibration_runs(&gpus, &corpus, steps)?;
+    rounds(&mut runs, &corpus, steps)?;
+    let c = fit(&gpus, &runs)?;
     print_fits(&c);
     super::write_new(out, &c.to_json())?;
     println!("wrote {}", out.display());
@@ -274,43 +334,56 @@ fn layouts() -> Vec<(Mesh, usize)> {
 /// `--validate`.
 pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
     let (gpus, corpus) = open(4)?;
+    let model_b = model(&corpus, 8);
     println!(
-        "calibrating on model A (4 × 128) on {} …",
-        gpus[0].adapter_name()
+        "measuring model A (4 × 128: calibration) and model B ({} × {}: {} layouts) on {}, {} rounds of one step each …",
+        model_b.layers,
+        model_b.channels,
+        layouts().len(),
+        gpus[0].adapter_name(),
+        steps
     );
-    let cal = calibrate(&gpus, &corpus, steps)?;
+    // every run built first, then stepped in rounds: calibration and validation see the same host
+    let mut runs = calibration_runs(&gpus, &corpus, steps)?;
+    let cal_runs = runs.len();
+    for (mesh, b) in layouts() {
+        runs.push(start(&gpus, &corpus, &model_b, mesh, b, link, steps)?);
+    }
+    rounds(&mut runs, &corpus, steps)?;
+    let cal = fit(&gpus, &runs[..cal_runs])?;
     print_fits(&cal);
-    let model = model(&corpus, 8);
     let cluster = Cluster::new(1, 4, 1e3, link, link, 1.0)?;
     println!(
         "\nvalidating on model B ({} × {}, {} heads, seq {}), f32, 4 virtual devices, links {} ({:.0} GB/s, {:.0} µs); {} pooled steps each",
-        model.layers,
-        model.channels,
-        model.heads,
-        model.ctx,
+        model_b.layers,
+        model_b.channels,
+        model_b.heads,
+        model_b.ctx,
         link.name,
         link.bandwidth_bytes_per_s / GB,
         link.latency_s * 1e6,
         steps
     );
     println!(
-        "{:<44} {:>10} {:>10} {:>7} {:>15} {:>15} {:>15}",
+        "{:<40} {:>10} {:>19} {:>10} {:>7} {:>13} {:>15} {:>15}",
         "layout",
         "measured",
+        "steps min–max",
         "simulated",
         "error",
-        "bubble m / s",
+        "bubble m/s",
         "exposed dp m/s",
         "exposed tp m/s"
     );
     let mut errors = Vec::new();
-    for (mesh, b) in layouts() {
-        let m = measure(&gpus, &corpus, &model, mesh, b, link, steps)?;
+    for run in &runs[cal_runs..] {
+        let (mesh, b) = (run.mesh, run.micro_b);
+        let m = measured(run)?;
         let exposed = |f: Free| -> anyhow::Result<f64> {
             Ok((m.clock.makespan - replay_free(&m.plan, &mesh, &m.cost, f)?.makespan).max(0.0))
         };
         let spec = Spec {
-            model,
+            model: model_b,
             micro_b: b,
             mesh,
             cluster: cluster.clone(),
@@ -324,9 +397,10 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
         let err = sim.step() / m.clock.makespan - 1.0;
         errors.push(err.abs());
         println!(
-            "{:<44} {:>10} {:>10} {:>+6.1}% {:>6.1}/{:>5.1} % {:>7}/{:<7} {:>7}/{:<7}",
+            "{:<40} {:>10} {:>19} {:>10} {:>+6.1}% {:>5.1}/{:>5.1} % {:>7}/{:<7} {:>7}/{:<7}",
             format!("{} b={b}", mesh.describe()),
             seconds(m.clock.makespan),
+            format!("{}–{}", seconds(m.spread.0), seconds(m.spread.1)),
             seconds(sim.step()),
             100.0 * err,
             100.0 * m.clock.bubble(0..mesh.pp * mesh.tp),
