@@ -8,7 +8,7 @@ use triaxis::model::{GptConfig, Recompute};
 use triaxis::pipeline::ScheduleKind;
 use triaxis::precision::Precision;
 use triaxis::sim::report::critical_path;
-use triaxis::sim::{simulate, Calibration, Fit, Spec};
+use triaxis::sim::{simulate, Calibration, Fit, Spec, Terms};
 
 fn small() -> GptConfig {
     GptConfig {
@@ -96,13 +96,12 @@ fn replicas_on_unlike_links_are_all_simulated() {
 
 #[test]
 fn the_simulated_bubble_is_the_schedule_formula_at_unit_costs() {
-    // every block costs one second a pass (both stages hold two blocks), links ideal, the
-    // optimizer free: 1F1B's (p − 1)/(m + p − 1)
+    // every layer, the embedding and the head cost one second a pass (both stages hold two
+    // of them), links ideal, the optimizer free: 1F1B's (p − 1)/(m + p − 1)
     let unit = Fit {
-        overhead: 1.0,
-        per_unit: 0.0,
-        points: 0,
-        max_miss: 0.0,
+        per_block: 1.0,
+        per_end: 1.0,
+        ..Fit::default()
     };
     let mut cal = Calibration::from_rate(1e9);
     cal.passes = [unit; 4];
@@ -146,19 +145,33 @@ fn the_critical_path_covers_the_step() {
 
 #[test]
 fn the_calibration_fit_recovers_its_constants() {
-    let pts: Vec<(f64, f64, f64)> = [(3.0, 1e9), (6.0, 2.5e9), (3.0, 2e9), (4.0, 0.5e9)]
-        .iter()
-        .map(|&(u, a)| (u, a, 2e-3 * u + a / 20e9))
-        .collect();
+    // [ops, layers, ends, FLOPs]: every constant pinned by points that vary apart
+    let (op, layer, end, flop) = (1e-4, 2e-3, 3e-4, 1.0 / 20e9);
+    let pts: Vec<(Terms, f64)> = [
+        [1.0, 4.0, 2.0, 1e9],
+        [1.0, 2.0, 1.0, 2.5e9],
+        [1.0, 1.0, 0.0, 2e9],
+        [9.0, 4.0, 2.0, 0.5e9],
+        [1.0, 1.0, 1.0, 0.7e9],
+    ]
+    .iter()
+    .map(|x| (*x, op * x[0] + layer * x[1] + end * x[2] + flop * x[3]))
+    .collect();
     let f = Fit::of(&pts).unwrap();
-    assert!((f.overhead - 2e-3).abs() < 1e-12 && (f.per_unit - 1.0 / 20e9).abs() < 1e-20);
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b;
+    assert!(
+        close(f.per_segment, op) && close(f.per_block, layer),
+        "{f:?}"
+    );
+    assert!(close(f.per_end, end) && close(f.per_unit, flop), "{f:?}");
     assert!(f.max_miss < 1e-9);
-    // a negative fixed cost is no cost: the rate alone
-    let pts = [(1.0, 1.0, 1.0), (1.0, 3.0, 4.0)];
+    // a negative fixed cost is no cost: the rate alone fits these best
+    let pts = [([0.0, 1.0, 0.0, 1.0], 1.0), ([0.0, 1.0, 0.0, 3.0], 4.0)];
     let f = Fit::of(&pts).unwrap();
-    assert_eq!((f.overhead, f.per_unit), (0.0, 13.0 / 10.0));
+    assert_eq!(f.per_block, 0.0);
+    assert!(f.per_unit > 0.0 && f.is_valid());
     assert!(Fit::of(&[]).is_err());
-    assert!(Fit::of(&[(1.0, 0.0, 1.0)]).is_err());
+    assert!(Fit::of(&[([1.0, 1.0, 0.0, 0.0], 1.0)]).is_err());
 }
 
 #[test]

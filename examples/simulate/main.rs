@@ -371,13 +371,14 @@ fn describe(c: &Calibration) -> String {
     }
     let f = &c.passes[0];
     format!(
-        "calibrated on {} ({}) {}, {}: forward {:.2} GFLOP/s + {} per block",
+        "calibrated on {} ({}) {}, {}: forward {:.2} GFLOP/s + {} per layer + {} per op",
         c.adapter,
         c.driver,
         c.date,
         c.model,
         1e-9 / f.per_unit.max(1e-300),
-        seconds(f.overhead)
+        seconds(f.per_block),
+        seconds(f.per_segment)
     )
 }
 

@@ -3,11 +3,11 @@
 //!
 //! ```text
 //! calibrate  model A (4 × 128, 4 heads, seq 32) on virtual devices, serial (one device's
-//!            compute at a time: clean device-clock times): pp 1 and 2 under 1F1B, pp 2 under
-//!            ZB-H1, m = 4, microbatches of 2 and 4 sequences: each chunk's F, B, W and whole
-//!            backward (the median of its kind over the pooled steps) beside the simulator's
-//!            FLOPs and blocks for that chunk ─▶ a least-squares fit per pass class; the
-//!            optimizer per parameter
+//!            compute at a time: clean device-clock times): pp 1, 2 and 4 under 1F1B, pp 2 and
+//!            4 under ZB-H1, tp 2, m = 4, microbatches of 2 and 4 sequences: each chunk's F,
+//!            B, W and whole backward (the median of its kind over the pooled steps) beside
+//!            the simulator's ops, layers, ends and FLOPs for that chunk ─▶ a least-squares fit
+//!            per pass class; the optimizer per call and parameter
 //! validate   model A's runs and ≥ 8 layouts of model B (8 × 128) on 4 virtual devices, all
 //!            built first and then stepped in rounds (one step of each per round, the order
 //!            rotating), so a host whose speed drifts slows every run alike; the calibration
@@ -35,8 +35,9 @@ use triaxis::pipeline::ScheduleKind;
 use triaxis::precision::Precision;
 use triaxis::runtime::ir::{Op, Plan};
 use triaxis::runtime::replay::{replay, replay_free, Clock, Free};
+use triaxis::sim::calibration::CLASSES;
 use triaxis::sim::report::seconds;
-use triaxis::sim::{chunks, simulate, Calibration, Fit, Spec};
+use triaxis::sim::{chunks, op_terms, simulate, Calibration, Fit, Spec, Terms};
 use triaxis::step::TrainConfig;
 
 /// One layout being trained here: its engine, shape and data cursor, and the device-clock
@@ -154,9 +155,9 @@ fn measured(run: &Run) -> anyhow::Result<Measured> {
     })
 }
 
-/// The (blocks, FLOPs, seconds) of every pass of `m` by class, and (1, parameters, seconds) of
-/// every device's optimizer.
-fn points(run: &Run, m: &Measured, out: &mut [Vec<(f64, f64, f64)>; 5]) -> anyhow::Result<()> {
+/// The calibration's terms and the measured seconds of microbatch 0's pass of every (device,
+/// chunk, kind) of `m` by class, and of every device's optimizer (index 4).
+fn points(run: &Run, m: &Measured, out: &mut [Vec<(Terms, f64)>; 5]) -> anyhow::Result<()> {
     let (model, mesh, micro_b) = (&run.model, &run.mesh, run.micro_b);
     let schedule = Schedule::new(mesh.schedule, mesh.pp, mesh.microbatches, mesh.chunks)?;
     let sims = chunks(
@@ -171,47 +172,56 @@ fn points(run: &Run, m: &Measured, out: &mut [Vec<(f64, f64, f64)>; 5]) -> anyho
     )?;
     for (p, costs) in m.plan.programs.iter().zip(&m.cost) {
         let cs = &sims[p.place.stage];
-        // seconds of microbatch 0's pass of each (chunk, kind)
-        let mut pass = std::collections::HashMap::<(usize, Kind), f64>::new();
-        for (op, &c) in p.ops.iter().zip(costs) {
+        // microbatch 0's pass of each (chunk, kind): its ops' terms and seconds, summed
+        let mut pass = std::collections::BTreeMap::<(usize, usize), (Terms, f64)>::new();
+        for (op, &secs) in p.ops.iter().zip(costs) {
             match op {
-                Op::Compute { action, .. } if action.micro == 0 => {
-                    *pass.entry((action.chunk, action.kind)).or_default() += c;
+                Op::Compute { action, segs } if action.micro == 0 => {
+                    let c = &cs[action.chunk];
+                    let k = match action.kind {
+                        Kind::F => 0,
+                        Kind::B => 1,
+                        Kind::W => 2,
+                    };
+                    let class = Calibration::class(action.kind, c.shape.split);
+                    let t = op_terms(&c.work[k][segs.clone()]);
+                    let e = pass.entry((action.chunk, class)).or_default();
+                    for (a, b) in e.0.iter_mut().zip(t) {
+                        *a += b;
+                    }
+                    e.1 += secs;
                 }
                 Op::Optimizer => {
                     let params: usize = cs.iter().map(|c| c.params).sum();
-                    out[4].push((1.0, params as f64, c));
+                    out[4].push(([1.0, 0.0, 0.0, params as f64], secs));
                 }
                 _ => {}
             }
         }
-        for ((chunk, kind), secs) in pass {
-            let c = &cs[chunk];
-            let k = match kind {
-                Kind::F => 0,
-                Kind::B => 1,
-                Kind::W => 2,
-            };
-            let blocks: f64 = c.work[k].iter().map(|w| w.blocks).sum();
-            let flops: f64 = c.work[k].iter().map(|w| w.flops).sum();
-            out[Calibration::class(kind, c.shape.split)].push((blocks, flops, secs));
+        for ((_, class), point) in pass {
+            out[class].push(point);
         }
     }
     Ok(())
 }
 
-/// Model A's runs: the whole model and halves (6 and 3 blocks), whole and split backward, two
-/// microbatch sizes.
+/// Model A's runs, so that every constant is pinned: the whole model, halves and quarters
+/// (layers with and without an end beside them), whole and split backward, one op per pass
+/// and two per layer (tensor parallel), two microbatch sizes.
 fn calibration_runs(gpus: &[Gpu], corpus: &Corpus, steps: usize) -> anyhow::Result<Vec<Run>> {
     let model = model(corpus, 4);
     let mut runs = Vec::new();
-    for (pp, kind) in [
-        (1, ScheduleKind::OneFOneB),
-        (2, ScheduleKind::OneFOneB),
-        (2, ScheduleKind::ZeroBubbleH1),
+    for (tp, pp, kind) in [
+        (1, 1, ScheduleKind::OneFOneB),
+        (1, 2, ScheduleKind::OneFOneB),
+        (1, 4, ScheduleKind::OneFOneB),
+        (1, 2, ScheduleKind::ZeroBubbleH1),
+        (1, 4, ScheduleKind::ZeroBubbleH1),
+        (2, 1, ScheduleKind::OneFOneB),
     ] {
         for b in [2, 4] {
             let mesh = Mesh {
+                tp,
                 pp,
                 schedule: kind,
                 microbatches: 4,
@@ -225,7 +235,7 @@ fn calibration_runs(gpus: &[Gpu], corpus: &Corpus, steps: usize) -> anyhow::Resu
 
 /// The calibration fitted to model A's measured runs.
 fn fit(gpus: &[Gpu], runs: &[Run]) -> anyhow::Result<Calibration> {
-    let mut pts: [Vec<(f64, f64, f64)>; 5] = Default::default();
+    let mut pts: [Vec<(Terms, f64)>; 5] = Default::default();
     for run in runs {
         points(run, &measured(run)?, &mut pts)?;
     }
@@ -236,7 +246,7 @@ fn fit(gpus: &[Gpu], runs: &[Run]) -> anyhow::Result<Calibration> {
         adapter: gpus[0].adapter_name(),
         driver: format!("{} {}", info.driver, info.driver_info),
         model: format!(
-            "{} × {} ({} heads, seq {}, vocab {}), f32; pp 1 and 2 1f1b, pp 2 zb-h1, m 4, microbatch 2 and 4",
+            "{} × {} ({} heads, seq {}, vocab {}), f32; pp 1, 2, 4 1f1b, pp 2, 4 zb-h1, tp 2, m 4, microbatch 2 and 4",
             model.layers, model.channels, model.heads, model.ctx, model.vocab
         ),
         precision: "f32".into(),
@@ -272,19 +282,21 @@ fn open(n: usize) -> anyhow::Result<(Vec<Gpu>, Corpus)> {
 fn print_fits(c: &Calibration) {
     for (i, f) in c.passes.iter().enumerate() {
         println!(
-            "  {:<3} {:>7.2} GFLOP/s + {:>9} per block   ({} points, worst miss {:.1} %)",
-            triaxis::sim::calibration::CLASSES[i],
+            "  {:<3} {:>7.2} GFLOP/s + {:>9} per layer + {:>9} per end + {:>9} per op   ({} points, worst miss {:.1} %)",
+            CLASSES[i],
             1e-9 / f.per_unit.max(1e-300),
-            seconds(f.overhead),
+            seconds(f.per_block),
+            seconds(f.per_end),
+            seconds(f.per_segment),
             f.points,
             100.0 * f.max_miss
         );
     }
     let o = &c.optimizer;
     println!(
-        "  optimizer {:.2} ns per parameter + {}   ({} points, worst miss {:.1} %)",
+        "  optimizer {:.2} ns per parameter + {} per call   ({} points, worst miss {:.1} %)",
         o.per_unit * 1e9,
-        seconds(o.overhead),
+        seconds(o.per_segment),
         o.points,
         100.0 * o.max_miss
     );
@@ -292,7 +304,7 @@ fn print_fits(c: &Calibration) {
 
 /// `--calibrate FILE`.
 pub fn calibrate_command(out: &Path, steps: usize) -> anyhow::Result<()> {
-    let (gpus, corpus) = open(2)?;
+    let (gpus, corpus) = open(4)?;
     println!("calibrating on {} …", gpus[0].adapter_name());
     let mut runs = calibration_runs(&gpus, &corpus, steps)?;
     rounds(&mut runs, &corpus, steps)?;
@@ -376,9 +388,12 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
         "exposed tp m/s"
     );
     let mut errors = Vec::new();
+    // model B's passes by class, to say which class the calibration misses
+    let mut pts: [Vec<(Terms, f64)>; 5] = Default::default();
     for run in &runs[cal_runs..] {
         let (mesh, b) = (run.mesh, run.micro_b);
         let m = measured(run)?;
+        points(run, &m, &mut pts)?;
         let exposed = |f: Free| -> anyhow::Result<f64> {
             Ok((m.clock.makespan - replay_free(&m.plan, &mesh, &m.cost, f)?.makespan).max(0.0))
         };
@@ -411,6 +426,17 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
             seconds(sim.exposed.tp),
         );
     }
+    print!("\nmodel B's passes, measured / calibrated (median, min–max):");
+    let fits = cal.passes.iter().chain(std::iter::once(&cal.optimizer));
+    let names = CLASSES.iter().copied().chain(std::iter::once("optimizer"));
+    for ((name, fit), p) in names.zip(fits).zip(&pts) {
+        let mut r: Vec<f64> = p.iter().map(|&(x, t)| t / fit.seconds(x)).collect();
+        r.sort_by(f64::total_cmp);
+        if let (Some(lo), Some(hi)) = (r.first(), r.last()) {
+            print!("  {name} {:.2} ({lo:.2}–{hi:.2})", r[r.len() / 2]);
+        }
+    }
+    println!();
     let mean = errors.iter().sum::<f64>() / errors.len() as f64;
     let max = errors.iter().copied().fold(0.0, f64::max);
     println!(

@@ -1,13 +1,17 @@
-//! What the simulator scales by FLOPs and parameters: seconds per FLOP and per block of each
-//! pass class, and seconds per parameter of the optimizer, fitted to per-op times measured on
-//! one adapter and saved as a small JSON file that names where they came from.
+//! What the simulator scales by segments, blocks, FLOPs and parameters: a fixed cost per
+//! timed segment, per layer and per embedding or head, and seconds per FLOP of each pass
+//! class; a fixed cost per call and seconds per parameter of the optimizer. Fitted to per-op
+//! times measured on one adapter and saved as a small JSON file that names where they came
+//! from.
 //!
 //! ```text
-//! pass seconds   = blocks · overhead[class] + FLOPs · seconds_per_flop[class]
+//! pass seconds   = segments · per_segment + layers · per_block + ends · per_end
+//!                  + FLOPs · per_unit        (ends: the embedding and the head)
 //!                  class: F, B (input gradients of a split backward), W, BW (whole backward)
-//! optimizer      = overhead + parameters · seconds_per_param
-//! fit            least squares over the measured passes (one point per chunk and microbatch
-//!                size), overhead clamped at ≥ 0 (then seconds per FLOP alone)
+//! optimizer      = calls · per_segment + parameters · per_unit
+//! fit            least squares of the relative misses over the measured passes (one point
+//!                per chunk, pass and layout), every constant ≥ 0 (the best fit over the
+//!                subsets of constants left free whose solution has none negative)
 //! ```
 //!
 //! Communication is not in the file: the simulator costs it from the cluster's links, as the
@@ -18,11 +22,19 @@ use crate::error::{Error, Result};
 /// The pass classes the calibration fits apart.
 pub const CLASSES: [&str; 4] = ["F", "B", "W", "BW"];
 
-/// A linear cost: `overhead · units + per_unit_seconds · amount`.
+/// What a fit scales, per pass: [segments (or optimizer calls), layers, ends (embedding,
+/// head), FLOPs (or parameters)].
+pub type Terms = [f64; 4];
+
+/// A linear cost over [`Terms`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Fit {
-    /// Seconds per block (passes) or per call (the optimizer).
-    pub overhead: f64,
+    /// Seconds per timed segment (passes) or per call (the optimizer).
+    pub per_segment: f64,
+    /// Seconds per layer.
+    pub per_block: f64,
+    /// Seconds per embedding or head.
+    pub per_end: f64,
     /// Seconds per FLOP (passes) or per parameter (the optimizer).
     pub per_unit: f64,
     /// Points the fit was made from, and the largest relative miss among them.
@@ -31,55 +43,131 @@ pub struct Fit {
 }
 
 impl Fit {
-    pub fn seconds(&self, units: f64, amount: f64) -> f64 {
-        self.overhead * units + self.per_unit * amount
+    fn coefficients(&self) -> Terms {
+        [
+            self.per_segment,
+            self.per_block,
+            self.per_end,
+            self.per_unit,
+        ]
     }
 
-    /// Least squares of `seconds ≈ overhead · units + per_unit · amount` over
-    /// `(units, amount, seconds)`; the overhead clamped at ≥ 0.
-    pub fn of(points: &[(f64, f64, f64)]) -> Result<Fit> {
+    pub fn seconds(&self, terms: Terms) -> f64 {
+        self.coefficients()
+            .iter()
+            .zip(terms)
+            .map(|(c, t)| c * t)
+            .sum()
+    }
+
+    /// Every constant finite and ≥ 0.
+    pub fn is_valid(&self) -> bool {
+        self.coefficients()
+            .iter()
+            .all(|c| c.is_finite() && *c >= 0.0)
+    }
+
+    /// Least squares of the relative miss of `seconds ≈ Σ constant · term` over
+    /// `(terms, seconds)` (each point weighted by 1/seconds²), every constant ≥ 0: of the
+    /// subsets of constants left free (the rest 0), the best fit with none negative.
+    pub fn of(points: &[(Terms, f64)]) -> Result<Fit> {
         let ok = points
             .iter()
-            .all(|p| p.0.is_finite() && p.1.is_finite() && p.2.is_finite() && p.2 >= 0.0);
-        if points.is_empty() || !ok || points.iter().all(|p| p.1 <= 0.0) {
+            .all(|(x, t)| x.iter().all(|v| v.is_finite()) && t.is_finite() && *t >= 0.0);
+        if points.is_empty() || !ok || points.iter().all(|(x, _)| x[3] <= 0.0) {
             return Err(Error::Config(format!(
                 "a calibration fit needs measured points with work in them, got {points:?}"
             )));
         }
-        let (mut suu, mut sua, mut saa, mut sut, mut sat) = (0.0, 0.0, 0.0, 0.0, 0.0);
-        for &(u, a, t) in points {
-            suu += u * u;
-            sua += u * a;
-            saa += a * a;
-            sut += u * t;
-            sat += a * t;
-        }
-        let det = suu * saa - sua * sua;
-        let (mut o, mut r) = if det.abs() > 1e-12 * suu * saa {
-            ((sut * saa - sat * sua) / det, (suu * sat - sua * sut) / det)
-        } else {
-            (-1.0, 0.0)
+        let miss = |c: &Terms| -> f64 {
+            points
+                .iter()
+                .map(|(x, t)| {
+                    let p: f64 = c.iter().zip(x).map(|(c, x)| c * x).sum();
+                    ((p - t) / t.max(1e-300)).powi(2)
+                })
+                .sum()
         };
-        if o < 0.0 || r < 0.0 {
-            // one free constant: the one the points carry
-            o = 0.0;
-            r = sat / saa;
-            if r <= 0.0 && suu > 0.0 {
-                (o, r) = (sut / suu, 0.0);
+        let mut best: Option<(f64, Terms)> = None;
+        for mask in 1u32..16 {
+            let Some(c) = solve(points, mask) else {
+                continue;
+            };
+            if c.iter().any(|v| *v < 0.0 || !v.is_finite()) {
+                continue;
+            }
+            let m = miss(&c);
+            if best.is_none_or(|(b, _)| m < b * (1.0 - 1e-12)) {
+                best = Some((m, c));
             }
         }
+        let (_, c) = best.ok_or_else(|| {
+            Error::Config(format!("no calibration fit with costs ≥ 0 for {points:?}"))
+        })?;
         let mut fit = Fit {
-            overhead: o,
-            per_unit: r,
+            per_segment: c[0],
+            per_block: c[1],
+            per_end: c[2],
+            per_unit: c[3],
             points: points.len(),
             max_miss: 0.0,
         };
         fit.max_miss = points
             .iter()
-            .map(|&(u, a, t)| (fit.seconds(u, a) - t).abs() / t.max(1e-12))
+            .map(|(x, t)| (fit.seconds(*x) - t).abs() / t.max(1e-12))
             .fold(0.0, f64::max);
         Ok(fit)
     }
+}
+
+/// The weighted least-squares constants over the terms in `mask` (the others 0), by the
+/// normal equations and Gaussian elimination; `None` when they do not pin the constants.
+fn solve(points: &[(Terms, f64)], mask: u32) -> Option<Terms> {
+    let free: Vec<usize> = (0..4).filter(|i| mask & (1 << i) != 0).collect();
+    let n = free.len();
+    // [A | b], A = Σ w·x·xᵀ, b = Σ w·x·t over the free terms
+    let mut a = vec![vec![0.0f64; n + 1]; n];
+    for (x, t) in points {
+        let w = 1.0 / (t * t).max(1e-300);
+        for (r, &i) in free.iter().enumerate() {
+            for (c, &j) in free.iter().enumerate() {
+                a[r][c] += w * x[i] * x[j];
+            }
+            a[r][n] += w * x[i] * t;
+        }
+    }
+    let scale: Vec<f64> = (0..n).map(|r| a[r][r].sqrt()).collect();
+    if scale.iter().any(|s| *s <= 0.0 || !s.is_finite()) {
+        return None;
+    }
+    // scaled so the diagonal is 1: FLOPs and counts differ by 10⁹
+    for r in 0..n {
+        for c in 0..n {
+            a[r][c] /= scale[r] * scale[c];
+        }
+        a[r][n] /= scale[r];
+    }
+    for col in 0..n {
+        let pivot = (col..n).max_by(|&x, &y| a[x][col].abs().total_cmp(&a[y][col].abs()))?;
+        if a[pivot][col].abs() < 1e-9 {
+            return None;
+        }
+        a.swap(col, pivot);
+        let row = a[col].clone();
+        for (r, other) in a.iter_mut().enumerate() {
+            if r != col {
+                let f = other[col] / row[col];
+                for (x, y) in other.iter_mut().zip(&row).skip(col) {
+                    *x -= f * y;
+                }
+            }
+        }
+    }
+    let mut out = [0.0; 4];
+    for (r, &i) in free.iter().enumerate() {
+        out[i] = a[r][n] / a[r][r] / scale[r];
+    }
+    Some(out)
 }
 
 /// Per-op costs of one adapter, and where they came from.
@@ -143,13 +231,7 @@ impl Calibration {
                 path.display()
             ))
         })?;
-        let good = |f: &Fit| {
-            f.overhead >= 0.0
-                && f.per_unit >= 0.0
-                && f.overhead.is_finite()
-                && f.per_unit.is_finite()
-        };
-        if c.passes.iter().chain([&c.optimizer]).any(|f| !good(f))
+        if c.passes.iter().chain([&c.optimizer]).any(|f| !f.is_valid())
             || c.passes.iter().all(|f| f.per_unit == 0.0)
         {
             return Err(Error::Config(format!(

@@ -6,7 +6,7 @@
 //! ```text
 //! GptConfig + Mesh ─shape─▶ SimChunk per (stage position, chunk): marks, segment FLOPs, buckets
 //!   ─lower_replicas─▶ Plan (replica 0, or every replica when they differ)
-//!   ─cost─▶ seconds per op:  compute   calibration (blocks · overhead + FLOPs · s/FLOP)
+//!   ─cost─▶ seconds per op:  compute   calibration (per segment, layer and end + FLOPs · s/FLOP)
 //!                            tp        ring all-reduce of b·T·h activations over the tp link
 //!                            send      b·T·h activations, one message, intra- or inter-node
 //!                            dp        ring all-reduce / reduce-scatter / all-gather of a bucket
@@ -29,8 +29,8 @@ pub mod calibration;
 pub mod report;
 pub mod shape;
 
-pub use calibration::{Calibration, Fit};
-pub use shape::{chunks, SimChunk, Work};
+pub use calibration::{Calibration, Fit, Terms};
+pub use shape::{chunks, op_terms, SimChunk, Work};
 
 use crate::cost::activation::predict;
 use crate::cost::comm::{ring_allreduce_time, ring_collective_time};
@@ -254,10 +254,7 @@ impl Costs<'_> {
                     Kind::B => 1,
                     Kind::W => 2,
                 };
-                c.work[pass][segs.clone()]
-                    .iter()
-                    .map(|w| cal.passes[class].seconds(w.blocks, w.flops))
-                    .sum()
+                cal.passes[class].seconds(op_terms(&c.work[pass][segs.clone()]))
             }
             Op::TpAllReduce { .. } => ring_allreduce_time(self.act, mesh.tp, tp_link),
             Op::Send { to, .. } => {
@@ -299,7 +296,7 @@ impl Costs<'_> {
                     true => params.div_ceil(mesh.dp),
                     false => params,
                 };
-                cal.optimizer.seconds(1.0, shard as f64)
+                cal.optimizer.seconds([1.0, 0.0, 0.0, shard as f64])
             }
         }
     }

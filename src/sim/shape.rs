@@ -14,9 +14,9 @@
 //! ZeRO-3     a mark at every block boundary of F and of the backward (blocks gathered one by one)
 //! ```
 //!
-//! Each piece also carries half a block of fixed cost (a layer's attention and its MLP; the
-//! embedding and the head a whole one each): the calibration fits seconds per block beside
-//! seconds per FLOP.
+//! Each piece also carries its fixed cost: half a layer (a layer's attention and its MLP), or
+//! one end (the embedding, the head); every compute op (one timed submission) one more. The calibration fits seconds per
+//! segment, layer and end beside seconds per FLOP.
 
 use crate::error::Result;
 use crate::mesh::Mesh;
@@ -24,19 +24,31 @@ use crate::model::{Block, GptConfig, Recompute};
 use crate::pipeline::partition::{stage_blocks, Balance};
 use crate::pipeline::schedule::{Kind, Schedule};
 use crate::runtime::ir::{ChunkShape, Mark};
+use crate::sim::calibration::Terms;
 
 /// The work of one segment of a pass.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Work {
     pub flops: f64,
-    /// Blocks of fixed cost (a layer's attention or MLP half counts ½).
+    /// Layers of fixed cost (a layer's attention or MLP half counts ½).
     pub blocks: f64,
+    /// The embedding and the head, each a fixed cost of its own.
+    pub ends: f64,
+}
+
+/// What the calibration scales for one compute op over segments `works` (one timed
+/// submission, however many segments it runs).
+pub fn op_terms(works: &[Work]) -> Terms {
+    works.iter().fold([1.0, 0.0, 0.0, 0.0], |t, w| {
+        [t[0], t[1] + w.blocks, t[2] + w.ends, t[3] + w.flops]
+    })
 }
 
 impl std::ops::AddAssign for Work {
     fn add_assign(&mut self, o: Work) {
         self.flops += o.flops;
         self.blocks += o.blocks;
+        self.ends += o.ends;
     }
 }
 
@@ -72,7 +84,19 @@ struct Dims {
 type Piece = (Work, bool);
 
 fn work(flops: f64, blocks: f64) -> Work {
-    Work { flops, blocks }
+    Work {
+        flops,
+        blocks,
+        ends: 0.0,
+    }
+}
+
+fn end(flops: f64) -> Work {
+    Work {
+        flops,
+        blocks: 0.0,
+        ends: 1.0,
+    }
 }
 
 impl Dims {
@@ -82,9 +106,9 @@ impl Dims {
         let cut = t > 1.0;
         match block {
             Block::Embedding => match kind {
-                Kind::F => vec![(work(n * h, 1.0), false)],
+                Kind::F => vec![(end(n * h), false)],
                 Kind::B if split => vec![(work(0.0, 0.0), false)],
-                _ => vec![(work(n * h, 1.0), false)],
+                _ => vec![(end(n * h), false)],
             },
             Block::Head => {
                 let one = 2.0 * n * h * self.vocab;
@@ -92,7 +116,7 @@ impl Dims {
                     (Kind::B, false) => 2.0 * one,
                     _ => one,
                 };
-                vec![(work(f, 1.0), false)]
+                vec![(end(f), false)]
             }
             Block::Layer(_) => {
                 let attn_mm = 8.0 * n * h * h / t;
