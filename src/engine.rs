@@ -266,11 +266,12 @@ impl Engine {
         }))
     }
 
-    /// The seconds of every op of every device that [`Engine::pooled`] replays (each pass at the
-    /// median of its kind on its device over the pooled steps); `None` before a pooled step.
-    pub fn pooled_costs(&self) -> Option<Vec<Vec<f64>>> {
+    /// The seconds of every op of every device over the pooled steps, each pass at the
+    /// `quantile` of its kind on its device (0.5: what [`Engine::pooled`] replays); `None`
+    /// before a pooled step.
+    pub fn pooled_costs(&self, quantile: f64) -> Option<Vec<Vec<f64>>> {
         let steps: Vec<&RuntimeStep> = self.pool.iter().flatten().map(|(s, _)| s).collect();
-        (!steps.is_empty()).then(|| self.rt.costs_over(&steps))
+        (!steps.is_empty()).then(|| self.rt.costs_over(&steps, quantile))
     }
 
     /// One optimizer step, index `s` (sets the learning rate and Adam's bias correction).

@@ -335,7 +335,7 @@ fn pooled_device_clock_takes_each_pass_at_its_median_over_the_steps() {
     // the replay of the measured op costs (what the simulator's validation replays) is the
     // device clock's figure for the step
     let plan = e.plan().unwrap().clone();
-    let replayed = replay(&plan, &mesh, &e.pooled_costs().unwrap()).unwrap();
+    let replayed = replay(&plan, &mesh, &e.pooled_costs(0.5).unwrap()).unwrap();
     assert_eq!(replayed.makespan, measured.device_step);
     // one step pooled is that step
     let one = e.pooled(1, true).unwrap().expect("one pooled step");

@@ -3,22 +3,22 @@
 //!
 //! ```text
 //! calibrate  model A (4 × 128, 4 heads, seq 32) on virtual devices, serial (one device's
-//!            compute at a time: clean device-clock times): pp 1, 2 and 4 under 1F1B, pp 2 and
-//!            4 under ZB-H1, tp 2, m = 4, microbatches of 2 and 4 sequences: each chunk's F,
-//!            B, W and whole backward (the median of its kind over the pooled steps) beside
-//!            the simulator's ops, layers, ends and FLOPs for that chunk ─▶ a least-squares fit
-//!            per pass class; the optimizer per call and parameter
+//!            compute at a time: clean device-clock times): pp 1, 2 and 4 under 1F1B, pp 2
+//!            and 4 under ZB-H1, tp 2, m = 4, microbatches of 2 and 4 sequences: each
+//!            chunk's F, B, W and whole backward (the 10th percentile of its kind over the
+//!            pooled steps) beside the simulator's ops, layers, ends and FLOPs for that chunk
+//!            ─▶ a least-squares fit per pass class; the optimizer per call and parameter
 //! validate   model A's runs and ≥ 8 layouts of model B (8 × 128) on 4 virtual devices, all
 //!            built first and then stepped in rounds (one step of each per round, the order
 //!            rotating), so a host whose speed drifts slows every run alike; the calibration
 //!            fitted to A, then each layout of B's device clock replayed from its own pooled
 //!            op costs (measured) beside its simulation from the calibration and the link
-//!            model (simulated)
+//!            model (simulated); the same again at each pass's median
 //! ```
 //!
 //! Communication on virtual devices is costed by the link model on both sides (the device
 //! clock charges a transfer its link-model seconds), so the misses are the compute model's:
-//! FLOPs at one rate per pass class, a fixed cost per block.
+//! one rate per pass class beside a fixed cost per op, layer and end.
 
 use anyhow::Context;
 use std::path::Path;
@@ -59,6 +59,14 @@ struct Measured {
     clock: Clock,
     spread: (f64, f64),
 }
+
+/// Each pass at the 10th percentile of its kind on its device over the pooled steps, on both
+/// sides (calibration and measured): the quiet host's figure. A shared host's interference only
+/// ever adds time and slows some rounds by 40 % and more, which moves a median by more than the
+/// model's own error; `--validate` prints the median's errors too.
+const QUIET: f64 = 0.1;
+/// The device clock's own figure (what the pipeline example replays).
+const MEDIAN: f64 = 0.5;
 
 fn model(corpus: &Corpus, layers: usize) -> GptConfig {
     GptConfig {
@@ -140,10 +148,13 @@ fn rounds(runs: &mut [Run], corpus: &Corpus, steps: usize) -> anyhow::Result<()>
     Ok(())
 }
 
-/// A run's pooled op costs and their replay.
-fn measured(run: &Run) -> anyhow::Result<Measured> {
+/// A run's op costs at `quantile` over its pooled steps, and their replay.
+fn measured(run: &Run, quantile: f64) -> anyhow::Result<Measured> {
     let plan = run.engine.plan().context("the engine has no plan")?.clone();
-    let cost = run.engine.pooled_costs().context("no pooled step")?;
+    let cost = run
+        .engine
+        .pooled_costs(quantile)
+        .context("no pooled step")?;
     let clock = replay(&plan, &run.mesh, &cost)?;
     let lo = run.steps.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = run.steps.iter().copied().fold(0.0, f64::max);
@@ -234,10 +245,10 @@ fn calibration_runs(gpus: &[Gpu], corpus: &Corpus, steps: usize) -> anyhow::Resu
 }
 
 /// The calibration fitted to model A's measured runs.
-fn fit(gpus: &[Gpu], runs: &[Run]) -> anyhow::Result<Calibration> {
+fn fit(gpus: &[Gpu], runs: &[Run], quantile: f64) -> anyhow::Result<Calibration> {
     let mut pts: [Vec<(Terms, f64)>; 5] = Default::default();
     for run in runs {
-        points(run, &measured(run)?, &mut pts)?;
+        points(run, &measured(run, quantile)?, &mut pts)?;
     }
     let model = runs.first().context("no calibration run")?.model;
     let fit = |i: usize| Fit::of(&pts[i]);
@@ -308,7 +319,7 @@ pub fn calibrate_command(out: &Path, steps: usize) -> anyhow::Result<()> {
     println!("calibrating on {} …", gpus[0].adapter_name());
     let mut runs = calibration_runs(&gpus, &corpus, steps)?;
     rounds(&mut runs, &corpus, steps)?;
-    let c = fit(&gpus, &runs)?;
+    let c = fit(&gpus, &runs, QUIET)?;
     print_fits(&c);
     super::write_new(out, &c.to_json())?;
     println!("wrote {}", out.display());
@@ -362,11 +373,11 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
         runs.push(start(&gpus, &corpus, &model_b, mesh, b, link, steps)?);
     }
     rounds(&mut runs, &corpus, steps)?;
-    let cal = fit(&gpus, &runs[..cal_runs])?;
+    let cal = fit(&gpus, &runs[..cal_runs], QUIET)?;
     print_fits(&cal);
     let cluster = Cluster::new(1, 4, 1e3, link, link, 1.0)?;
     println!(
-        "\nvalidating on model B ({} × {}, {} heads, seq {}), f32, 4 virtual devices, links {} ({:.0} GB/s, {:.0} µs); {} pooled steps each",
+        "\nvalidating on model B ({} × {}, {} heads, seq {}), f32, 4 virtual devices, links {} ({:.0} GB/s, {:.0} µs); {} pooled steps each, every pass at its 10th percentile",
         model_b.layers,
         model_b.channels,
         model_b.heads,
@@ -387,28 +398,28 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
         "exposed dp m/s",
         "exposed tp m/s"
     );
+    let spec = |run: &Run, calibration: &Calibration| Spec {
+        model: model_b,
+        micro_b: run.micro_b,
+        mesh: run.mesh,
+        cluster: cluster.clone(),
+        calibration: calibration.clone(),
+        precision: Precision::F32,
+        recompute: Recompute::None,
+        bucket_bytes: BUCKET_BYTES,
+        every_replica: false,
+    };
     let mut errors = Vec::new();
     // model B's passes by class, to say which class the calibration misses
     let mut pts: [Vec<(Terms, f64)>; 5] = Default::default();
     for run in &runs[cal_runs..] {
         let (mesh, b) = (run.mesh, run.micro_b);
-        let m = measured(run)?;
+        let m = measured(run, QUIET)?;
         points(run, &m, &mut pts)?;
         let exposed = |f: Free| -> anyhow::Result<f64> {
             Ok((m.clock.makespan - replay_free(&m.plan, &mesh, &m.cost, f)?.makespan).max(0.0))
         };
-        let spec = Spec {
-            model: model_b,
-            micro_b: b,
-            mesh,
-            cluster: cluster.clone(),
-            calibration: cal.clone(),
-            precision: Precision::F32,
-            recompute: Recompute::None,
-            bucket_bytes: BUCKET_BYTES,
-            every_replica: false,
-        };
-        let sim = simulate(&spec)?;
+        let sim = simulate(&spec(run, &cal))?;
         let err = sim.step() / m.clock.makespan - 1.0;
         errors.push(err.abs());
         println!(
@@ -437,13 +448,31 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
         }
     }
     println!();
-    let mean = errors.iter().sum::<f64>() / errors.len() as f64;
-    let max = errors.iter().copied().fold(0.0, f64::max);
+    let (mean, max) = summary(&errors);
     println!(
         "\nstep-time error over {} layouts: mean {:.1} %, max {:.1} % (goal: mean ≤ 5 %, max ≤ 10 %)",
         errors.len(),
         100.0 * mean,
         100.0 * max
     );
+    // the same runs with every pass at its median, calibration included
+    let cal = fit(&gpus, &runs[..cal_runs], MEDIAN)?;
+    let mut errors = Vec::new();
+    for run in &runs[cal_runs..] {
+        let m = measured(run, MEDIAN)?;
+        errors.push((simulate(&spec(run, &cal))?.step() / m.clock.makespan - 1.0).abs());
+    }
+    let (mean, max) = summary(&errors);
+    println!(
+        "at the median of each pass instead (the device clock the pipeline example prints): mean {:.1} %, max {:.1} %",
+        100.0 * mean,
+        100.0 * max
+    );
     Ok(())
+}
+
+/// Mean and largest of `errors`.
+fn summary(errors: &[f64]) -> (f64, f64) {
+    let mean = errors.iter().sum::<f64>() / errors.len().max(1) as f64;
+    (mean, errors.iter().copied().fold(0.0, f64::max))
 }

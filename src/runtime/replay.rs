@@ -249,11 +249,12 @@ pub fn replay_free(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free: Free) -> R
     Ok(clock)
 }
 
-/// Per op of every device, its device-clock seconds: a compute op costs the median of the ops
-/// of its kind on its device over `steps` (every F, B, W of one chunk does identical work, so
-/// only scheduler noise differs; pooling several steps gives a small m enough samples for a
-/// stable median), communication its link-model seconds in the last of them.
-pub(super) fn op_costs(plan: &Plan, steps: &[&[WorkerRun]]) -> Vec<Vec<f64>> {
+/// Per op of every device, its device-clock seconds: a compute op costs the `quantile` (0.5:
+/// the median) of the ops of its kind on its device over `steps` (every F, B, W of one chunk
+/// does identical work, so only scheduler noise differs; pooling several steps gives a small
+/// m enough samples for a stable figure), communication its link-model seconds in the last of
+/// them.
+pub(super) fn op_costs(plan: &Plan, steps: &[&[WorkerRun]], quantile: f64) -> Vec<Vec<f64>> {
     let key = |op: &Op| match op {
         Op::Compute { action, segs } => Some((action.chunk, action.kind, segs.clone())),
         _ => None,
@@ -281,7 +282,8 @@ pub(super) fn op_costs(plan: &Plan, steps: &[&[WorkerRun]]) -> Vec<Vec<f64>> {
                 .into_iter()
                 .map(|(k, mut v)| {
                     v.sort_by(f64::total_cmp);
-                    (k, v[v.len() / 2])
+                    let at = (quantile.clamp(0.0, 1.0) * v.len() as f64) as usize;
+                    (k, v[at.min(v.len() - 1)])
                 })
                 .collect();
             p.ops

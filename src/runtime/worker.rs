@@ -299,9 +299,7 @@ impl Worker {
         };
         match op {
             Op::Compute { action, segs } => {
-                let _one = input
-                    .serial
-                    .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
+                let _one = one(input.serial);
                 let t = self.compute(action, segs.clone(), input, sc)?;
                 sc.stamps.push(t);
             }
@@ -311,11 +309,16 @@ impl Worker {
                 let view = c.cut_view(slot, action.kind, *cut)?;
                 // partial sums in the chunk's precision (bf16: the bf16 ring, 2 bytes each)
                 let p = c.precision;
-                let mut words: Vec<u32> = self.gpu.download(&view)?;
+                // serial: the staging waits for the device while no other device computes
+                let mut words: Vec<u32> = {
+                    let _one = one(input.serial);
+                    self.gpu.download(&view)?
+                };
                 let bounds = crate::comm::even(words.len(), self.mesh.tp);
                 rec.link = comm_call(&mut *self.comms.tp, |c| {
                     crate::comm::all_reduce_words(c, p, &mut words, Algo::Ring, &bounds, *cut)
                 })?;
+                let _one = one(input.serial);
                 self.gpu.upload(&view, &words)?;
             }
             Op::Send { action, to, flow } => {
@@ -347,7 +350,7 @@ impl Worker {
                     let at = c.words(&c.buffers.grads, range).slice(0, 1);
                     self.gpu.upload(&at, &[f32::NAN])?;
                 }
-                rec.link = self.reduce(*chunk, *bucket, *scatter, sc)?;
+                rec.link = self.reduce(*chunk, *bucket, *scatter, input.serial, sc)?;
             }
             Op::GradNorm => {
                 if let Some(g) = input.grad_scale.filter(|g| g.device == self.device) {
@@ -356,9 +359,7 @@ impl Worker {
                 self.grad_norm(input.step, sc)?
             }
             Op::Optimizer => {
-                let _one = input
-                    .serial
-                    .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
+                let _one = one(input.serial);
                 let h = self.cfg.adam_at(input.step);
                 for c in &self.chunks {
                     sc.stamps.push(c.optim.step_stamped(&h, sc.norm_sq)?);
@@ -374,17 +375,27 @@ impl Worker {
                 let p = c.precision;
                 let (range, rel) = c.bucket_geometry(*bucket);
                 let view = c.words(&c.buffers.params, range);
-                let mut words: Vec<u32> = self.gpu.download(&view)?;
+                let mut words: Vec<u32> = {
+                    let _one = one(input.serial);
+                    self.gpu.download(&view)?
+                };
                 let bounds: Vec<usize> = rel.iter().map(|b| b / p.per_word()).collect();
                 rec.link = comm_call(&mut *self.comms.dp, |c| {
                     crate::comm::all_gather_words(c, p, &mut words, &bounds, *bucket)
                 })?;
+                let _one = one(input.serial);
                 self.gpu.upload(&view, &words)?;
             }
         }
         rec.end = input.t0.elapsed().as_secs_f64();
         Ok(rec)
     }
+}
+
+/// Under serial timing, the turn of this device on the adapter (compute, or staging that waits
+/// for the device) while no other device computes; a poisoned turn is still a turn.
+fn one(serial: Option<&Mutex<()>>) -> Option<std::sync::MutexGuard<'_, ()>> {
+    serial.map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 fn tag(flow: Flow, micro: usize, stage: usize) -> Tag {

@@ -18,6 +18,7 @@ impl Worker {
         chunk: usize,
         bucket: usize,
         scatter: bool,
+        serial: Option<&std::sync::Mutex<()>>,
         sc: &mut Scratch,
     ) -> Result<f64> {
         let rank = self.place.replica;
@@ -32,7 +33,10 @@ impl Worker {
             )));
         }
         let view = c.words(&c.buffers.grads, range.clone());
-        let mut words: Vec<u32> = self.gpu.download(&view)?;
+        let mut words: Vec<u32> = {
+            let _one = super::one(serial);
+            self.gpu.download(&view)?
+        };
         if sc.local_bad.is_none() {
             if let Some(i) = crate::comm::first_non_finite(p, &words, range.len()) {
                 sc.local_bad = Some((stage, c.buffers.layout.tensor_at(range.start + i)));
@@ -47,6 +51,7 @@ impl Worker {
             let link = comm_call(&mut *self.comms.dp, |d| {
                 crate::comm::all_reduce_words(d, p, &mut words, algo, &bounds, bucket)
             })?;
+            let _one = super::one(serial);
             self.gpu.upload(&view, &words)?;
             return Ok(link);
         }
@@ -55,6 +60,7 @@ impl Worker {
         })?;
         let own = bounds[rank]..bounds[rank + 1];
         if !own.is_empty() {
+            let _one = super::one(serial);
             self.gpu.upload(&c.own_grads(bucket, rank), &words[own])?;
         }
         Ok(link)
