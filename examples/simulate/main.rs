@@ -149,8 +149,9 @@ struct Cli {
     /// Calibrate on one model, run ≥ 8 layouts of another here, simulated beside measured.
     #[arg(long)]
     validate: bool,
-    /// --calibrate / --validate: measured steps per layout after one warm-up.
-    #[arg(long, value_parser = flags::count, default_value_t = 6)]
+    /// --calibrate / --validate: measured steps per layout after one warm-up (rounds of one
+    /// step of every layout).
+    #[arg(long, value_parser = flags::count, default_value_t = 10)]
     steps: usize,
     /// --validate: link model of the virtual devices (nvlink, pcie, ethernet).
     #[arg(long, default_value = "pcie")]
