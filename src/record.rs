@@ -148,25 +148,31 @@ impl RunRecord {
     /// Writes the record as pretty JSON, creating parent folders; through a temporary file and
     /// a rename, so a reader (or a kill) never sees half a record.
     pub fn write(&self, path: &std::path::Path) -> Result<()> {
-        let io = |e: std::io::Error| Error::Io {
-            path: path.display().to_string(),
-            source: e,
-        };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
         let json = serde_json::to_string_pretty(self)
             .map_err(|e| Error::Config(format!("record: {e}")))?;
-        let mut tmp = path.as_os_str().to_os_string();
-        tmp.push(format!(".tmp-{}", std::process::id()));
-        let tmp = std::path::PathBuf::from(tmp);
-        std::fs::write(&tmp, json)
-            .and_then(|()| std::fs::rename(&tmp, path))
-            .map_err(|e| {
-                let _ = std::fs::remove_file(&tmp);
-                io(e)
-            })
+        write_text(path, &json)
     }
+}
+
+/// Writes `text` to `path` (its directory created) through `<path>.tmp-<pid>` beside it and a
+/// rename, so a failed write leaves any earlier file whole and no other file is touched.
+pub fn write_text(path: &std::path::Path, text: &str) -> Result<()> {
+    let io = |e: std::io::Error| Error::Io {
+        path: path.display().to_string(),
+        source: e,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let mut tmp = path.as_os_str().to_os_string();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            io(e)
+        })
 }
 
 /// The memory ledger of each device (current bytes, peaks since the ledger's last reset).

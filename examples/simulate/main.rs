@@ -35,6 +35,7 @@ use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Recompute};
 use triaxis::pipeline::ScheduleKind;
 use triaxis::precision::Precision;
+use triaxis::record::write_text;
 use triaxis::sim::report::{chrome_trace, critical_path, seconds};
 use triaxis::sim::{simulate, Calibration, Simulated, Spec};
 
@@ -285,7 +286,7 @@ fn run(cli: &Cli, s: Setup) -> anyhow::Result<()> {
         s.model.heads,
         s.model.ctx,
         s.model.vocab,
-        s.model.layout(&s.model.blocks()).count() as f64,
+        s.model.param_count() as f64,
         s.precision
     );
     println!(
@@ -341,7 +342,7 @@ fn run(cli: &Cli, s: Setup) -> anyhow::Result<()> {
                 None => (0..mesh.pp).map(|p| p * mesh.tp).collect(),
             };
             let text = serde_json::to_string(&chrome_trace(&sim, &devices))?;
-            write_new(path, &text).with_context(|| format!("--trace {}", path.display()))?;
+            write_text(path, &text).with_context(|| format!("--trace {}", path.display()))?;
             println!("trace    {} (devices {devices:?})", path.display());
         }
     }
@@ -470,14 +471,5 @@ fn print_planner(s: &Setup, sim: &Simulated) -> anyhow::Result<()> {
     println!(
         "         the planner counts 6·N FLOPs at one rate with equal stages and the schedule's unit bubble; the simulation adds attention and the head's FLOPs where they run, stage imbalance (embedding and head), per-pass fixed costs, the optimizer, and each bucket's reduction where the backward frees it"
     );
-    Ok(())
-}
-
-/// Writes `text` to `path` through a temporary file beside it, so a failed write leaves any
-/// earlier file whole.
-pub fn write_new(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension("partial");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)?;
     Ok(())
 }

@@ -30,7 +30,7 @@ use triaxis::link::Link;
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro, Recompute};
 use triaxis::parallel::bucket::BUCKET_BYTES;
-use triaxis::pipeline::schedule::{Kind, Schedule};
+use triaxis::pipeline::schedule::Schedule;
 use triaxis::pipeline::ScheduleKind;
 use triaxis::precision::Precision;
 use triaxis::runtime::ir::{Op, Plan};
@@ -189,13 +189,8 @@ fn points(run: &Run, m: &Measured, out: &mut [Vec<(Terms, f64)>; 5]) -> anyhow::
             match op {
                 Op::Compute { action, segs } if action.micro == 0 => {
                     let c = &cs[action.chunk];
-                    let k = match action.kind {
-                        Kind::F => 0,
-                        Kind::B => 1,
-                        Kind::W => 2,
-                    };
                     let class = Calibration::class(action.kind, c.shape.split);
-                    let t = op_terms(&c.work[k][segs.clone()]);
+                    let t = op_terms(&c.work[action.kind.index()][segs.clone()]);
                     let e = pass.entry((action.chunk, class)).or_default();
                     for (a, b) in e.0.iter_mut().zip(t) {
                         *a += b;
@@ -321,7 +316,7 @@ pub fn calibrate_command(out: &Path, steps: usize) -> anyhow::Result<()> {
     rounds(&mut runs, &corpus, steps)?;
     let c = fit(&gpus, &runs, QUIET)?;
     print_fits(&c);
-    super::write_new(out, &c.to_json())?;
+    triaxis::record::write_text(out, &c.to_json())?;
     println!("wrote {}", out.display());
     Ok(())
 }

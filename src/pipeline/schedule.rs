@@ -47,6 +47,17 @@ pub enum Kind {
     W,
 }
 
+impl Kind {
+    /// F, B, W as 0, 1, 2: the index of per-pass arrays (segments, work, marks).
+    pub fn index(self) -> usize {
+        match self {
+            Kind::F => 0,
+            Kind::B => 1,
+            Kind::W => 2,
+        }
+    }
+}
+
 /// One unit of work on one device: `kind` of microbatch `micro` through local chunk `chunk`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Action {

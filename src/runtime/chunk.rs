@@ -107,14 +107,6 @@ pub(super) struct Chunk {
     pub shape: ChunkShape,
 }
 
-fn pass_index(kind: Kind) -> usize {
-    match kind {
-        Kind::F => 0,
-        Kind::B => 1,
-        Kind::W => 2,
-    }
-}
-
 impl Chunk {
     /// Builds the chunk on `gpu`, initialised exactly like one device with `cfg.seed`: its
     /// model slots, bind groups and op lists once for the run. How its parameters are bound is
@@ -286,7 +278,7 @@ impl Chunk {
             Kind::B => &m.backward,
             Kind::W => &m.weight,
         };
-        let seg = &self.segments[pass_index(kind)];
+        let seg = &self.segments[kind.index()];
         let (a, b) = (seg[segs.start].start, seg[segs.end - 1].end);
         Ok(Cow::Borrowed(&all[a..b]))
     }

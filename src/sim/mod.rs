@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::mesh::Mesh;
 use crate::model::{GptConfig, Micro, Recompute};
 use crate::pipeline::partition::Balance;
-use crate::pipeline::schedule::{Kind, Schedule};
+use crate::pipeline::schedule::Schedule;
 use crate::precision::Precision;
 use crate::runtime::ir::{Op, Plan};
 use crate::runtime::lower::lower_replicas;
@@ -187,7 +187,7 @@ pub fn simulate(spec: &Spec) -> Result<Simulated> {
     let bubble = clock.bubble(0..mesh.pp * mesh.tp);
     let memory = memory(spec, &chunks)?;
     let tokens = mesh.dp * mesh.microbatches * spec.micro_b * cfg.ctx;
-    let n = cfg.layout(&cfg.blocks()).count() as f64;
+    let n = cfg.param_count() as f64;
     let attention = 12.0 * (cfg.layers * cfg.ctx * cfg.channels) as f64;
     Ok(Simulated {
         spec: spec.clone(),
@@ -249,12 +249,7 @@ impl Costs<'_> {
             Op::Compute { action, segs } => {
                 let c = chunk(action.chunk);
                 let class = Calibration::class(action.kind, c.shape.split);
-                let pass = match action.kind {
-                    Kind::F => 0,
-                    Kind::B => 1,
-                    Kind::W => 2,
-                };
-                cal.passes[class].seconds(op_terms(&c.work[pass][segs.clone()]))
+                cal.passes[class].seconds(op_terms(&c.work[action.kind.index()][segs.clone()]))
             }
             Op::TpAllReduce { .. } => ring_allreduce_time(self.act, mesh.tp, tp_link),
             Op::Send { to, .. } => {

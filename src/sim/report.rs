@@ -27,13 +27,8 @@ pub const PARTS: [&str; 8] = [
 ];
 
 fn part(op: &Op) -> usize {
-    use crate::pipeline::schedule::Kind;
     match op {
-        Op::Compute { action, .. } => match action.kind {
-            Kind::F => 0,
-            Kind::B => 1,
-            Kind::W => 2,
-        },
+        Op::Compute { action, .. } => action.kind.index(),
         Op::TpAllReduce { .. } => 3,
         Op::Send { .. } | Op::Recv { .. } => 4,
         Op::ReduceGrad { .. } | Op::GatherParams { .. } | Op::Unshard { .. } => 5,

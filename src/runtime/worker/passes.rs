@@ -23,7 +23,7 @@ impl Worker {
     ) -> Result<usize> {
         let stage = self.stage_of(a.chunk);
         let last_stage = stage + 1 == self.schedule.stages();
-        let n = self.chunks[a.chunk].segments[pass(a.kind)].len();
+        let n = self.chunks[a.chunk].segments[a.kind.index()].len();
         let fault = input
             .fault
             .filter(|f| f.device == self.device && f.step == input.step);
@@ -177,14 +177,6 @@ impl Worker {
 /// Whether pass `kind` computes the chunk's parameter gradients (W when the backward is split).
 fn grads_of(kind: Kind, split: bool) -> bool {
     kind == if split { Kind::W } else { Kind::B }
-}
-
-fn pass(kind: Kind) -> usize {
-    match kind {
-        Kind::F => 0,
-        Kind::B => 1,
-        Kind::W => 2,
-    }
 }
 
 pub(super) fn missing(a: &Action) -> Error {
