@@ -66,6 +66,8 @@ fn invalid_flags() -> Vec<Refusal> {
         refusal("simulate", "--recompute some", &["unknown recompute mode \"some\""]),
         refusal("simulate", "--bucket-mb 0", &["--bucket-mb must be a finite number"]),
         refusal("simulate", "--validate --link pigeon", &["unknown link \"pigeon\""]),
+        refusal("simulate", "--comm calibrated", &["--comm calibrated needs --calibration FILE"]),
+        refusal("simulate", "--comm pigeon", &["invalid value 'pigeon' for '--comm"]),
         refusal("throughput", "--heads 3", &["heads (3) must divide channels (128)"]),
         refusal("throughput", "--vocab 1", &["--vocab must be between 2 and 62 (got 1)"]),
         refusal("throughput", "--vocab 63", &["--vocab must be between 2 and 62 (got 63)"]),

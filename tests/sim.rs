@@ -7,8 +7,9 @@ use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Recompute};
 use triaxis::pipeline::ScheduleKind;
 use triaxis::precision::Precision;
+use triaxis::runtime::ir::Op;
 use triaxis::sim::report::critical_path;
-use triaxis::sim::{simulate, Calibration, Fit, Spec, Terms};
+use triaxis::sim::{simulate, Calibration, CommSource, Fit, Links, Spec, Terms};
 
 fn small() -> GptConfig {
     GptConfig {
@@ -43,6 +44,7 @@ fn spec(mesh: Mesh, cluster: Cluster, calibration: Calibration) -> Spec {
         recompute: Recompute::None,
         bucket_bytes: 16 << 10,
         every_replica: false,
+        comm: CommSource::Cluster,
     }
 }
 
@@ -242,4 +244,68 @@ fn a_thousand_devices_keep_only_one_replica_of_programs() {
     assert_eq!(sim.memory.len(), 64);
     assert!(sim.bubble > 0.0 && sim.bubble < 7.0 / 39.0 + 0.01);
     assert_eq!(sim.tokens, 16 * 32 * 2048);
+}
+
+#[test]
+fn measured_links_price_every_transfer_with_its_staging() {
+    // α, seconds per byte: staging 1 ms + 1 ns/B (of every device staging at once), ring steps
+    // 100 µs + 2 ns/B, messages 50 µs + 4 ns/B
+    let byte_fit = |alpha: f64, per_byte: f64| Fit {
+        per_segment: alpha,
+        per_unit: per_byte,
+        ..Fit::default()
+    };
+    let links = Links {
+        transport: "test".into(),
+        staging: byte_fit(1e-3, 1e-9),
+        ring: byte_fit(1e-4, 2e-9),
+        message: byte_fit(5e-5, 4e-9),
+    };
+    // the ring fit recovers α and β from all-reduces over 2 and 4 ranks
+    let pts: Vec<(Terms, f64)> = [(2, 1e5), (2, 1e7), (4, 1e5), (4, 1e7)]
+        .iter()
+        .map(|&(d, b)| {
+            let x = Links::ring_terms(b, d);
+            (x, links.ring.seconds(x))
+        })
+        .collect();
+    let f = Fit::of(&pts).unwrap();
+    assert!((f.per_segment / 1e-4 - 1.0).abs() < 1e-9 && (f.per_unit / 2e-9 - 1.0).abs() < 1e-9);
+    let mut cal = Calibration::from_rate(1e9);
+    let s = spec(layout(1, 2, 2, 0), cluster(1, 8), cal.clone());
+    let s = Spec {
+        comm: CommSource::Calibration,
+        ..s
+    };
+    let e = simulate(&s).unwrap_err().to_string();
+    assert!(e.contains("no communication measured"), "{e}");
+    cal.links = Some(links.clone());
+    let sim = simulate(&Spec {
+        calibration: cal,
+        ..s
+    })
+    .unwrap();
+    // one microbatch's activations at a stage boundary: b · T · h f32
+    let act = (2 * 16 * 32 * 4) as f64;
+    let (mut tp, mut sends) = (0, 0);
+    for (p, costs) in sim.plan.programs.iter().zip(&sim.cost) {
+        for (op, &c) in p.ops.iter().zip(costs) {
+            let want = match op {
+                Op::TpAllReduce { .. } => {
+                    // both ranks stage at once: the host's staging bandwidth shared by 2
+                    tp += 1;
+                    1e-3 + 2e-9 * act + 2.0 * 1e-4 + 2e-9 * act
+                }
+                Op::Send { .. } => {
+                    sends += 1;
+                    1e-3 + 1e-9 * act + 5e-5 + 4e-9 * act
+                }
+                _ => continue,
+            };
+            assert!((c - want).abs() <= 1e-12, "{op:?}: {c} vs {want}");
+        }
+    }
+    assert!(tp > 0 && sends > 0);
+    let want = 1e-3 + 2e-9 * act + 2e-4 + 2e-9 * act;
+    assert!((links.staged_all_reduce(act, 2) - want).abs() < 1e-15);
 }

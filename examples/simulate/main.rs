@@ -13,16 +13,20 @@
 //!     --nodes 4 --dp 4 --pp 4 --tp 2 --schedule zb-v --microbatches 16 --trace sim.json
 //! cargo run --release --example simulate -- --calibrate here.json    # measure this adapter
 //! cargo run --release --example simulate -- --calibration here.json --preset gpt2-1node --top 3
+//! cargo run --release --example simulate -- --calibration here.json --comm calibrated --dp 4 …
 //! cargo run --release --example simulate -- --validate               # how far to trust it
 //! ```
 //!
 //! Without `--calibration` every pass runs at `--tflops` achieved FLOP/s with no fixed cost and
-//! the optimizer is free (the planner's assumption). `--calibrate FILE` measures this machine's
+//! the optimizer is free (the planner's assumption). Communication is priced from the
+//! cluster's links, or with `--comm calibrated` from the calibration's measured host-staged
+//! transfers (staging, ring, message by bytes) on every group. `--calibrate FILE` measures this machine's
 //! adapter (see `measure.rs`); `--validate` calibrates on one model and compares simulated with
 //! measured device-clock steps of ≥ 8 layouts of another.
 
 #[path = "../support/flags.rs"]
 mod flags;
+mod links;
 mod measure;
 
 use anyhow::{bail, Context};
@@ -37,7 +41,7 @@ use triaxis::pipeline::ScheduleKind;
 use triaxis::precision::Precision;
 use triaxis::record::write_text;
 use triaxis::sim::report::{chrome_trace, critical_path, seconds};
-use triaxis::sim::{simulate, Calibration, Simulated, Spec};
+use triaxis::sim::{simulate, Calibration, CommSource, Simulated, Spec};
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
 enum Preset {
@@ -57,6 +61,13 @@ enum Preset {
     /// GPT-2 small (12 × 768, 12 heads, seq 1024, vocab 50257) on 1 node × 8.
     #[value(name = "gpt2-1node")]
     Gpt2OneNode,
+}
+
+/// `--comm`.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
+enum Comm {
+    Cluster,
+    Calibrated,
 }
 
 /// Simulate a training step of a dp × tp × pp (+ ZeRO) layout on a cluster, from per-op costs.
@@ -102,6 +113,10 @@ struct Cli {
     /// Per-op costs measured on an adapter (`--calibrate FILE` writes one).
     #[arg(long)]
     calibration: Option<PathBuf>,
+    /// What prices communication: the cluster's links (`--intra-*`, `--inter-*`), or the
+    /// calibration's measured host-staged transfers on every group, staging included.
+    #[arg(long, value_enum, default_value = "cluster")]
+    comm: Comm,
     #[arg(long, value_parser = flags::count)]
     dp: Option<usize>,
     #[arg(long, value_parser = flags::count)]
@@ -169,6 +184,7 @@ struct Setup {
     recompute: Recompute,
     bucket_bytes: usize,
     peak: f64,
+    comm: CommSource,
 }
 
 fn setup(cli: &Cli) -> anyhow::Result<Setup> {
@@ -211,6 +227,21 @@ fn setup(cli: &Cli) -> anyhow::Result<Setup> {
             Calibration::load(path)?
         }
         None => Calibration::from_rate(cli.tflops * 1e12),
+    };
+    let comm = match cli.comm {
+        Comm::Cluster => CommSource::Cluster,
+        Comm::Calibrated if calibration.links.is_none() => match &cli.calibration {
+            Some(p) => bail!(
+                "--comm calibrated: {} has no communication measured; make a calibration \
+                 with `--calibrate FILE`, which measures it",
+                p.display()
+            ),
+            None => bail!(
+                "--comm calibrated needs --calibration FILE with communication measured \
+                 (`--calibrate FILE` makes one)"
+            ),
+        },
+        Comm::Calibrated => CommSource::Calibration,
     };
     let (dp, m) = match preset {
         SeventyB8192 => (128, 32),
@@ -257,6 +288,7 @@ fn setup(cli: &Cli) -> anyhow::Result<Setup> {
         recompute: cli.recompute.parse()?,
         bucket_bytes: (cli.bucket_mb * 1e6) as usize,
         peak: peak * 1e12,
+        comm,
     })
 }
 
@@ -300,6 +332,18 @@ fn run(cli: &Cli, s: Setup) -> anyhow::Result<()> {
         c.inter.latency_s * 1e6
     );
     println!("compute  {}", describe(&s.calibration));
+    if let (CommSource::Calibration, Some(l)) = (s.comm, &s.calibration.links) {
+        println!(
+            "links    measured, host-staged, on every group: staging {} + {}, ring {} per step + {}, message {} + {} ({})",
+            seconds(l.staging.per_segment),
+            links::rate(&l.staging),
+            seconds(l.ring.per_segment),
+            links::rate(&l.ring),
+            seconds(l.message.per_segment),
+            links::rate(&l.message),
+            l.transport
+        );
+    }
     let layouts: Vec<(Mesh, usize)> = match cli.top {
         None => vec![(s.mesh, cli.micro_batch)],
         Some(k) => {
@@ -330,6 +374,7 @@ fn run(cli: &Cli, s: Setup) -> anyhow::Result<()> {
             recompute: s.recompute,
             bucket_bytes: s.bucket_bytes,
             every_replica: cli.every_replica,
+            comm: s.comm,
         };
         let t0 = std::time::Instant::now();
         let sim = simulate(&spec)?;

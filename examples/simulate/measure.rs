@@ -8,6 +8,7 @@
 //!            chunk's F, B, W and whole backward (the 10th percentile of its kind over the
 //!            pooled steps) beside the simulator's ops, layers, ends and FLOPs for that chunk
 //!            ─▶ a least-squares fit per pass class; the optimizer per call and parameter
+//!            + communication by bytes (`links.rs`): staging, ring all-reduce, message
 //! validate   model A's runs and ≥ 8 layouts of model B (8 × 128) on 4 virtual devices, all
 //!            built first and then stepped in rounds (one step of each per round, the order
 //!            rotating), so a host whose speed drifts slows every run alike; the calibration
@@ -37,7 +38,7 @@ use triaxis::runtime::ir::{Op, Plan};
 use triaxis::runtime::replay::{replay, replay_free, Clock, Free};
 use triaxis::sim::calibration::CLASSES;
 use triaxis::sim::report::seconds;
-use triaxis::sim::{chunks, op_terms, simulate, Calibration, Fit, Spec, Terms};
+use triaxis::sim::{chunks, op_terms, simulate, Calibration, CommSource, Fit, Spec, Terms};
 use triaxis::step::TrainConfig;
 
 /// One layout being trained here: its engine, shape and data cursor, and the device-clock
@@ -259,6 +260,7 @@ fn fit(gpus: &[Gpu], runs: &[Run], quantile: f64) -> anyhow::Result<Calibration>
         date: today(),
         passes: [fit(0)?, fit(1)?, fit(2)?, fit(3)?],
         optimizer: fit(4)?,
+        links: None,
     })
 }
 
@@ -314,8 +316,10 @@ pub fn calibrate_command(out: &Path, steps: usize) -> anyhow::Result<()> {
     println!("calibrating on {} …", gpus[0].adapter_name());
     let mut runs = calibration_runs(&gpus, &corpus, steps)?;
     rounds(&mut runs, &corpus, steps)?;
-    let c = fit(&gpus, &runs, QUIET)?;
+    let mut c = fit(&gpus, &runs, QUIET)?;
     print_fits(&c);
+    println!("communication by bytes (the runtime's host-staged path):");
+    c.links = Some(crate::links::measure(&gpus)?);
     triaxis::record::write_text(out, &c.to_json())?;
     println!("wrote {}", out.display());
     Ok(())
@@ -370,6 +374,8 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
     rounds(&mut runs, &corpus, steps)?;
     let cal = fit(&gpus, &runs[..cal_runs], QUIET)?;
     print_fits(&cal);
+    println!("communication by bytes (the runtime's host-staged path; the device clock below prices transfers by the link model instead):");
+    crate::links::measure(&gpus)?;
     let cluster = Cluster::new(1, 4, 1e3, link, link, 1.0)?;
     println!(
         "\nvalidating on model B ({} × {}, {} heads, seq {}), f32, 4 virtual devices, links {} ({:.0} GB/s, {:.0} µs); {} pooled steps each, every pass at its 10th percentile",
@@ -403,6 +409,7 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
         recompute: Recompute::None,
         bucket_bytes: BUCKET_BYTES,
         every_replica: false,
+        comm: CommSource::Cluster,
     };
     let mut errors = Vec::new();
     // model B's passes by class, to say which class the calibration misses

@@ -14,8 +14,18 @@
 //!                subsets of constants left free whose solution has none negative)
 //! ```
 //!
-//! Communication is not in the file: the simulator costs it from the cluster's links, as the
-//! device clock costs the virtual devices' transfers from the link model.
+//! Communication, when measured too ([`Links`]), is the runtime's own host-staged path by
+//! bytes: a device's download and upload, the communicator's ring all-reduce over d ranks
+//! and its point-to-point message. The simulator prices communication from these only when
+//! asked ([`crate::sim::CommSource::Calibration`]); by default from the cluster's links, as the
+//! device clock prices the virtual devices' transfers from the link model.
+//!
+//! ```text
+//! staging        = per_segment + d · bytes · per_unit       (download + upload of one buffer on
+//!                                                           each of d devices at once)
+//! ring all-reduce = 2(d−1) · per_segment + 2(d−1)/d · bytes · per_unit    (α per ring step)
+//! message        = per_segment + bytes · per_unit           (one point-to-point send)
+//! ```
 
 use crate::error::{Error, Result};
 
@@ -185,6 +195,74 @@ pub struct Calibration {
     /// Passes, by class ([`CLASSES`]).
     pub passes: [Fit; 4],
     pub optimizer: Fit,
+    /// Host-staged communication by bytes, when it was measured too.
+    #[serde(default)]
+    pub links: Option<Links>,
+}
+
+/// The runtime's communication measured by bytes on one machine: what a transfer between
+/// two of its devices costs when every collective stages through the host
+/// (download → communicator → upload). Each [`Fit`] uses `per_segment` (seconds per call or
+/// ring step) and `per_unit` (seconds per byte).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Links {
+    /// The communicator measured and its group sizes, in words.
+    pub transport: String,
+    /// A device's download plus upload of a buffer while the other ranks of its group stage
+    /// theirs: the host's staging bandwidth is shared by the devices staging at once.
+    pub staging: Fit,
+    /// The ring all-reduce on host buffers: α per ring step, seconds per byte on the wire.
+    pub ring: Fit,
+    /// One point-to-point message.
+    pub message: Fit,
+}
+
+impl Links {
+    /// The terms of a message of `bytes`.
+    pub fn bytes_terms(bytes: f64) -> Terms {
+        [1.0, 0.0, 0.0, bytes]
+    }
+
+    /// The terms of staging `bytes` on each of `d` devices at once.
+    pub fn staging_terms(bytes: f64, d: usize) -> Terms {
+        [1.0, 0.0, 0.0, bytes * d.max(1) as f64]
+    }
+
+    /// The terms of a ring all-reduce of `bytes` over `d` ranks: 2(d−1) steps and
+    /// 2(d−1)/d · bytes on the wire.
+    pub fn ring_terms(bytes: f64, d: usize) -> Terms {
+        let steps = 2.0 * d.saturating_sub(1) as f64;
+        [steps, 0.0, 0.0, steps / d.max(1) as f64 * bytes]
+    }
+
+    /// Seconds to stage `bytes` out of a device and into one (itself or another) while `d`
+    /// devices in all stage theirs.
+    pub fn staging(&self, bytes: f64, d: usize) -> f64 {
+        self.staging.seconds(Links::staging_terms(bytes, d))
+    }
+
+    /// The ring as a link: α per step, β from the seconds per byte (the cost model's ring
+    /// formulas then price every collective).
+    pub fn ring_link(&self) -> crate::link::Link {
+        crate::link::Link::measured(1.0 / self.ring.per_unit, self.ring.per_segment)
+    }
+
+    /// A point-to-point message as a link.
+    pub fn message_link(&self) -> crate::link::Link {
+        crate::link::Link::measured(1.0 / self.message.per_unit, self.message.per_segment)
+    }
+
+    /// A staged ring all-reduce of `bytes` over `d` ranks, as the runtime runs one: download,
+    /// the communicator's all-reduce, upload.
+    pub fn staged_all_reduce(&self, bytes: f64, d: usize) -> f64 {
+        self.staging(bytes, d) + self.ring.seconds(Links::ring_terms(bytes, d))
+    }
+
+    fn is_valid(&self) -> bool {
+        [&self.staging, &self.ring, &self.message]
+            .iter()
+            .all(|f| f.is_valid() && f.per_block == 0.0 && f.per_end == 0.0)
+    }
 }
 
 impl Calibration {
@@ -203,6 +281,7 @@ impl Calibration {
             date: String::new(),
             passes: [pass; 4],
             optimizer: Fit::default(),
+            links: None,
         }
     }
 
@@ -233,6 +312,7 @@ impl Calibration {
         })?;
         if c.passes.iter().chain([&c.optimizer]).any(|f| !f.is_valid())
             || c.passes.iter().all(|f| f.per_unit == 0.0)
+            || c.links.as_ref().is_some_and(|l| !l.is_valid())
         {
             return Err(Error::Config(format!(
                 "{}: every fitted cost must be finite and ≥ 0, and some pass must cost per FLOP",

@@ -1,6 +1,7 @@
 //! The step of a layout too large to run here, simulated: the runtime's own lowering of the
 //! layout for every device that behaves differently, each op costed from a calibration
-//! (compute) and the cluster's links (communication), replayed on the device clock the
+//! (compute) and the cluster's links or the calibration's measured host-staged transfers
+//! (communication, [`CommSource`]), replayed on the device clock the
 //! runtime replays its measured steps on ([`crate::runtime::replay`]).
 //!
 //! ```text
@@ -29,7 +30,7 @@ pub mod calibration;
 pub mod report;
 pub mod shape;
 
-pub use calibration::{Calibration, Fit, Terms};
+pub use calibration::{Calibration, Fit, Links, Terms};
 pub use shape::{chunks, op_terms, SimChunk, Work};
 
 use crate::cost::activation::predict;
@@ -62,6 +63,19 @@ pub struct Spec {
     pub bucket_bytes: usize,
     /// Simulate every replica even when they behave alike (to check that they do).
     pub every_replica: bool,
+    /// What prices communication.
+    pub comm: CommSource,
+}
+
+/// What prices the simulated step's communication.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CommSource {
+    /// The cluster's links: the intra-node link within a node, the inter-node link across.
+    #[default]
+    Cluster,
+    /// The calibration's measured host-staged communication ([`Links`]) on every group,
+    /// staging included: what the runtime's own transfers cost on the machine measured.
+    Calibration,
 }
 
 /// Exposed seconds of each axis's communication: the makespan less the makespan of the same
@@ -123,6 +137,16 @@ impl Simulated {
 /// Simulates one step of `spec`; errors name what is impossible about the layout.
 pub fn simulate(spec: &Spec) -> Result<Simulated> {
     let (cfg, mesh, cluster) = (&spec.model, &spec.mesh, &spec.cluster);
+    let links = match spec.comm {
+        CommSource::Cluster => None,
+        CommSource::Calibration => Some(spec.calibration.links.clone().ok_or_else(|| {
+            Error::Config(format!(
+                "the calibration from {} has no communication measured; make one with \
+                 `--calibrate FILE`, or price communication from the cluster's links",
+                spec.calibration.adapter
+            ))
+        })?),
+    };
     cluster.validate()?;
     if mesh.devices() > cluster.devices() {
         return Err(Error::Config(format!(
@@ -160,6 +184,7 @@ pub fn simulate(spec: &Spec) -> Result<Simulated> {
     };
     let costs = Costs {
         spec,
+        links,
         chunks: &chunks,
         act: (spec.micro_b * cfg.ctx * cfg.channels * spec.precision.element_bytes()) as f64,
         p,
@@ -230,6 +255,8 @@ fn replicas_alike(first: &Plan, mesh: &Mesh, cluster: &Cluster) -> bool {
 /// What costing an op needs.
 struct Costs<'a> {
     spec: &'a Spec,
+    /// Measured host-staged communication, when it prices the step's.
+    links: Option<Links>,
     chunks: &'a [Vec<SimChunk>],
     /// Bytes of one microbatch's activations (or their gradient) at a stage boundary.
     act: f64,
@@ -243,22 +270,37 @@ impl Costs<'_> {
         let (mesh, cluster, cal) = (&self.spec.mesh, &self.spec.cluster, &self.spec.calibration);
         let at = mesh.coords(device);
         let chunk = |c: usize| &self.chunks[at.stage][c];
-        let tp_link = cluster.group_link(1, mesh.tp).0;
-        let dp_link = cluster.group_link(mesh.tp * mesh.pp, mesh.dp).0;
+        // (ring link of the tp group, of the dp group, and what staging `bytes` adds)
+        let (tp_link, dp_link) = match &self.links {
+            Some(l) => (l.ring_link(), l.ring_link()),
+            None => (
+                cluster.group_link(1, mesh.tp).0,
+                cluster.group_link(mesh.tp * mesh.pp, mesh.dp).0,
+            ),
+        };
+        let staged = |bytes: f64, d: usize| match &self.links {
+            Some(l) if d > 1 => l.staging(bytes, d),
+            _ => 0.0,
+        };
         match op {
             Op::Compute { action, segs } => {
                 let c = chunk(action.chunk);
                 let class = Calibration::class(action.kind, c.shape.split);
                 cal.passes[class].seconds(op_terms(&c.work[action.kind.index()][segs.clone()]))
             }
-            Op::TpAllReduce { .. } => ring_allreduce_time(self.act, mesh.tp, tp_link),
+            Op::TpAllReduce { .. } => {
+                ring_allreduce_time(self.act, mesh.tp, tp_link) + staged(self.act, mesh.tp)
+            }
             Op::Send { to, .. } => {
                 let per_node = cluster.devices_per_node.max(1);
-                let link = match device / per_node == to / per_node {
-                    true => cluster.intra,
-                    false => cluster.inter,
+                let link = match (&self.links, device / per_node == to / per_node) {
+                    (Some(l), _) => l.message_link(),
+                    (None, true) => cluster.intra,
+                    (None, false) => cluster.inter,
                 };
-                link.message_time(self.act)
+                // the sender's download and the receiver's upload, one device at a time
+                let staging = self.links.as_ref().map_or(0.0, |l| l.staging(self.act, 1));
+                link.message_time(self.act) + staging
             }
             Op::Recv { .. } => 0.0,
             Op::ReduceGrad {
@@ -267,23 +309,27 @@ impl Costs<'_> {
                 scatter,
             } => {
                 let bytes = chunk(*c).buckets[*bucket] as f64 * self.g;
-                match scatter {
-                    true => ring_collective_time(bytes, mesh.dp, dp_link),
-                    false => ring_allreduce_time(bytes, mesh.dp, dp_link),
-                }
+                staged(bytes, mesh.dp)
+                    + match scatter {
+                        true => ring_collective_time(bytes, mesh.dp, dp_link),
+                        false => ring_allreduce_time(bytes, mesh.dp, dp_link),
+                    }
             }
             Op::GatherParams { chunk: c, bucket } => {
-                ring_collective_time(chunk(*c).buckets[*bucket] as f64 * self.p, mesh.dp, dp_link)
+                let bytes = chunk(*c).buckets[*bucket] as f64 * self.p;
+                staged(bytes, mesh.dp) + ring_collective_time(bytes, mesh.dp, dp_link)
             }
-            Op::Unshard { chunk: c, block } => ring_collective_time(
-                chunk(*c).block_params[*block] as f64 * self.p,
-                mesh.dp,
-                dp_link,
-            ),
+            Op::Unshard { chunk: c, block } => {
+                let bytes = chunk(*c).block_params[*block] as f64 * self.p;
+                staged(bytes, mesh.dp) + ring_collective_time(bytes, mesh.dp, dp_link)
+            }
             Op::GradNorm => {
                 let n = mesh.devices();
-                let link = cluster.group_link(1, n).0;
-                2.0 * (n as f64).log2().ceil() * link.latency_s
+                let latency = match &self.links {
+                    Some(l) => l.message.per_segment,
+                    None => cluster.group_link(1, n).0.latency_s,
+                };
+                2.0 * (n as f64).log2().ceil() * latency
             }
             Op::Optimizer => {
                 let params: usize = self.chunks[at.stage].iter().map(|c| c.params).sum();
