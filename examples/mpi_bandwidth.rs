@@ -11,6 +11,13 @@
 //! `--child` mode: rank 0 prints one JSON line per measurement) for every d of `--ranks`, then
 //! prints one table and writes `<out>/mpi_bandwidth.json`.
 //!
+//! With `--calibration FILE` (a calibration `simulate --calibrate` wrote on this machine's
+//! adapter), it also fits MPI ordered's all-reduces to the simulator's ring model,
+//! 2(d−1)·α + 2(d−1)/d · S / β, and writes `<out>/calibration_mpi.json`: FILE with its ring
+//! and point-to-point message priced by that fit (a ring step is one message of S/d bytes;
+//! the host staging stays FILE's), for `simulate --calibration … --comm calibrated`. FILE
+//! itself is only read.
+//!
 //! busbw = 2(d−1)/d · S / t (nccl-tests' all-reduce convention), S the buffer in bytes, t the
 //! median over `--iters` timed calls after `--warmup` untimed ones; a call's time is its
 //! slowest rank's, and the ranks line up on a barrier before every call. Every flag is checked
@@ -27,6 +34,7 @@ use serde_json::{json, Value};
 use triaxis::collective::Algo;
 use triaxis::comm::mpi::{self, Reduction};
 use triaxis::comm::{launched_by_mpirun, local_group, Communicator, GroupOptions};
+use triaxis::sim::{Calibration, Fit, Links, Terms};
 
 #[path = "support/flags.rs"]
 mod flags;
@@ -65,13 +73,18 @@ struct Args {
     /// Output directory (created; must be writable).
     #[arg(long, default_value = "runs/mpi_bandwidth")]
     out: PathBuf,
+    /// A calibration with communication measured (`simulate --calibrate FILE`): write it again
+    /// with MPI ordered's ring fit to `<out>/calibration_mpi.json`.
+    #[arg(long)]
+    calibration: Option<PathBuf>,
     /// Internal: one rank of the job this program starts under mpirun.
     #[arg(long, hide = true)]
     child: bool,
 }
 
-/// The checked flags: sizes in MiB, group sizes, the train binary (with `--train`).
-type Checked = (Vec<usize>, Vec<usize>, Option<PathBuf>);
+/// The checked flags: sizes in MiB, group sizes, the train binary (with `--train`), the
+/// calibration to price MPI into (with `--calibration`).
+type Checked = (Vec<usize>, Vec<usize>, Option<PathBuf>, Option<Calibration>);
 
 fn main() {
     let a = Args::parse();
@@ -94,7 +107,7 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
         if !launched_by_mpirun() {
             bail!("--child is this program's own mode under mpirun: run it without --child");
         }
-        return Ok((sizes, ranks, None));
+        return Ok((sizes, ranks, None, None));
     }
     if launched_by_mpirun() {
         bail!("run mpi_bandwidth without mpirun: it starts mpirun -n d itself for every --ranks");
@@ -104,8 +117,23 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
         bail!("mpirun is not on PATH: install Open MPI (apt install openmpi-bin libopenmpi-dev)");
     }
     let train_bin = if a.train { Some(train_binary()?) } else { None };
+    let calibration = match &a.calibration {
+        Some(path) => {
+            flags::input_file("--calibration", path)?;
+            let c = Calibration::load(path)?;
+            if c.links.is_none() {
+                bail!(
+                    "--calibration {} has no communication measured: make it with \
+                     `cargo run --release --example simulate -- --calibrate FILE`",
+                    path.display()
+                );
+            }
+            Some(c)
+        }
+        None => None,
+    };
     flags::output_dir("--out", &a.out)?;
-    Ok((sizes, ranks, train_bin))
+    Ok((sizes, ranks, train_bin, calibration))
 }
 
 /// The train example beside this one (`target/<profile>/examples/train`), or how to build it.
@@ -253,7 +281,7 @@ fn mpi_rows(d: usize, sizes: usize) -> anyhow::Result<Vec<Value>> {
     Ok(rows)
 }
 
-fn parent(a: &Args, (sizes, ranks, train_bin): Checked) -> anyhow::Result<()> {
+fn parent(a: &Args, (sizes, ranks, train_bin, calibration): Checked) -> anyhow::Result<()> {
     let bar = progress::bar((2 * ranks.len() + 2 * train_bin.is_some() as usize) as u64);
     let mut rows = Vec::new();
     for &d in &ranks {
@@ -289,7 +317,56 @@ fn parent(a: &Args, (sizes, ranks, train_bin): Checked) -> anyhow::Result<()> {
     });
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     println!("wrote {}", path.display());
+    if let Some(c) = calibration {
+        let c = with_mpi_ring(c, &rows, &ranks)?;
+        let path = a.out.join("calibration_mpi.json");
+        triaxis::record::write_text(&path, &c.to_json())?;
+        println!(
+            "wrote {} (simulate --calibration {0} --comm calibrated)",
+            path.display()
+        );
+    }
     Ok(())
+}
+
+/// `c` with its ring and message priced by MPI ordered's all-reduces in `rows`: the ring
+/// model's α per step and β fitted to every (d, size); a message is one ring step.
+fn with_mpi_ring(
+    mut c: Calibration,
+    rows: &[Value],
+    ranks: &[usize],
+) -> anyhow::Result<Calibration> {
+    let points: Vec<(Terms, f64)> = rows
+        .iter()
+        .filter(|r| r["impl"] == "ordered")
+        .filter_map(|r| {
+            let (d, mib, t) = (
+                r["d"].as_u64()?,
+                r["mib"].as_u64()?,
+                r["median_s"].as_f64()?,
+            );
+            Some((Links::ring_terms((mib << 20) as f64, d as usize), t))
+        })
+        .collect();
+    let ring = Fit::of(&points).context("fitting MPI ordered's all-reduces")?;
+    println!(
+        "MPI ordered as the simulator's ring: {:.1} µs per step + {:.2} GB/s ({} points, worst miss {:.1} %)",
+        ring.per_segment * 1e6,
+        1e-9 / ring.per_unit.max(1e-300),
+        ring.points,
+        100.0 * ring.max_miss
+    );
+    let links = c
+        .links
+        .as_mut()
+        .context("the calibration has no communication")?;
+    links.transport = format!(
+        "ring and message: MPI ordered, mpirun -n {ranks:?} on one host over shared memory; \
+         staging: measured on the adapter by simulate --calibrate"
+    );
+    links.ring = ring;
+    links.message = ring;
+    Ok(c)
 }
 
 /// Prints the table; the ordered/native ratios and whether the goal is met (`None`: no size

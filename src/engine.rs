@@ -92,8 +92,8 @@ pub struct Engine {
 /// Several steps of one layout on the device clock as one ([`Engine::pooled`]).
 #[derive(Clone, Debug)]
 pub struct Pooled {
-    /// The last step replayed with each pass at the median of its kind on its device over all
-    /// the pooled steps.
+    /// The last step replayed with each pass at the asked quantile of its kind on its device
+    /// over all the pooled steps.
     pub summary: crate::runtime::Summary,
     /// The lowest and highest device-clock bubble of the steps each replayed on its own costs.
     pub bubble_range: [f64; 2],
@@ -243,15 +243,17 @@ impl Engine {
         self.pool = on.then(Vec::new);
     }
 
-    /// The steps since `pool_steps(true)` as one (see [`Pooled`]); `tokens` per step, `trace`
-    /// whether to draw the Chrome trace too. `None` before a pooled step.
-    pub fn pooled(&self, tokens: usize, trace: bool) -> Result<Option<Pooled>> {
+    /// The steps since `pool_steps(true)` as one (see [`Pooled`]), each pass at the `quantile`
+    /// of its kind on its device (0.5: the median; a low quantile is a quiet host's figure, as
+    /// interference only ever adds time); `tokens` per step, `trace` whether to draw the
+    /// Chrome trace too. `None` before a pooled step.
+    pub fn pooled(&self, tokens: usize, trace: bool, quantile: f64) -> Result<Option<Pooled>> {
         let Some((last, _)) = self.pool.as_ref().and_then(|p| p.last()) else {
             return Ok(None);
         };
         let pool = self.pool.iter().flatten();
         let steps: Vec<&RuntimeStep> = pool.clone().map(|(s, _)| s).collect();
-        let clock = self.rt.clock_over(&steps)?;
+        let clock = self.rt.clock_over(&steps, quantile)?;
         let range = pool.fold([f64::INFINITY, f64::NEG_INFINITY], |[lo, hi], &(_, b)| {
             [lo.min(b), hi.max(b)]
         });
@@ -267,8 +269,8 @@ impl Engine {
     }
 
     /// The seconds of every op of every device over the pooled steps, each pass at the
-    /// `quantile` of its kind on its device (0.5: what [`Engine::pooled`] replays); `None`
-    /// before a pooled step.
+    /// `quantile` of its kind on its device (what [`Engine::pooled`] replays at that
+    /// quantile); `None` before a pooled step.
     pub fn pooled_costs(&self, quantile: f64) -> Option<Vec<Vec<f64>>> {
         let steps: Vec<&RuntimeStep> = self.pool.iter().flatten().map(|(s, _)| s).collect();
         (!steps.is_empty()).then(|| self.rt.costs_over(&steps, quantile))

@@ -329,7 +329,10 @@ fn pooled_device_clock_takes_each_pass_at_its_median_over_the_steps() {
     )
     .unwrap();
     e.step(&data[0], 0).unwrap();
-    assert!(e.pooled(1, false).unwrap().is_none(), "not pooling yet");
+    assert!(
+        e.pooled(1, false, 0.5).unwrap().is_none(),
+        "not pooling yet"
+    );
     e.pool_steps(true);
     let measured = e.step(&data[1], 1).unwrap();
     // the replay of the measured op costs (what the simulator's validation replays) is the
@@ -338,7 +341,7 @@ fn pooled_device_clock_takes_each_pass_at_its_median_over_the_steps() {
     let replayed = replay(&plan, &mesh, &e.pooled_costs(0.5).unwrap()).unwrap();
     assert_eq!(replayed.makespan, measured.device_step);
     // one step pooled is that step
-    let one = e.pooled(1, true).unwrap().expect("one pooled step");
+    let one = e.pooled(1, true, 0.5).unwrap().expect("one pooled step");
     let own = e.summary(1).unwrap().expect("a step was run");
     assert_eq!(one.steps, 1);
     assert_eq!(one.summary.device_bubble, own.device_bubble);
@@ -347,11 +350,25 @@ fn pooled_device_clock_takes_each_pass_at_its_median_over_the_steps() {
     for (s, b) in data.iter().enumerate().skip(2) {
         e.step(b, s).unwrap();
     }
-    let three = e.pooled(1, false).unwrap().expect("three pooled steps");
+    let three = e
+        .pooled(1, false, 0.5)
+        .unwrap()
+        .expect("three pooled steps");
     assert_eq!(three.steps, 3);
+    // a lower quantile takes no pass longer, so the replayed step is no longer
+    let quiet = e
+        .pooled(1, false, 0.0)
+        .unwrap()
+        .expect("three pooled steps");
+    let slow = e
+        .pooled(1, false, 1.0)
+        .unwrap()
+        .expect("three pooled steps");
+    assert!(quiet.summary.device_step <= three.summary.device_step);
+    assert!(three.summary.device_step <= slow.summary.device_step);
     let [lo, hi] = three.bubble_range;
     assert!(lo <= hi && three.trace.is_none());
     assert!((0.0..1.0).contains(&three.summary.device_bubble));
     e.pool_steps(false);
-    assert!(e.pooled(1, false).unwrap().is_none(), "pooling off");
+    assert!(e.pooled(1, false, 0.5).unwrap().is_none(), "pooling off");
 }

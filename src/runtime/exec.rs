@@ -228,19 +228,19 @@ impl Runtime {
     /// seconds (each pass at the median of its kind on its device) and link-model
     /// communication seconds.
     pub fn clock(&self, run: &RuntimeStep) -> Result<Clock> {
-        self.clock_over(&[run])
+        self.clock_over(&[run], 0.5)
     }
 
-    /// The last of `steps` on the device clock with each pass at the median of its kind on its
-    /// device over all of `steps` (the same programs run every step; communication from the
-    /// last). Errors on no step.
-    pub fn clock_over(&self, steps: &[&RuntimeStep]) -> Result<Clock> {
+    /// The last of `steps` on the device clock with each pass at the `quantile` (0.5: the
+    /// median) of its kind on its device over all of `steps` (the same programs run every
+    /// step; communication from the last). Errors on no step.
+    pub fn clock_over(&self, steps: &[&RuntimeStep], quantile: f64) -> Result<Clock> {
         if steps.is_empty() {
             return Err(Error::Config(
                 "a device clock needs at least one step".into(),
             ));
         }
-        replay(&self.plan, &self.mesh, &self.costs_over(steps, 0.5))
+        replay(&self.plan, &self.mesh, &self.costs_over(steps, quantile))
     }
 
     /// Device-clock seconds of every op of every device over `steps`, each pass at the
