@@ -38,8 +38,11 @@ use triaxis::sim::{Calibration, Fit, Links, Terms};
 
 #[path = "support/flags.rs"]
 mod flags;
+#[path = "support/mpirun.rs"]
+mod mpirun;
 #[path = "support/progress.rs"]
 mod progress;
+use mpirun::mpirun;
 
 /// The goal: ordered reaches this fraction of native at sizes of at least `GOAL_MIB`.
 const GOAL_RATIO: f64 = 0.8;
@@ -112,8 +115,7 @@ fn validate(a: &Args) -> anyhow::Result<Checked> {
     if launched_by_mpirun() {
         bail!("run mpi_bandwidth without mpirun: it starts mpirun -n d itself for every --ranks");
     }
-    let found = Command::new("mpirun").arg("--version").output();
-    if !found.is_ok_and(|o| o.status.success()) {
+    if !mpirun::found() {
         bail!("mpirun is not on PATH: install Open MPI (apt install openmpi-bin libopenmpi-dev)");
     }
     let train_bin = if a.train { Some(train_binary()?) } else { None };
@@ -151,18 +153,6 @@ fn train_binary() -> anyhow::Result<PathBuf> {
         );
     }
     Ok(bin)
-}
-
-/// mpirun as this repository's tests start it: root allowed, shared memory only, more ranks
-/// than cores allowed.
-fn mpirun(n: usize) -> Command {
-    let mut c = Command::new("mpirun");
-    c.args(["--oversubscribe", "-n", &n.to_string()])
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_btl", "self,vader")
-        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
-    c
 }
 
 /// This rank's all-reduces of `mib` MiB: the slowest rank's seconds of each timed call (every

@@ -15,6 +15,7 @@
 //! cargo run --release --example simulate -- --calibration here.json --preset gpt2-1node --top 3
 //! cargo run --release --example simulate -- --calibration here.json --comm calibrated --dp 4 …
 //! cargo run --release --example simulate -- --validate               # how far to trust it
+//! cargo run --release --features mpi --example simulate -- --validate  # … with mpirun ranks too
 //! ```
 //!
 //! Without `--calibration` every pass runs at `--tflops` achieved FLOP/s with no fixed cost and
@@ -28,6 +29,13 @@
 mod flags;
 mod links;
 mod measure;
+#[cfg(feature = "mpi")]
+#[path = "../support/mpi_engine.rs"]
+mod mpi_engine;
+mod mpi_ranks;
+#[cfg(feature = "mpi")]
+#[path = "../support/mpirun.rs"]
+mod mpirun;
 
 use anyhow::{bail, Context};
 use clap::{Parser, ValueEnum};
@@ -172,6 +180,12 @@ struct Cli {
     /// --validate: link model of the virtual devices (nvlink, pcie, ethernet).
     #[arg(long, default_value = "pcie")]
     link: String,
+    /// Internal: one rank of `--validate`'s mpirun layouts.
+    #[arg(long, hide = true)]
+    validate_rank: bool,
+    /// Internal: the file whose lock is the serial-timing turn of every rank.
+    #[arg(long, hide = true)]
+    serial_lock: Option<PathBuf>,
 }
 
 /// Everything a plain simulation needs, checked.
@@ -297,6 +311,13 @@ fn main() {
     if let Some(out) = &cli.calibrate {
         flags::exit_status(flags::output_file("--calibrate", out), |()| {
             measure::calibrate_command(out, cli.steps)
+        });
+        return;
+    }
+    if cli.validate_rank {
+        let lock = cli.serial_lock.clone().unwrap_or_default();
+        flags::exit_status(triaxis::link::Link::by_name(&cli.link), |link| {
+            mpi_ranks::child(cli.steps, &lock, link)
         });
         return;
     }

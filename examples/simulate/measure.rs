@@ -43,33 +43,33 @@ use triaxis::step::TrainConfig;
 
 /// One layout being trained here: its engine, shape and data cursor, and the device-clock
 /// seconds of each of its measured steps.
-struct Run {
+pub(crate) struct Run {
     engine: Engine,
     model: GptConfig,
-    mesh: Mesh,
-    micro_b: usize,
+    pub(crate) mesh: Mesh,
+    pub(crate) micro_b: usize,
     batcher: Batcher,
     steps: Vec<f64>,
 }
 
 /// One layout measured: its plan, its pooled per-op seconds and their replay, and the spread
 /// (min, max) of its steps' own device-clock seconds.
-struct Measured {
+pub(crate) struct Measured {
     plan: Plan,
     cost: Vec<Vec<f64>>,
-    clock: Clock,
-    spread: (f64, f64),
+    pub(crate) clock: Clock,
+    pub(crate) spread: (f64, f64),
 }
 
 /// Each pass at the 10th percentile of its kind on its device over the pooled steps, on both
 /// sides (calibration and measured): the quiet host's figure. A shared host's interference only
 /// ever adds time and slows some rounds by 40 % and more, which moves a median by more than the
 /// model's own error; `--validate` prints the median's errors too.
-const QUIET: f64 = 0.1;
+pub(crate) const QUIET: f64 = 0.1;
 /// The device clock's own figure (what the pipeline example replays).
 const MEDIAN: f64 = 0.5;
 
-fn model(corpus: &Corpus, layers: usize) -> GptConfig {
+pub(crate) fn model(corpus: &Corpus, layers: usize) -> GptConfig {
     GptConfig {
         vocab: corpus.vocab.size(),
         ctx: 32,
@@ -89,6 +89,19 @@ fn start(
     link: Link,
     steps: usize,
 ) -> anyhow::Result<Run> {
+    let (cfg, opts) = setup(model, mesh, micro_b, link, steps);
+    let engine = Engine::new(&gpus[..mesh.devices()], cfg, mesh, opts)?;
+    warm(engine, corpus, model, mesh, micro_b)
+}
+
+/// The training configuration and serial runtime options of a measured run.
+pub(crate) fn setup(
+    model: &GptConfig,
+    mesh: Mesh,
+    micro_b: usize,
+    link: Link,
+    steps: usize,
+) -> (TrainConfig, RuntimeOptions) {
     let cfg = TrainConfig {
         model: *model,
         micro: Micro {
@@ -108,8 +121,19 @@ fn start(
         serial: true,
         ..RuntimeOptions::default()
     };
+    (cfg, opts)
+}
+
+/// `engine`'s warm-up step, then pooling from the next step on.
+pub(crate) fn warm(
+    engine: Engine,
+    corpus: &Corpus,
+    model: &GptConfig,
+    mesh: Mesh,
+    micro_b: usize,
+) -> anyhow::Result<Run> {
     let mut run = Run {
-        engine: Engine::new(&gpus[..mesh.devices()], cfg, mesh, opts)?,
+        engine,
         model: *model,
         mesh,
         micro_b,
@@ -139,7 +163,7 @@ fn step(run: &mut Run, corpus: &Corpus) -> anyhow::Result<()> {
 /// `steps` rounds, each one step of every run, in an order that rotates from round to round:
 /// a host whose speed drifts (a shared VM) slows every layout alike instead of whichever ran
 /// during the slow minute.
-fn rounds(runs: &mut [Run], corpus: &Corpus, steps: usize) -> anyhow::Result<()> {
+pub(crate) fn rounds(runs: &mut [Run], corpus: &Corpus, steps: usize) -> anyhow::Result<()> {
     let n = runs.len();
     for r in 0..steps {
         for i in 0..n {
@@ -150,7 +174,7 @@ fn rounds(runs: &mut [Run], corpus: &Corpus, steps: usize) -> anyhow::Result<()>
 }
 
 /// A run's op costs at `quantile` over its pooled steps, and their replay.
-fn measured(run: &Run, quantile: f64) -> anyhow::Result<Measured> {
+pub(crate) fn measured(run: &Run, quantile: f64) -> anyhow::Result<Measured> {
     let plan = run.engine.plan().context("the engine has no plan")?.clone();
     let cost = run
         .engine
@@ -399,10 +423,10 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
         "exposed dp m/s",
         "exposed tp m/s"
     );
-    let spec = |run: &Run, calibration: &Calibration| Spec {
+    let spec = |(mesh, micro_b): (Mesh, usize), calibration: &Calibration| Spec {
         model: model_b,
-        micro_b: run.micro_b,
-        mesh: run.mesh,
+        micro_b,
+        mesh,
         cluster: cluster.clone(),
         calibration: calibration.clone(),
         precision: Precision::F32,
@@ -421,7 +445,7 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
         let exposed = |f: Free| -> anyhow::Result<f64> {
             Ok((m.clock.makespan - replay_free(&m.plan, &mesh, &m.cost, f)?.makespan).max(0.0))
         };
-        let sim = simulate(&spec(run, &cal))?;
+        let sim = simulate(&spec((mesh, b), &cal))?;
         let err = sim.step() / m.clock.makespan - 1.0;
         errors.push(err.abs());
         println!(
@@ -438,6 +462,26 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
             seconds(exposed(Free::TP)?),
             seconds(sim.exposed.tp),
         );
+    }
+    // the same model's layouts as mpirun ranks, one process per device
+    let virtual_devices = errors.len();
+    if let Some(rows) = crate::mpi_ranks::measure(steps, link.name)? {
+        for r in rows {
+            let (mesh, b) = crate::mpi_ranks::layouts()[r.layout];
+            let sim = simulate(&spec((mesh, b), &cal))?;
+            let err = sim.step() / r.step - 1.0;
+            errors.push(err.abs());
+            println!(
+                "{:<40} {:>10} {:>19} {:>10} {:>+6.1}% {:>5.1}/{:>5.1} %",
+                format!("{} b={b}, mpirun", mesh.describe()),
+                seconds(r.step),
+                format!("{}–{}", seconds(r.lo), seconds(r.hi)),
+                seconds(sim.step()),
+                100.0 * err,
+                100.0 * r.bubble,
+                100.0 * sim.bubble,
+            );
+        }
     }
     print!("\nmodel B's passes, measured / calibrated (median, min–max):");
     let fits = cal.passes.iter().chain(std::iter::once(&cal.optimizer));
@@ -457,16 +501,26 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
         100.0 * mean,
         100.0 * max
     );
+    if errors.len() > virtual_devices {
+        let (mean, max) = summary(&errors[..virtual_devices]);
+        println!(
+            "  the {virtual_devices} on virtual devices alone: mean {:.1} %, max {:.1} %",
+            100.0 * mean,
+            100.0 * max
+        );
+    }
     // the same runs with every pass at its median, calibration included
     let cal = fit(&gpus, &runs[..cal_runs], MEDIAN)?;
     let mut errors = Vec::new();
     for run in &runs[cal_runs..] {
         let m = measured(run, MEDIAN)?;
-        errors.push((simulate(&spec(run, &cal))?.step() / m.clock.makespan - 1.0).abs());
+        errors.push(
+            (simulate(&spec((run.mesh, run.micro_b), &cal))?.step() / m.clock.makespan - 1.0).abs(),
+        );
     }
     let (mean, max) = summary(&errors);
     println!(
-        "at the median of each pass instead (the device clock the pipeline example prints): mean {:.1} %, max {:.1} %",
+        "at the median of each pass instead (the device clock the pipeline example prints), virtual devices: mean {:.1} %, max {:.1} %",
         100.0 * mean,
         100.0 * max
     );

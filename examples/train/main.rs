@@ -34,6 +34,9 @@ mod curve;
 mod flags;
 mod interrupt;
 #[cfg(feature = "mpi")]
+#[path = "../support/mpi_engine.rs"]
+mod mpi_engine;
+#[cfg(feature = "mpi")]
 mod mpi_run;
 mod output_lock;
 #[path = "../support/plot.rs"]

@@ -11,7 +11,6 @@ use triaxis::comm::{Communicator, GroupOptions};
 use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::gpu::{AdapterChoice, Gpu};
 use triaxis::mesh::Mesh;
-use triaxis::runtime::{group_members, Comms};
 use triaxis::step::TrainConfig;
 
 /// This process's place in the MPI job.
@@ -179,31 +178,7 @@ impl MpiRun {
         mesh: Mesh,
         opts: RuntimeOptions,
     ) -> anyhow::Result<Engine> {
-        let group = |families: &[Vec<usize>], link| -> anyhow::Result<Box<dyn Communicator>> {
-            let o = GroupOptions {
-                link,
-                ..world_opts(opts.recv_timeout)
-            };
-            let c = mpi::mpi_groups(&self.world, families, &o, self.reduction)?
-                .ok_or_else(|| anyhow::anyhow!("rank {} is in no group", self.rank))?;
-            Ok(Box::new(c))
-        };
-        let [pp, tp, dp, world] = group_members(&mesh);
-        let comms = Comms {
-            pp: group(&pp, opts.link)?,
-            tp: group(&tp, opts.tp_link)?,
-            dp: group(&dp, opts.link)?,
-            world: group(&world, opts.link)?,
-        };
-        let control = group(&world, opts.link)?;
-        Ok(Engine::distributed(
-            &[(self.rank, gpu)],
-            cfg,
-            mesh,
-            opts,
-            vec![comms],
-            control,
-        )?)
+        crate::mpi_engine::mpi_engine(&self.world, self.rank, self.reduction, gpu, cfg, mesh, opts)
     }
 
     /// The stop request every rank follows at this step boundary: the signal of the lowest

@@ -18,6 +18,7 @@ use super::ir::{ChunkShape, Plan};
 use super::lower::lower_with;
 pub use super::options::{CommKind, RuntimeOptions};
 use super::replay::{op_costs, replay, Clock};
+use super::turn::Turn;
 use super::worker::{Comms, StepIn, Worker, WorkerRun};
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
@@ -298,7 +299,7 @@ impl Runtime {
                 w.comms = c;
             }
         }
-        let serial = Mutex::new(());
+        let serial = Turn::new(self.opts.serial_lock.as_deref())?;
         let t0 = Instant::now();
         let (fault, reduce_fault) = (self.opts.fault, self.opts.reduce_fault);
         let serial_ref = self.opts.serial.then_some(&serial);

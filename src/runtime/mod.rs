@@ -22,6 +22,7 @@ pub mod replay;
 mod report;
 mod state;
 mod timeline;
+mod turn;
 mod worker;
 
 pub use check::check;

@@ -34,6 +34,9 @@ pub struct RuntimeOptions {
     pub tp_link: Link,
     /// One device's compute at a time (clean device-clock times on virtual devices).
     pub serial: bool,
+    /// Serial timing across processes: every process of the run takes an advisory lock on
+    /// this file for each device's turn (MPI ranks sharing one host's cores).
+    pub serial_lock: Option<std::path::PathBuf>,
     /// Test hook: a fault in the `action`-th pass of global device `device`'s schedule.
     pub fault: Option<Fault>,
     /// Test hook: a fault in the `action`-th gradient reduction of `device`.
@@ -70,6 +73,7 @@ impl Default for RuntimeOptions {
             link: Link::nvlink(),
             tp_link: Link::nvlink(),
             serial: false,
+            serial_lock: None,
             fault: None,
             reduce_fault: None,
             grad_scale: None,

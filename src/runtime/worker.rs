@@ -8,7 +8,6 @@
 //! so every peer waiting on it stops at once instead of waiting out a timeout.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Instant;
 
 mod passes;
@@ -18,6 +17,7 @@ mod reduce;
 use super::chunk::Chunk;
 use super::fault::{Fault, GradScale};
 use super::ir::Op;
+use super::turn::{Held, Turn};
 use crate::collective::{Algo, Ledger};
 use crate::comm::{Communicator, Tag};
 use crate::error::{Error, Result};
@@ -105,7 +105,7 @@ pub(super) struct StepIn<'a> {
     pub reduce_fault: Option<Fault>,
     /// Test hook: a gradient scaled before the norm (see [`GradScale`]).
     pub grad_scale: Option<&'a GradScale>,
-    pub serial: Option<&'a Mutex<()>>,
+    pub serial: Option<&'a Turn>,
     pub t0: Instant,
 }
 
@@ -393,9 +393,9 @@ impl Worker {
 }
 
 /// Under serial timing, the turn of this device on the adapter (compute, or staging that waits
-/// for the device) while no other device computes; a poisoned turn is still a turn.
-fn one(serial: Option<&Mutex<()>>) -> Option<std::sync::MutexGuard<'_, ()>> {
-    serial.map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
+/// for the device) while no other device computes.
+fn one(serial: Option<&Turn>) -> Option<Held<'_>> {
+    serial.map(Turn::take)
 }
 
 fn tag(flow: Flow, micro: usize, stage: usize) -> Tag {

@@ -18,7 +18,7 @@ impl Worker {
         chunk: usize,
         bucket: usize,
         scatter: bool,
-        serial: Option<&std::sync::Mutex<()>>,
+        serial: Option<&crate::runtime::turn::Turn>,
         sc: &mut Scratch,
     ) -> Result<f64> {
         let rank = self.place.replica;
