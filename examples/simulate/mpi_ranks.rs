@@ -3,7 +3,7 @@
 //! simulation from the same calibration.
 //!
 //! ```text
-//! parent   mpirun -n 2 <this program> --validate-rank --steps N --serial-lock FILE
+//! parent   mpirun -n 2 --bind-to none <this program> --validate-rank --steps N --serial-lock FILE
 //! rank r   device r of every layout (one virtual device of its own), all built first, then
 //!          stepped in rounds; serial timing across the processes (an advisory lock on FILE:
 //!          the ranks share this host's cores, so one device of any process computes at a
@@ -56,7 +56,10 @@ pub fn measure(steps: usize, link: &str) -> anyhow::Result<Option<Vec<Row>>> {
     }
     let lock = std::env::temp_dir().join(format!("triaxis-serial-{}.lock", std::process::id()));
     let me = std::env::current_exe().context("this program's path")?;
+    // unbound: mpirun binds each rank to one core by default, and a software adapter's
+    // kernels then run on that core alone (a GPU rank would have its whole GPU)
     let out = crate::mpirun::mpirun(RANKS)
+        .args(["--bind-to", "none"])
         .arg(me)
         .args([
             "--validate-rank",
