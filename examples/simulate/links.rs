@@ -37,15 +37,19 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// `k` devices' download and upload of `bytes` each, all at once, waited on: the median of
+/// `k` devices' download and upload of `bytes` each, all at once and waited on, with the
+/// group's ring all-reduce between them when `reduce` (as a worker runs one): the median of
 /// [`REPS`] of the slowest device's time.
-fn staging(gpus: &[Gpu], k: usize, bytes: usize) -> anyhow::Result<f64> {
+fn staged(gpus: &[Gpu], k: usize, bytes: usize, reduce: bool) -> anyhow::Result<f64> {
     let views: Vec<_> = gpus[..k]
         .iter()
         .map(|g| g.buffer("staging probe", bytes / 4))
         .collect();
-    group_median(k, |r, _| {
-        let host: Vec<f32> = gpus[r].download(&views[r])?;
+    group_median(k, |r, c| {
+        let mut host: Vec<f32> = gpus[r].download(&views[r])?;
+        if reduce {
+            c.all_reduce(&mut host, Algo::Ring, None, false)?;
+        }
         gpus[r].upload(&views[r], &host)?;
         gpus[r].sync()
     })
@@ -131,21 +135,6 @@ fn message(bytes: usize) -> anyhow::Result<f64> {
     Ok(round_trip / 2.0)
 }
 
-/// A staged all-reduce of `bytes` over the first `d` of `gpus`, every rank at once, as a
-/// worker runs one: download, all-reduce, upload, wait.
-fn staged_all_reduce(gpus: &[Gpu], d: usize, bytes: usize) -> anyhow::Result<f64> {
-    let views: Vec<_> = gpus[..d]
-        .iter()
-        .map(|g| g.buffer("staged all-reduce probe", bytes / 4))
-        .collect();
-    group_median(d, |r, c| {
-        let mut host: Vec<f32> = gpus[r].download(&views[r])?;
-        c.all_reduce(&mut host, Algo::Ring, None, false)?;
-        gpus[r].upload(&views[r], &host)?;
-        gpus[r].sync()
-    })
-}
-
 /// A fit's bytes per second, in words (a message between threads moves no bytes).
 pub fn rate(f: &Fit) -> String {
     match f.per_unit > 0.0 {
@@ -168,7 +157,7 @@ pub fn measure(gpus: &[Gpu]) -> anyhow::Result<Links> {
         "bytes", "staging ×1", "×2", "×4", "ring d=2", "d=4", "message"
     );
     for &b in &SIZES {
-        let st = [1, 2, 4].map(|k| staging(gpus, k, b));
+        let st = [1, 2, 4].map(|k| staged(gpus, k, b, false));
         let (r2, r4, msg) = (ring(2, b)?, ring(4, b)?, message(b)?);
         let mut row = format!("  {b:>10}");
         for (k, t) in [1, 2, 4].into_iter().zip(st) {
@@ -213,7 +202,7 @@ pub fn measure(gpus: &[Gpu]) -> anyhow::Result<Links> {
     }
     println!("  held out: staged all-reduce over 3 devices, every rank at once (download → ring → upload)");
     for &b in &HELD_OUT {
-        let measured = staged_all_reduce(gpus, 3, b)?;
+        let measured = staged(gpus, 3, b, true)?;
         let predicted = links.staged_all_reduce(b as f64, 3);
         println!(
             "    {:>6} KiB   measured {:>9}   predicted {:>9}   {:+.1} %",

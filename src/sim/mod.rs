@@ -38,6 +38,7 @@ use crate::cost::comm::{ring_allreduce_time, ring_collective_time};
 use crate::cost::zero::{runtime_state_bytes, stage};
 use crate::cost::Cluster;
 use crate::error::{Error, Result};
+use crate::link::Link;
 use crate::mesh::Mesh;
 use crate::model::{GptConfig, Micro, Recompute};
 use crate::pipeline::partition::Balance;
@@ -182,9 +183,19 @@ pub fn simulate(spec: &Spec) -> Result<Simulated> {
         1 => first,
         _ => lower_replicas(mesh, &schedule, &shapes, true, replicas)?,
     };
+    // the ring link of the tp group and of the dp group: measured, or the cluster's
+    let (tp_link, dp_link) = match &links {
+        Some(l) => (l.ring_link(), l.ring_link()),
+        None => (
+            cluster.group_link(1, mesh.tp).0,
+            cluster.group_link(mesh.tp * mesh.pp, mesh.dp).0,
+        ),
+    };
     let costs = Costs {
         spec,
         links,
+        tp_link,
+        dp_link,
         chunks: &chunks,
         act: (spec.micro_b * cfg.ctx * cfg.channels * spec.precision.element_bytes()) as f64,
         p,
@@ -257,6 +268,9 @@ struct Costs<'a> {
     spec: &'a Spec,
     /// Measured host-staged communication, when it prices the step's.
     links: Option<Links>,
+    /// The rings of the tp and dp groups.
+    tp_link: Link,
+    dp_link: Link,
     chunks: &'a [Vec<SimChunk>],
     /// Bytes of one microbatch's activations (or their gradient) at a stage boundary.
     act: f64,
@@ -270,14 +284,8 @@ impl Costs<'_> {
         let (mesh, cluster, cal) = (&self.spec.mesh, &self.spec.cluster, &self.spec.calibration);
         let at = mesh.coords(device);
         let chunk = |c: usize| &self.chunks[at.stage][c];
-        // (ring link of the tp group, of the dp group, and what staging `bytes` adds)
-        let (tp_link, dp_link) = match &self.links {
-            Some(l) => (l.ring_link(), l.ring_link()),
-            None => (
-                cluster.group_link(1, mesh.tp).0,
-                cluster.group_link(mesh.tp * mesh.pp, mesh.dp).0,
-            ),
-        };
+        let (tp_link, dp_link) = (self.tp_link, self.dp_link);
+        // what staging `bytes` on each of a group's d devices adds
         let staged = |bytes: f64, d: usize| match &self.links {
             Some(l) if d > 1 => l.staging(bytes, d),
             _ => 0.0,
