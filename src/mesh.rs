@@ -265,29 +265,3 @@ fn largest_divisor_at_most(n: usize, at_most: usize) -> usize {
         .find(|d| n.is_multiple_of(*d))
         .unwrap_or(1)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn coordinates_round_trip() {
-        let m = Mesh {
-            dp: 2,
-            tp: 2,
-            pp: 3,
-            ..Mesh::default()
-        };
-        for d in 0..m.devices() {
-            assert_eq!(m.device(m.coords(d)), d);
-        }
-        assert_eq!(
-            m.coords(7),
-            Coords {
-                replica: 1,
-                stage: 0,
-                tp_rank: 1
-            }
-        );
-    }
-}

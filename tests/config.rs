@@ -1,8 +1,10 @@
 //! Model configuration, parameter layout and adapter-selection errors (no GPU needed).
 use triaxis::gpu::parse_backends;
+use triaxis::mesh::{Coords, Mesh};
+use triaxis::model::fit::{check, check_model, needs};
 use triaxis::model::{Block, GptConfig, Micro};
 use triaxis::params::ALIGN;
-use triaxis::Error;
+use triaxis::{Error, Result};
 
 #[test]
 fn heads_must_divide_channels() {
@@ -110,4 +112,187 @@ fn non_contiguous_blocks_are_rejected() {
         &[Block::Layer(1), Block::Layer(2), Block::Head],
     )
     .unwrap();
+}
+
+// --- the fit checks: what a model needs per buffer against the device limits
+
+/// WebGPU's default limits: 128 MiB per storage binding, 256 MiB per buffer.
+fn limits() -> wgpu::Limits {
+    wgpu::Limits::default()
+}
+
+fn err(r: Result<()>) -> String {
+    match r {
+        Err(Error::Config(m)) => m,
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+}
+
+#[test]
+fn counts_what_the_model_allocates() {
+    let cfg = GptConfig::default();
+    let micro = Micro { b: 4, t: 64 };
+    check_model(&cfg, micro, 1, &limits()).unwrap();
+    let all = needs(&cfg, &cfg.blocks(), micro, 1).unwrap();
+    let get = |what: &str| all.iter().find(|n| n.what == what).unwrap().elements;
+    let flat = get("flat parameters (and each of gradients, Adam m, Adam v)");
+    assert_eq!(flat, Some(cfg.layout(&cfg.blocks()).total as u64));
+    assert_eq!(get("attention scores"), Some(4 * 4 * 64 * 64));
+    assert_eq!(get("MLP activations"), Some(4 * 64 * 4 * 128));
+    assert_eq!(get("logits"), Some(4 * 64 * 256));
+    assert_eq!(get("residual stream"), Some(4 * 64 * 128));
+    // any stage as any tensor-parallel rank: the flat count is the layout's
+    let blocks = cfg.blocks();
+    for range in [0..1, 1..3, 2..6, 5..6, 0..6] {
+        for tp in [1, 2, 4] {
+            let stage = &blocks[range.clone()];
+            let n = needs(&cfg, stage, micro, tp).unwrap();
+            assert_eq!(
+                n[0].elements,
+                Some(cfg.layout_tp(stage, tp).total as u64),
+                "{range:?} tp {tp}"
+            );
+            let has_layer = stage.iter().any(|b| matches!(b, Block::Layer(_)));
+            assert_eq!(n.iter().any(|x| x.what == "attention scores"), has_layer);
+            let has_head = stage.contains(&Block::Head);
+            assert_eq!(n.iter().any(|x| x.what == "logits"), has_head);
+        }
+    }
+}
+
+#[test]
+fn refuses_each_buffer_over_the_limit_with_its_size_and_flag() {
+    let long = GptConfig {
+        ctx: 4096,
+        ..GptConfig::default()
+    };
+    // 8·4·4096·4096 f32 = 2 GiB of attention scores
+    let m = err(check_model(&long, Micro { b: 8, t: 4096 }, 1, &limits()));
+    println!("{m}");
+    for part in [
+        "attention scores",
+        "b·(heads/tp)·t·t = 8·4·4096·4096",
+        "2147483648 B (2.0 GiB)",
+        "max_storage_buffer_binding_size of 134217728 B (128.0 MiB)",
+        "lower --micro-batch (train: --batch) or --seq",
+    ] {
+        assert!(m.contains(part), "{m:?} lacks {part:?}");
+    }
+    // tensor parallelism splits the heads: 4 ranks hold a quarter each, 512 MiB, still over
+    let m = err(check_model(&long, Micro { b: 8, t: 4096 }, 4, &limits()));
+    assert!(m.contains("8·1·4096·4096"), "{m}");
+    check_model(&long, Micro { b: 1, t: 2048 }, 4, &limits()).unwrap();
+    let wide_vocab = GptConfig {
+        vocab: 1 << 20,
+        ..GptConfig::default()
+    };
+    let m = err(check_model(
+        &wide_vocab,
+        Micro { b: 8, t: 64 },
+        1,
+        &limits(),
+    ));
+    assert!(m.contains("the logits") && m.contains("b·t·vocab"), "{m}");
+    // the head's stage holds the logits, the other stages do not
+    let blocks = wide_vocab.blocks();
+    let (front, back) = blocks.split_at(blocks.len() - 1);
+    let small = Micro { b: 1, t: 64 };
+    check(
+        &wide_vocab,
+        &front[1..],
+        Micro { b: 8, t: 64 },
+        1,
+        &limits(),
+    )
+    .unwrap();
+    assert!(err(check(
+        &wide_vocab,
+        back,
+        Micro { b: 8, t: 64 },
+        1,
+        &limits()
+    ))
+    .contains("logits"));
+    // 4096 layers of width 4096: 3.3 TB of parameters
+    let deep = GptConfig {
+        layers: 4096,
+        channels: 4096,
+        heads: 32,
+        ..GptConfig::default()
+    };
+    let m = err(check_model(&deep, small, 1, &limits()));
+    assert!(
+        m.contains("flat parameters") && m.contains("--layers or --channels"),
+        "{m}"
+    );
+    assert!(!m.contains("attention scores"), "{m}");
+}
+
+#[test]
+fn names_the_smaller_limit_and_survives_sizes_beyond_64_bits() {
+    let cfg = GptConfig {
+        ctx: 1024,
+        ..GptConfig::default()
+    };
+    let tight = wgpu::Limits {
+        max_buffer_size: 1 << 20,
+        ..limits()
+    };
+    let m = err(check_model(&cfg, Micro { b: 1, t: 1024 }, 1, &tight));
+    assert!(m.contains("max_buffer_size of 1048576 B (1.0 MiB)"), "{m}");
+    let huge = GptConfig {
+        vocab: 1 << 20,
+        ctx: 1 << 16,
+        channels: 1 << 16,
+        heads: 1 << 16,
+        layers: 1 << 12,
+    };
+    // 2¹⁶·2¹⁶·2¹⁶·2¹⁶ attention scores are 2⁶⁴ elements: one more than u64 holds
+    let m = err(check_model(
+        &huge,
+        Micro {
+            b: 1 << 16,
+            t: 1 << 16,
+        },
+        1,
+        &limits(),
+    ));
+    assert!(
+        m.contains(
+            "attention scores (b·(heads/tp)·t·t = 65536·65536·65536·65536) overflow a 64-bit size"
+        ),
+        "{m}"
+    );
+    let absurd = GptConfig {
+        channels: usize::MAX,
+        heads: 1,
+        ..GptConfig::default()
+    };
+    let m = err(check_model(&absurd, Micro { b: 1, t: 1 }, 1, &limits()));
+    assert!(
+        m.contains("flat parameters") && m.contains("overflow"),
+        "{m}"
+    );
+    assert!(err(check_model(&cfg, Micro { b: 1, t: 1 }, 0, &limits())).contains("tp = 0"));
+}
+
+#[test]
+fn coordinates_round_trip() {
+    let m = Mesh {
+        dp: 2,
+        tp: 2,
+        pp: 3,
+        ..Mesh::default()
+    };
+    for d in 0..m.devices() {
+        assert_eq!(m.device(m.coords(d)), d);
+    }
+    assert_eq!(
+        m.coords(7),
+        Coords {
+            replica: 1,
+            stage: 0,
+            tp_rank: 1
+        }
+    );
 }

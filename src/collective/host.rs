@@ -116,7 +116,7 @@ pub fn ring_all_reduce(
     ledger: &mut Ledger,
     link: &Link,
 ) -> Result<()> {
-    ring(bufs, Phases::Both, "ring_all_reduce", opts, ledger, link)
+    ring(bufs, Phases::Both, opts, ledger, link)
 }
 
 /// Ring reduce-scatter in d−1 rounds: afterwards chunk r of `bufs[r]` (see
@@ -128,14 +128,7 @@ pub fn ring_reduce_scatter(
     ledger: &mut Ledger,
     link: &Link,
 ) -> Result<()> {
-    ring(
-        bufs,
-        Phases::ReduceScatter,
-        "ring_reduce_scatter",
-        opts,
-        ledger,
-        link,
-    )
+    ring(bufs, Phases::ReduceScatter, opts, ledger, link)
 }
 
 /// Ring all-gather in d−1 rounds: chunk r of `bufs[r]` is the input; afterwards every buffer
@@ -147,14 +140,7 @@ pub fn ring_all_gather(
     ledger: &mut Ledger,
     link: &Link,
 ) -> Result<()> {
-    ring(
-        bufs,
-        Phases::AllGather,
-        "ring_all_gather",
-        opts,
-        ledger,
-        link,
-    )
+    ring(bufs, Phases::AllGather, opts, ledger, link)
 }
 
 /// Copies `bufs[root]` into every other buffer. Ledger: one hop root → r of S bytes per r.
@@ -191,7 +177,7 @@ pub(super) fn broadcast_copy(bufs: &mut [Vec<f32>], root: usize, stamp: &Stamp) 
     entries
 }
 
-pub(super) fn check_root(name: &str, root: usize, d: usize) -> Result<()> {
+pub(crate) fn check_root(name: &str, root: usize, d: usize) -> Result<()> {
     if root >= d {
         return Err(Error::Config(format!(
             "{name}: root rank {root} is outside the group of {d} ranks"
@@ -200,30 +186,17 @@ pub(super) fn check_root(name: &str, root: usize, d: usize) -> Result<()> {
     Ok(())
 }
 
+/// The ring with the even split of [`even_bounds`].
 fn ring(
     bufs: &mut [Vec<f32>],
     phases: Phases,
-    name: &'static str,
     opts: &Opts,
     ledger: &mut Ledger,
     link: &Link,
 ) -> Result<()> {
-    let (d, n) = check_bufs(name, bufs)?;
-    let stamp = ledger.begin(name, d, link)?;
-    if d == 1 {
-        return Ok(()); // one rank: the sum (and the mean) is its own buffer
-    }
-    let ring = Ring {
-        phases,
-        opts,
-        stamp: &stamp,
-        n,
-        d,
-        bounds: even_bounds(n, d),
-    };
-    let entries = ring.run(bufs)?;
-    ledger.record(entries);
-    Ok(())
+    let n = bufs.first().map_or(0, Vec::len);
+    let bounds = even_bounds(n, bufs.len().max(1));
+    ring_in(bufs, phases, &bounds, opts, ledger, link)
 }
 
 /// The ring over host buffers with chunk k = `bounds[k]..bounds[k+1]` (d + 1 non-decreasing
@@ -243,16 +216,7 @@ pub fn ring_in(
         Phases::AllGather => "ring_all_gather",
     };
     let (d, n) = check_bufs(name, bufs)?;
-    let ok = bounds.len() == d + 1
-        && bounds.first() == Some(&0)
-        && bounds.last() == Some(&n)
-        && bounds.windows(2).all(|w| w[0] <= w[1]);
-    if !ok {
-        return Err(Error::Config(format!(
-            "{name}: chunk bounds {bounds:?} are not {} non-decreasing offsets from 0 to {n}",
-            d + 1
-        )));
-    }
+    crate::comm::check_bounds(name, bounds, d, n)?;
     let stamp = ledger.begin(name, d, link)?;
     if d == 1 {
         return Ok(());

@@ -316,12 +316,7 @@ impl Communicator for LocalComm {
     }
 
     fn broadcast(&mut self, buf: &mut Vec<f32>, root: usize) -> Result<()> {
-        if root >= self.size() {
-            return Err(Error::Config(format!(
-                "broadcast: root rank {root} is outside the group of {} ranks",
-                self.size()
-            )));
-        }
+        crate::collective::host::check_root("broadcast", root, self.size())?;
         self.floats(Op::Broadcast(root), buf)
     }
 

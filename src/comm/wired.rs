@@ -299,11 +299,7 @@ impl<W: Transport> Communicator for WireComm<W> {
 
     fn broadcast(&mut self, buf: &mut Vec<f32>, root: usize) -> Result<()> {
         let (d, r) = (self.size(), self.rank);
-        if root >= d {
-            return Err(Error::Config(format!(
-                "broadcast: root rank {root} is outside the group of {d} ranks"
-            )));
-        }
+        crate::collective::host::check_root("broadcast", root, d)?;
         if self.wire.is_native() {
             let bytes = 4 * buf.len() as u64;
             return self.native(

@@ -16,18 +16,10 @@
 //! thread owns 4 tokens of a head and loads q/k/v/dout as Quads into 4×4 register tiles (about
 //! 4× faster on lavapipe); otherwise a scalar kernel, one token per thread.
 
-use super::{bf16, groups_1d, need, need_in, op, Arg, Dispatch};
+use super::{bf16, groups_1d, need, need_in, op, shader, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::precision::Precision;
-
-/// The family's shader in precision `p`.
-fn shader(p: Precision) -> &'static str {
-    match p {
-        Precision::F32 => "attention",
-        Precision::Bf16 => "attention_bf16",
-    }
-}
 
 /// Checks the shape (under bf16 also an even head size: a head slice owns whole words) and
 /// returns hs = C/NH.
@@ -140,7 +132,7 @@ pub fn attention_forward(
     let args = [Arg::W(&out), Arg::W(&probs), Arg::R(&qkv)];
     let mut ops = vec![op(
         g,
-        shader(p),
+        shader("attention", p),
         entry,
         &dims(b, t, c, nh, hs),
         &args,
@@ -211,7 +203,7 @@ pub fn attention_backward(
         hs,
     );
     Ok(vec![
-        op(g, shader(p), row_entry, &d, &args, groups)?,
-        op(g, shader(p), col_entry, &d, &args, groups)?,
+        op(g, shader("attention", p), row_entry, &d, &args, groups)?,
+        op(g, shader("attention", p), col_entry, &d, &args, groups)?,
     ])
 }

@@ -9,18 +9,10 @@
 //! on whole views (all `2·len` halves under bf16). Arithmetic is f32 with one rounding per
 //! stored bf16 element.
 
-use super::{groups_1d, op, Arg, Dispatch};
+use super::{groups_1d, op, shader, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::precision::Precision;
-
-/// The family's shader in precision `p`.
-fn shader(p: Precision) -> &'static str {
-    match p {
-        Precision::F32 => "elementwise",
-        Precision::Bf16 => "elementwise_bf16",
-    }
-}
 
 /// Uniform: element count, word count, an f32 operand's bits.
 fn dims(p: Precision, n: usize, value: f32) -> Result<[u32; 4]> {
@@ -61,7 +53,7 @@ fn run(
 ) -> Result<Dispatch> {
     op(
         g,
-        shader(p),
+        shader("elementwise", p),
         entry,
         &dims(p, n, v)?,
         args,

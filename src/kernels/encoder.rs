@@ -12,18 +12,10 @@
 //! the widened old values, rounding once). Both sums run in the CPU twin's order, so the GPU
 //! result equals the twin bit for bit.
 
-use super::{groups_1d, op, Arg, Dispatch};
+use super::{groups_1d, op, shader, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::precision::Precision;
-
-/// The family's shader in precision `p`.
-fn shader(p: Precision) -> &'static str {
-    match p {
-        Precision::F32 => "encoder",
-        Precision::Bf16 => "encoder_bf16",
-    }
-}
 
 /// "encoder", "encoder bf16": how messages name the family in `p`.
 fn family(p: Precision) -> &'static str {
@@ -106,7 +98,7 @@ pub fn encoder_forward(
     ];
     Ok(vec![op(
         g,
-        shader(p),
+        shader("encoder", p),
         "encoder_forward",
         &dims,
         &[Arg::W(&out), Arg::R(&tokens), Arg::R(&wte), Arg::R(&wpe)],
@@ -147,7 +139,7 @@ pub fn encoder_backward(
     Ok(vec![
         op(
             g,
-            shader(p),
+            shader("encoder", p),
             "encoder_links",
             &dims,
             &[Arg::W(&links), Arg::W(&firsts), Arg::R(&tokens)],
@@ -155,7 +147,7 @@ pub fn encoder_backward(
         )?,
         op(
             g,
-            shader(p),
+            shader("encoder", p),
             "encoder_backward",
             &dims,
             &[

@@ -63,7 +63,7 @@
 //! are bit-identical run to run, and the split backward (`_input` + `_weight`) gives the same
 //! bits as the unsplit one (it is the same ops).
 
-use super::{groups_1d, need_in, op, Arg, Dispatch};
+use super::{groups_1d, need_in, op, shader, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::precision::Precision;
@@ -72,13 +72,6 @@ mod texture;
 pub use texture::Packs;
 use texture::{Reuse, Tex};
 
-/// The family's shader in precision `p`.
-fn shader(p: Precision) -> &'static str {
-    match p {
-        Precision::F32 => "matmul",
-        Precision::Bf16 => "matmul_bf16",
-    }
-}
 /// Outputs per invocation (rows × columns of C) of the buffer kernel; must match the shader.
 const BUF_TILE: (usize, usize) = (8, 16);
 /// Invocations per workgroup along each axis (`@workgroup_size(8, 8)`).
@@ -215,7 +208,7 @@ fn aligned(g: &Gpu, p: Precision, ops: &mut Vec<Dispatch>, m: Mat) -> Result<Mat
     };
     ops.push(op(
         g,
-        shader(p),
+        shader("matmul", p),
         entry,
         &[m.sr as u32, m.sc as u32, ld as u32, m.ld as u32],
         &[Arg::W(&padded), Arg::R(&m.v)],
@@ -257,7 +250,7 @@ fn buffer_product(
         Arg::R(bias.unwrap_or(&b.v)),
     ];
     let groups = [groups(n, BUF_TILE.1), groups(m, BUF_TILE.0), 1];
-    ops.push(op(g, shader(p), entry, &dims, &args, groups)?);
+    ops.push(op(g, shader("matmul", p), entry, &dims, &args, groups)?);
     Ok(())
 }
 
@@ -554,7 +547,7 @@ fn backward_weight(
         };
         ops.push(op(
             g,
-            shader(p),
+            shader("matmul", p),
             entry,
             &[n as u32, oc as u32, flags, 0],
             &[Arg::W(&db.slice(0, words)), Arg::R(&dy.v)],

@@ -234,6 +234,18 @@ impl Arg<'_> {
     }
 }
 
+/// The shader of family `base` in precision `p`: `base` itself (f32) or `base_bf16`.
+pub(crate) fn shader(base: &'static str, p: Precision) -> &'static str {
+    match p {
+        Precision::F32 => base,
+        Precision::Bf16 => SHADERS
+            .iter()
+            .map(|(name, _)| *name)
+            .find(|name| name.strip_suffix("_bf16") == Some(base))
+            .unwrap_or("(a bf16 shader not in the registry)"),
+    }
+}
+
 fn source(shader: &str) -> Result<&'static str> {
     SHADERS
         .iter()

@@ -22,7 +22,7 @@
 //!        └─ …                                 ┘
 //! ```
 
-use super::{even_rows, groups_1d, need, need_in, op, Arg, Dispatch};
+use super::{even_rows, groups_1d, need, need_in, op, shader, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::precision::Precision;
@@ -31,14 +31,6 @@ use crate::precision::Precision;
 const CHUNK: usize = 64;
 /// Up to this many rows the column sums walk all rows in one pass.
 const DIRECT_ROWS: usize = 256;
-
-/// The family's shader in precision `p`.
-fn shader(p: Precision) -> &'static str {
-    match p {
-        Precision::F32 => "norm",
-        Precision::Bf16 => "norm_bf16",
-    }
-}
 
 /// `"layernorm"`, or `"layernorm bf16"`: how errors name the kernel.
 fn family(p: Precision) -> &'static str {
@@ -176,7 +168,7 @@ fn forward(
     };
     Ok(vec![op(
         g,
-        shader(p),
+        shader("norm", p),
         entry,
         &[n as u32, c as u32],
         &args,
@@ -217,7 +209,7 @@ pub fn layernorm_backward(
     let cw = p.words(c);
     let mut ops = vec![op(
         g,
-        shader(p),
+        shader("norm", p),
         row_entry(p, c, "layernorm_backward_dinp", "layernorm_backward_dinp4"),
         &[n as u32, c as u32],
         &[
@@ -233,7 +225,7 @@ pub fn layernorm_backward(
     if n <= DIRECT_ROWS {
         ops.push(op(
             g,
-            shader(p),
+            shader("norm", p),
             "layernorm_backward_dparams",
             &[n as u32, c as u32],
             &[
@@ -266,7 +258,7 @@ pub fn layernorm_backward(
     };
     ops.push(op(
         g,
-        shader(p),
+        shader("norm", p),
         entry,
         &dims,
         &[
@@ -280,7 +272,7 @@ pub fn layernorm_backward(
     )?);
     ops.push(op(
         g,
-        shader(p),
+        shader("norm", p),
         "layernorm_dparams_final",
         &dims,
         &[Arg::W(&dweight), Arg::W(&dbias), Arg::R(&part)],

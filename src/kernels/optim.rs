@@ -20,19 +20,11 @@
 
 use std::ops::Range;
 
-use super::{groups_1d, need, op, Arg, Dispatch};
+use super::{groups_1d, need, op, shader, Arg, Dispatch};
 use crate::cpu;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::precision::Precision;
-
-/// The family's shader in precision `p`.
-fn shader(p: Precision) -> &'static str {
-    match p {
-        Precision::F32 => "optim",
-        Precision::Bf16 => "optim_bf16",
-    }
-}
 
 /// Most partial sums of one part (the final pass sums them with 256 threads).
 const MAX_PARTS: usize = 4096;
@@ -135,7 +127,7 @@ pub fn grad_norm_squared(
     Ok(vec![
         op(
             g,
-            shader(p),
+            shader("optim", p),
             "norm_partials",
             &d,
             &[Arg::W(&scratch), Arg::W(grads), Arg::R(&table_view)],
@@ -143,7 +135,7 @@ pub fn grad_norm_squared(
         )?,
         op(
             g,
-            shader(p),
+            shader("optim", p),
             "norm_final",
             &d,
             &[
@@ -253,7 +245,7 @@ pub fn adamw(
         if n > 0 {
             ops.push(op(
                 g,
-                shader(p),
+                shader("optim", p),
                 "adamw",
                 &dims("adamw", n, 0)?,
                 &[
@@ -288,7 +280,7 @@ pub fn adamw(
         let s = |x: &View| if vec4 { x.slice(0, body) } else { x.clone() };
         ops.push(op(
             g,
-            shader(p),
+            shader("optim", p),
             entry,
             &d,
             &[

@@ -64,34 +64,3 @@ pub fn buckets(layout: &Layout, ready: &[(usize, Vec<String>)], bytes: usize) ->
     }
     out
 }
-
-/// One bucket's all-reduce on both clocks (seconds from the step's start).
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct BucketTiming {
-    pub bytes: u64,
-    /// Device clock: when the slowest replica finished the bucket's backward.
-    pub ready_device: f64,
-    pub start_device: f64,
-    pub end_device: f64,
-    pub start_wall: f64,
-    pub end_wall: f64,
-}
-
-/// Schedules the buckets' all-reduces on the device clock: bucket b costs `link[b]` seconds,
-/// one at a time, starting when ready (`overlap`) or when the whole backward is done.
-/// Returns the end of the last all-reduce.
-pub fn device_schedule(
-    t: &mut [BucketTiming],
-    link: &[f64],
-    compute_end: f64,
-    overlap: bool,
-) -> f64 {
-    let mut free = 0.0f64;
-    for (b, cost) in t.iter_mut().zip(link) {
-        let ready = if overlap { b.ready_device } else { compute_end };
-        b.start_device = ready.max(free);
-        b.end_device = b.start_device + cost;
-        free = b.end_device;
-    }
-    free
-}
