@@ -17,7 +17,8 @@
 //!
 //! Where to start reading: [`session`] (what a program embedding triaxis drives), then
 //! [`engine`] and [`mesh`] (a layout and its validation), [`runtime`] (how a layout is lowered
-//! to per-device op lists and run), [`kernels`] with its CPU twin [`cpu`] (the arithmetic), and
+//! to per-device op lists and run), [`kernels`] (the arithmetic; each kernel's plain-Rust twin, its specification, is in the
+//! tests' `tests/twins`), and
 //! [`record`] (the run record as data). The command-line programs (flags, progress bars, SVG
 //! charts) live in `examples/`, their shared parts in `examples/support/`.
 //!
@@ -28,7 +29,7 @@
 //! collective   host-staged ring / tree / naive collectives over devices, and their ledger
 //! comm         the Communicator: one rank's handle on a group (in-process, loopback, MPI)
 //! cost         the analytic cost model, ZeRO's figures, the planner and its checks (no device work)
-//! cpu          the plain-Rust twin of every kernel: the specification the GPU is tested against
+//! cpu          bf16 packing on the host (as the kernels store it); AdamW's hyper-parameters
 //! data         built-in addition corpus and byte-level text files; seeded batches; version
 //! engine       one entry point for every layout: placement, steps, per-axis costs, state
 //! error        the one error type
@@ -56,7 +57,7 @@
 //!
 //! Parameter gradients accumulate (`+=`) and activation gradients assign (`=`), so gradient
 //! accumulation over microbatches costs nothing extra. The CPU twin of the whole model
-//! (`model::cpu`) replays the same arithmetic on the host for tests.
+//! (`tests/twins/cpu_model.rs`) replays the same arithmetic on the host for the tests.
 
 pub mod checkpoint;
 pub mod collective;

@@ -2,7 +2,7 @@
 //! over microbatches, global-norm clipping and AdamW, all on the GPU with the op lists built
 //! once. No example trains with it — every layout, one device included, trains on
 //! [`crate::runtime`] through [`crate::engine::Engine`] — it is the independent one-device
-//! reference the runtime's bits are tested against (like the CPU twin of one step here); its
+//! reference the runtime's bits are tested against (as the CPU twin of one step in `tests/twins` is); its
 //! loss, evaluation and generation are [`crate::eval`]'s on its model.
 //!
 //! One step: zero grads ─▶ for each microbatch: upload tokens/targets, forward+backward
@@ -13,14 +13,13 @@
 //! goes in and out in the one-device f32 layout whatever the precision (bf16 stores every
 //! tensor on 128 elements, [`crate::params::Layout::packed`]).
 
-use crate::cpu;
 use crate::data::Corpus;
 use crate::error::{Error, Result};
 use crate::eval;
 use crate::gpu::Gpu;
 use crate::kernels::Dispatch;
 use crate::model::gpu_model::{BuildOptions, GpuModel};
-use crate::model::{cpu_model, fit, Precision};
+use crate::model::{fit, Precision};
 use crate::optim::{global_norm_sq, Optimizer};
 use crate::parallel::accumulate::{Accumulation, TreeAccumulator};
 use crate::params::{Buffers, Layout};
@@ -225,58 +224,4 @@ impl Trainer {
     pub fn checksum(&self) -> Result<String> {
         Ok(checksum(&self.canonical(self.model.params()?)?))
     }
-}
-
-/// The CPU twin of [`Trainer::step`] on host vectors (the full model's layout). Returns the
-/// step's mean loss and the gradient norm.
-pub fn cpu_step(
-    cfg: &TrainConfig,
-    params: &mut [f32],
-    m: &mut [f32],
-    v: &mut [f32],
-    batches: &[(Vec<u32>, Vec<u32>)],
-    s: usize,
-) -> Result<StepStats> {
-    cpu_step_in(Precision::F32, cfg, params, m, v, batches, s)
-}
-
-/// The CPU twin of one step in precision `prec` (the full model's layout): `params` are the
-/// f32 parameters (bf16: the f32 master weights), `m`, `v` the f32 moments. The forward and
-/// backward see the parameters as stored ([`Precision::round`]: bf16 rounded from the
-/// masters), each microbatch's gradients are added into the stored gradients (bf16: rounded
-/// after every kernel's `+=`, [`cpu_model::forward_backward_in`]), then the global norm (f64)
-/// and AdamW update the f32 parameters and moments from the stored gradients; the next step's
-/// bf16 copy is rounded from the new masters, as the packed AdamW writes it. Under f32 every
-/// rounding is the identity: [`cpu_step`]'s bits.
-pub fn cpu_step_in(
-    prec: Precision,
-    cfg: &TrainConfig,
-    params: &mut [f32],
-    m: &mut [f32],
-    v: &mut [f32],
-    batches: &[(Vec<u32>, Vec<u32>)],
-    s: usize,
-) -> Result<StepStats> {
-    let layout = cfg.model.layout(&cfg.model.blocks());
-    let dloss = 1.0 / cfg.tokens_per_step() as f32;
-    let mut stored = params.to_vec();
-    prec.round(&mut stored);
-    let mut grads = vec![0.0; layout.total];
-    let mut loss = 0.0f64;
-    for (x, y) in batches {
-        let l = cpu_model::forward_backward_in(
-            prec, &cfg.model, &layout, &stored, &mut grads, x, y, cfg.micro, dloss,
-        )?;
-        loss += l.iter().map(|&x| x as f64).sum::<f64>();
-    }
-    let h = cfg.adam_at(s);
-    let norm = cpu::grad_norm(&grads);
-    let decay = layout.decay_ranges();
-    let scale = h.clip_scale(norm);
-    cpu::adamw(params, &grads, m, v, &h, scale, &decay);
-    Ok(StepStats {
-        loss: (loss / cfg.tokens_per_step() as f64) as f32,
-        grad_norm: norm,
-        lr: h.lr,
-    })
 }

@@ -2,9 +2,11 @@
 //! the scalar path, hs = 1, 2, 3), outputs and scratch poisoned first; a bit-identical repeat;
 //! bad shapes give errors.
 mod common;
+mod twins;
 use common::*;
 use triaxis::precision::Precision;
-use triaxis::{cpu, gpu, kernels::attention as k, rng::Rng, Error, View};
+use triaxis::{gpu, kernels::attention as k, rng::Rng, Error, View};
+use twins as cpu;
 
 /// f32 writes its probabilities straight into att: the rows argument is unused.
 const P: Precision = Precision::F32;

@@ -6,13 +6,14 @@
 //! above the measured spread, and the f32 twin from the same state lies far outside them (a
 //! bf16 step computed in f32, or rounding by truncation, fails).
 mod common;
+mod twins;
 
 use common::tiny;
 use triaxis::gpu;
 use triaxis::model::Precision;
 use triaxis::runtime::{Runtime, RuntimeOptions};
 use triaxis::step::ModelState;
-use triaxis::train::{cpu_step, cpu_step_in};
+use twins::{cpu_step, cpu_step_in};
 
 /// One step of the twins from `st`: (loss, gradient norm, master weights after AdamW).
 type Twin = (f32, f32, Vec<f32>);

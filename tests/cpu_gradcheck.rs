@@ -4,8 +4,10 @@
 //! gradient is the backward fed dout = r, the numeric one (L(x+h) − L(x−h)) / 2h per element of
 //! every input. Accumulating gradients (+=) start from random values that are subtracted after,
 //! assigned ones (=) from garbage, so the documented semantics are checked too. No GPU needed.
+mod twins;
 
-use triaxis::{cpu, rng::Rng};
+use triaxis::rng::Rng;
+use twins as cpu;
 
 /// Step and tolerances: |numeric − analytic| ≤ RTOL·|analytic| + ATOL·max|analytic|.
 const H: f32 = 1e-2;

@@ -1,8 +1,10 @@
 //! Elementwise kernels vs their CPU twins on awkward sizes, outputs poisoned first.
 mod common;
+mod twins;
 use common::*;
 use triaxis::precision::Precision::F32;
-use triaxis::{cpu, gpu, kernels::elementwise as k, rng::Rng};
+use triaxis::{gpu, kernels::elementwise as k, rng::Rng};
+use twins as cpu;
 
 const SIZES: [usize; 6] = [1, 7, 33, 65, 257, 70_001];
 

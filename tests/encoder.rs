@@ -2,9 +2,11 @@
 //! accumulated dwte/dwpe pre-filled with random values. The backward sums in the twin's order,
 //! so it must match bit for bit.
 mod common;
+mod twins;
 use common::*;
 use triaxis::precision::Precision::F32;
-use triaxis::{cpu, gpu, kernels::encoder as k, rng::Rng};
+use triaxis::{gpu, kernels::encoder as k, rng::Rng};
+use twins as cpu;
 
 // (B, T, C, V, maxT): odd, prime, one-element and tile-crossing shapes
 const SHAPES: [(usize, usize, usize, usize, usize); 9] = [

@@ -3,13 +3,15 @@
 //! greedy decoder on the CPU twin of the model, on a tiny model trained for a few steps.
 
 mod common;
+mod twins;
 
 use triaxis::cpu::AdamW;
 use triaxis::data::{AdditionSpec, Batcher, Corpus};
 use triaxis::gpu;
-use triaxis::model::{cpu_model, GptConfig, Micro};
+use triaxis::model::{GptConfig, Micro};
 use triaxis::step::TrainConfig;
 use triaxis::train::Trainer;
+use twins::cpu_model;
 
 fn corpus() -> Corpus {
     Corpus::addition(AdditionSpec {

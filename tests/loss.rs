@@ -1,7 +1,9 @@
 //! Fused softmax + cross-entropy vs its CPU twin: losses and dlogits poisoned first.
 mod common;
+mod twins;
 use common::*;
-use triaxis::{cpu, gpu, kernels::loss as k, rng::Rng};
+use triaxis::{gpu, kernels::loss as k, rng::Rng};
+use twins as cpu;
 
 // v % 4 == 0 takes the vec4 entry.
 const SHAPES: [(usize, usize); 11] = [

@@ -2,11 +2,13 @@
 //! a tile, rows not a multiple of 4), with and without bias. Assigned outputs are poisoned first;
 //! accumulated outputs (dweight, dbias) are pre-filled with random values to prove `+=`.
 mod common;
+mod twins;
 use common::*;
 use k::{Kernel, Linear};
 use triaxis::gpu::{Gpu, View};
 use triaxis::precision::Precision;
-use triaxis::{cpu, gpu, kernels::matmul as k, rng::Rng};
+use triaxis::{gpu, kernels::matmul as k, rng::Rng};
+use twins as cpu;
 
 /// Every operand f32.
 const F32: Linear = Linear::new(Precision::F32);

@@ -1,9 +1,11 @@
 //! LayerNorm kernels vs their CPU twins on awkward shapes: forward outputs poisoned first,
 //! backward's accumulated outputs (dinp, dweight, dbias) pre-filled with random values.
 mod common;
+mod twins;
 use common::*;
 use triaxis::precision::Precision::F32;
-use triaxis::{cpu, gpu, kernels::norm as k, rng::Rng};
+use triaxis::{gpu, kernels::norm as k, rng::Rng};
+use twins as cpu;
 
 // Covers scalar (c % 4 ≠ 0) and vec4 rows, direct (n ≤ 256) and chunked column sums.
 const SHAPES: [(usize, usize); 12] = [

@@ -5,9 +5,11 @@
 // The norm and AdamW take lists of ranges; a list of one range is what these tests mean.
 #![allow(clippy::single_range_in_vec_init)]
 mod common;
+mod twins;
 use common::*;
 use triaxis::precision::Precision::{self, F32};
-use triaxis::{cpu, gpu, kernels::optim as k, rng::Rng, View};
+use triaxis::{gpu, kernels::optim as k, rng::Rng, View};
+use twins as cpu;
 
 const LENS: [usize; 8] = [1, 3, 4, 7, 65, 4097, 100_003, 300_000];
 

@@ -6,10 +6,12 @@
 //! poisoned first; views inside larger buffers; a bit-identical repeat; odd head sizes and short
 //! views are refused.
 mod common;
+mod twins;
 use common::*;
-use triaxis::cpu::packed::attention as twin;
 use triaxis::precision::Precision;
-use triaxis::{cpu, gpu, kernels::attention as k, rng::Rng, Error, View};
+use triaxis::{gpu, kernels::attention as k, rng::Rng, Error, View};
+use twins as cpu;
+use twins::packed::attention as twin;
 
 const P: Precision = Precision::Bf16;
 

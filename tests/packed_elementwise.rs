@@ -4,12 +4,13 @@
 //! each result repeated bit for bit. GELU may differ from the twin by 1 ulp (tanh); residual,
 //! add, fill and copy are single f32 operations and must match exactly.
 mod common;
+mod twins;
 use common::packed::*;
 use common::*;
-use triaxis::cpu::packed::elementwise as t;
 use triaxis::kernels::elementwise as k;
 use triaxis::precision::Precision::Bf16 as BF16;
 use triaxis::rng::Rng;
+use twins::packed::elementwise as t;
 
 const SIZES: [usize; 8] = [1, 2, 7, 33, 64, 257, 4096, 70_001];
 

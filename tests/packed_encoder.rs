@@ -4,13 +4,14 @@
 //! bit for bit (stricter than the 1-ulp rule of the other packed families); replays repeat;
 //! odd c is refused.
 mod common;
+mod twins;
 use common::packed::*;
 use common::*;
 use triaxis::cpu::pack_bf16;
-use triaxis::cpu::packed::encoder as t;
 use triaxis::kernels::encoder as k;
 use triaxis::precision::Precision::Bf16 as BF16;
 use triaxis::rng::Rng;
+use twins::packed::encoder as t;
 
 // (B, T, C, V, maxT), C even: one channel pair, odd word counts per row, maxT > T, big V
 const SHAPES: [(usize, usize, usize, usize, usize); 10] = [

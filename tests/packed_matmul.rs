@@ -11,19 +11,21 @@
 //! called twice) to prove accumulation. The texture kernels (bf16 widened exactly as it is
 //! packed) must give the same bits; they run on a few shapes only (`texture_kernels_match_twin`).
 mod common;
+mod twins;
 use common::*;
-use triaxis::cpu::packed::matmul as twin;
 use triaxis::error::Error;
 use triaxis::gpu::{Gpu, View};
 use triaxis::kernels::matmul::{self as k, Kernel, Linear};
 use triaxis::precision::Precision;
+use twins::packed::matmul as twin;
 
 /// Every operand bf16.
 const BF16: Linear = Linear::new(Precision::Bf16);
 /// The LM head: bf16 weights and input, f32 logits / dlogits.
 const HEAD: Linear = BF16.head();
 use triaxis::kernels::Dispatch;
-use triaxis::{cpu, gpu, rng::Rng};
+use triaxis::{gpu, rng::Rng};
+use twins as cpu;
 
 /// A word no kernel writes: both halves are signalling-NaN bf16, which no sum of finite
 /// inputs rounds to.

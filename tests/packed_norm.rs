@@ -5,14 +5,15 @@
 //! mean/rstd within the f32 family's tolerances; every result repeated bit for bit; odd c
 //! refused.
 mod common;
+mod twins;
 use common::packed::*;
 use common::*;
-use triaxis::cpu::packed::norm as t;
 use triaxis::cpu::{pack_bf16, unpack_bf16};
 use triaxis::kernels::norm as k;
 use triaxis::memory::Category;
 use triaxis::precision::Precision::Bf16;
 use triaxis::rng::Rng;
+use twins::packed::norm as t;
 
 // direct (n ≤ 256) and chunked column sums, a partial last chunk, c = 2 up to 768
 const SHAPES: [(usize, usize); 13] = [
@@ -135,7 +136,7 @@ fn twin_rounds_the_f32_twin() {
     assert_eq!(m, [2.0]);
     let mut of = [0.0; 2];
     let (mut mf, mut sf) = ([0.0], [0.0]);
-    triaxis::cpu::layernorm_forward(
+    twins::layernorm_forward(
         &mut of,
         &mut mf,
         &mut sf,

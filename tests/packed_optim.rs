@@ -4,11 +4,13 @@
 // The norm and AdamW take lists of ranges; a list of one range is what these tests mean.
 #![allow(clippy::single_range_in_vec_init)]
 mod common;
+mod twins;
 use common::*;
-use triaxis::cpu::packed::optim as twin;
 use triaxis::kernels::optim as ko;
 use triaxis::precision::Precision::Bf16 as BF16;
-use triaxis::{cpu, gpu, rng::Rng};
+use triaxis::{gpu, rng::Rng};
+use twins as cpu;
+use twins::packed::optim as twin;
 
 const LENS: [usize; 6] = [1, 2, 7, 65, 4097, 100_003];
 

@@ -1,12 +1,15 @@
 //! The whole model on the GPU against its CPU twin, training progress, determinism and
 //! adapter errors. Tiny configs so the suite stays fast on the software adapter.
+mod twins;
 use triaxis::cpu::AdamW;
 use triaxis::data::{AdditionSpec, Batcher, Corpus};
 use triaxis::gpu::{self, AdapterChoice, Gpu};
-use triaxis::model::{cpu_model, gpu_model::GpuModel, GptConfig, Micro};
+use triaxis::model::{gpu_model::GpuModel, GptConfig, Micro};
 use triaxis::step::TrainConfig;
-use triaxis::train::{cpu_step, Trainer};
+use triaxis::train::Trainer;
 use triaxis::Error;
+use twins::cpu_model;
+use twins::cpu_step;
 
 fn corpus() -> Corpus {
     Corpus::addition(AdditionSpec {

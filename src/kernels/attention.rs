@@ -1,6 +1,6 @@
 //! Causal multi-head self-attention (shaders/attention.wgsl, one source for both precisions
-//! behind a storage prelude), forward and backward. Twins: `cpu::{attention_forward,
-//! attention_backward}` in f32, `cpu::packed::attention` in bf16.
+//! behind a storage prelude), forward and backward. Twins: `twins::{attention_forward,
+//! attention_backward}` in f32, `twins::packed::attention` in bf16.
 //!
 //! qkv `[B,T,3C]` holds q | k | v per token; head h owns channels h·hs..(h+1)·hs of each part
 //! (hs = C/NH, even under bf16, scale 1/√hs). out, dout, qkv, dqkv and att are words of

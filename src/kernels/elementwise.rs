@@ -1,7 +1,7 @@
 //! Elementwise ops (shaders/elementwise.wgsl, one source for both precisions behind a storage
 //! prelude): GELU forward/backward, residual add and the helpers fill / scale / add / copy.
-//! Twins: `cpu::{gelu_forward, gelu_backward, residual_forward, fill, scale, add}` in f32,
-//! `cpu::packed::elementwise` in bf16.
+//! Twins: `twins::{gelu_forward, gelu_backward, residual_forward, fill, scale, add}` in f32,
+//! `twins::packed::elementwise` in bf16.
 //!
 //! Views are in u32 words: f32 elements, or packed bf16 pairs (element `2i` in the low half of
 //! word `i`). The `n`-element ops take views of at least `⌈n/2⌉` words under bf16 and write the

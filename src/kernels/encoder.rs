@@ -1,6 +1,6 @@
 //! Token + position embedding (shaders/encoder.wgsl, one source for both precisions behind a
-//! storage prelude), twins `cpu::{encoder_forward, encoder_backward}` in f32 and
-//! `cpu::packed::encoder` in bf16.
+//! storage prelude), twins `twins::{encoder_forward, encoder_backward}` in f32 and
+//! `twins::packed::encoder` in bf16.
 //!
 //! out, wte, wpe, dout, dwte, dwpe are views in u32 words (f32 elements, or bf16 pairs: then
 //! `c` must be even, so every row is whole words); tokens are u32. Forward: one dispatch, one

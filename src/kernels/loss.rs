@@ -1,4 +1,4 @@
-//! Fused softmax + cross-entropy (shaders/loss.wgsl), twin `cpu::crossentropy_forward_backward`.
+//! Fused softmax + cross-entropy (shaders/loss.wgsl), twin `twins::crossentropy_forward_backward`.
 //!
 //! One dispatch, one thread per row, three passes over the row (max, sum of exponentials, write),
 //! with vec4 loads when `v % 4 == 0`. Deterministic, and on the software adapter 5–50× faster

@@ -1,6 +1,6 @@
 //! Matmul family (shaders/matmul.wgsl, one source for both precisions): the linear layer's
 //! forward product and both backward products, plus the bias gradient. Twins:
-//! `cpu::{matmul_forward, matmul_backward}`, with [`Precision::round`] at every bf16 store.
+//! `twins::{matmul_forward, matmul_backward}`, with [`Precision::round`] at every bf16 store.
 //!
 //! Every product is `C[M,N] (= or +=) A·B` with A, B row-major or transposed:
 //!
@@ -339,7 +339,7 @@ fn even_rows(
     Ok(())
 }
 
-/// `out[n,oc] = inp[n,c] · weight[oc,c]ᵀ + bias[oc]`   (twin: `cpu::matmul_forward`)
+/// `out[n,oc] = inp[n,c] · weight[oc,c]ᵀ + bias[oc]`   (twin: `twins::matmul_forward`)
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_forward(
     g: &Gpu,
@@ -410,7 +410,7 @@ fn forward(
 
 /// `dinp[n,c] = dout·weight` (assigned);  `dweight[oc,c] += doutᵀ·inp` (accumulated);
 /// `dbias[oc] += Σ_rows dout` (accumulated, rows in order): the ops of
-/// [`matmul_backward_input`] then [`matmul_backward_weight`].   (twin: `cpu::matmul_backward`)
+/// [`matmul_backward_input`] then [`matmul_backward_weight`].   (twin: `twins::matmul_backward`)
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_backward(
     g: &Gpu,

@@ -5,7 +5,8 @@
 //! compute pass as often as needed: a model builds its whole step as `Vec<Dispatch>` at start-up and
 //! replays it every step. Binding convention in every shader: `@binding(0)` is a uniform of
 //! u32/f32 dims, `@binding(1..)` are storage buffers in the order of the dispatch function's
-//! arguments (outputs first, then inputs, as in the CPU twins of [`crate::cpu`]).
+//! arguments (outputs first, then inputs, as in the CPU twins). Each family's twin, its
+//! plain-Rust specification, is in the tests' `tests/twins` (`twins::…` in the families' docs).
 
 use wgpu::util::DeviceExt;
 

@@ -1,5 +1,5 @@
 //! LayerNorm (shaders/norm.wgsl, one source for both precisions behind a storage prelude).
-//! Twins: `cpu::{layernorm_forward, layernorm_backward}` in f32, `cpu::packed::norm` in bf16.
+//! Twins: `twins::{layernorm_forward, layernorm_backward}` in f32, `twins::packed::norm` in bf16.
 //!
 //! out, inp, weight, bias, dinp, dout, dweight and dbias are words of precision `p` (f32
 //! elements, or bf16 pairs: `c` must then be even); mean and rstd stay f32 `[n]`. Forward: one

@@ -1,5 +1,5 @@
 //! Global gradient norm and AdamW (shaders/optim.wgsl, one source for both precisions behind a
-//! storage prelude). Twins: `cpu::{grad_norm, adamw}` in f32, `cpu::packed::optim` in bf16.
+//! storage prelude). Twins: `twins::{grad_norm, adamw}` in f32, `twins::packed::optim` in bf16.
 //!
 //! Gradients and parameters are words of the run's precision (f32 elements or packed bf16
 //! pairs); the master weights and both Adam moments are f32. Under f32 the parameters are the
@@ -190,8 +190,8 @@ pub fn hyper_words(h: &cpu::AdamW) -> [u32; 8] {
     ]
 }
 
-/// One AdamW step over `n = m.len` elements in one dispatch (two for an f32 `n % 4` tail), twin `cpu::adamw` (f32) or
-/// `cpu::packed::optim::adamw_bf16` with `grad_scale = h.clip_scale(sqrt(norm_sq[0]))`.
+/// One AdamW step over `n = m.len` elements in one dispatch (two for an f32 `n % 4` tail), twin `twins::adamw` (f32) or
+/// `twins::packed::optim::adamw_bf16` with `grad_scale = h.clip_scale(sqrt(norm_sq[0]))`.
 /// `params` and `grads` are exactly `p.words(n)` words of precision `p`; `m`, `v` and the
 /// `master` weights are `n` f32 elements. Under f32 `master` is `None`: the parameters are the
 /// master weights, updated in place (a thread per four elements, and one for each of the

@@ -16,7 +16,6 @@
 //! Initialisation is per tensor, seeded by (seed, tensor name), so any partition of the blocks
 //! into stages starts from exactly the same weights as one device.
 
-pub mod cpu_model;
 pub mod fit;
 pub mod gpu_model;
 pub use crate::precision;

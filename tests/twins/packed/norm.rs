@@ -1,7 +1,7 @@
 //! Twins of `kernels::norm` under bf16: unpack, the f32 twin, pack. bf16 `[n,c]` slices hold
 //! `n·c/2` words, `[c]` ones `c/2`; mean and rstd are f32 `[n]`. `c` must be even.
 
-use crate::cpu::{self, pack_bf16, unpack_bf16};
+use crate::twins::{self as cpu, pack_bf16, unpack_bf16};
 
 /// out bf16 `[n,c]` = (inp − mean)·rstd·weight + bias; stores f32 `mean[n]`, `rstd[n]`.
 #[allow(clippy::too_many_arguments)]

@@ -2,7 +2,7 @@
 //! [`matmul_forward`] / [`matmul_backward`], pack. Packed arguments are `&[u32]` of `⌈len/2⌉`
 //! words for `len` elements (`out[n,oc]` takes `⌈n·oc/2⌉` words, and so on).
 
-use crate::cpu::{matmul_backward, matmul_forward, pack_bf16, unpack_bf16};
+use crate::twins::{matmul_backward, matmul_forward, pack_bf16, unpack_bf16};
 
 /// The `len` elements packed in `words` (which holds at least `⌈len/2⌉`).
 fn unpack(words: &[u32], len: usize) -> Vec<f32> {

@@ -1,10 +1,10 @@
 //! Twins of `kernels::optim` under bf16: the global norm of packed bf16 gradients and AdamW on f32
 //! master weights and moments from packed bf16 gradients, writing packed bf16 parameters.
 
-use crate::cpu::{adamw, AdamW};
-use crate::cpu::{pack_bf16, unpack_bf16};
+use crate::twins::{adamw, AdamW};
+use crate::twins::{pack_bf16, unpack_bf16};
 
-/// Σ g² over the `n` bf16 gradients in `words` (summed in f64, as [`crate::cpu::grad_norm`]).
+/// Σ g² over the `n` bf16 gradients in `words` (summed in f64, as [`crate::twins::grad_norm`]).
 pub fn grad_norm_squared_bf16(words: &[u32], n: usize) -> f64 {
     unpack_bf16(words, n)
         .iter()

@@ -5,14 +5,15 @@
 //! [`Precision::round`] right after the twin that writes it (f32: untouched; bf16: rounded to
 //! nearest even, as the packed kernels store). So under bf16 each twin computes in f32 on
 //! bf16 values and its output is rounded once, which is the packed twins' specification
-//! ([`crate::cpu::packed`]) chained: activations, parameter copies and gradients (the `+=` into
+//! (`packed`) chained: activations, parameter copies and gradients (the `+=` into
 //! a bf16 gradient rounded after each kernel) are bf16; layernorm mean/rstd, the logits, their
 //! gradient and the per-token losses stay f32, as in the bf16 GPU model.
 
-use super::{GptConfig, Micro, Precision};
-use crate::cpu;
-use crate::error::Result;
-use crate::params::Layout;
+use crate::twins as cpu;
+use triaxis::model::{GptConfig, Micro, Precision};
+use triaxis::params::Layout;
+use triaxis::step::{StepStats, TrainConfig};
+use triaxis::Result;
 
 /// One microbatch through every block in f32: returns per-token losses and adds the parameter
 /// gradients (scaled by `dloss` per token) into `grads`. `params`/`grads` use `layout`
@@ -329,4 +330,58 @@ fn two<'a>(
         let (lo, hi) = flat.split_at_mut(ta.offset);
         Ok((&mut hi[..ta.len], &mut lo[tb.offset..tb.offset + tb.len]))
     }
+}
+
+/// The CPU twin of `Trainer::step` on host vectors (the full model's layout). Returns the
+/// step's mean loss and the gradient norm.
+pub fn cpu_step(
+    cfg: &TrainConfig,
+    params: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    batches: &[(Vec<u32>, Vec<u32>)],
+    s: usize,
+) -> Result<StepStats> {
+    cpu_step_in(Precision::F32, cfg, params, m, v, batches, s)
+}
+
+/// The CPU twin of one step in precision `prec` (the full model's layout): `params` are the
+/// f32 parameters (bf16: the f32 master weights), `m`, `v` the f32 moments. The forward and
+/// backward see the parameters as stored (`Precision::round`: bf16 rounded from the
+/// masters), each microbatch's gradients are added into the stored gradients (bf16: rounded
+/// after every kernel's `+=`, [`forward_backward_in`]), then the global norm (f64)
+/// and AdamW update the f32 parameters and moments from the stored gradients; the next step's
+/// bf16 copy is rounded from the new masters, as the packed AdamW writes it. Under f32 every
+/// rounding is the identity: [`cpu_step`]'s bits.
+pub fn cpu_step_in(
+    prec: Precision,
+    cfg: &TrainConfig,
+    params: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    batches: &[(Vec<u32>, Vec<u32>)],
+    s: usize,
+) -> Result<StepStats> {
+    let layout = cfg.model.layout(&cfg.model.blocks());
+    let dloss = 1.0 / cfg.tokens_per_step() as f32;
+    let mut stored = params.to_vec();
+    prec.round(&mut stored);
+    let mut grads = vec![0.0; layout.total];
+    let mut loss = 0.0f64;
+    for (x, y) in batches {
+        let l = forward_backward_in(
+            prec, &cfg.model, &layout, &stored, &mut grads, x, y, cfg.micro, dloss,
+        )?;
+        loss += l.iter().map(|&x| x as f64).sum::<f64>();
+    }
+    let h = cfg.adam_at(s);
+    let norm = cpu::grad_norm(&grads);
+    let decay = layout.decay_ranges();
+    let scale = h.clip_scale(norm);
+    cpu::adamw(params, &grads, m, v, &h, scale, &decay);
+    Ok(StepStats {
+        loss: (loss / cfg.tokens_per_step() as f64) as f32,
+        grad_norm: norm,
+        lr: h.lr,
+    })
 }

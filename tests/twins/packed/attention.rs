@@ -4,7 +4,7 @@
 //! in the GPU kernel. Slices are packed bf16 words: out `[B,T,C]`, att `[B,NH,T,T]` (an odd
 //! element count leaves the last word's high half 0), qkv and dqkv `[B,T,3C]`, dout `[B,T,C]`.
 
-use crate::cpu::{attention_backward, attention_forward, pack_bf16, unpack_bf16};
+use crate::twins::{attention_backward, attention_forward, pack_bf16, unpack_bf16};
 
 /// out, att (assigned) = pack(attention_forward(unpack(qkv))).
 #[allow(clippy::too_many_arguments)]

@@ -2,7 +2,7 @@
 //! ops hold exactly `⌈n/2⌉` words (an odd `n` leaves the high half of the last output word 0);
 //! fill / copy / add work on all `2·len` halves of their words.
 
-use crate::cpu::{self, pack_bf16, unpack_bf16};
+use crate::twins::{self as cpu, pack_bf16, unpack_bf16};
 
 /// `out[n]` = gelu(inp)
 pub fn gelu_forward_bf16(out: &mut [u32], inp: &[u32], n: usize) {

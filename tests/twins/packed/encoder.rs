@@ -1,7 +1,7 @@
 //! Twins of `kernels::encoder` under bf16: unpack, the f32 twin, pack. bf16 slices hold `rows·c/2`
 //! words (out/dout `[B·T,C]`, wte/dwte `[V,C]`, wpe/dwpe `[maxT,C]`); `c` must be even.
 
-use crate::cpu::{self, pack_bf16, unpack_bf16};
+use crate::twins::{self as cpu, pack_bf16, unpack_bf16};
 
 /// Elements of a packed `[rows, c]` slice of `words` words.
 fn elems(words: &[u32], c: usize) -> usize {
