@@ -37,7 +37,7 @@
 //! gpu          adapters, virtual devices (several wgpu::Device on one adapter), transfers
 //! kernels      WGSL op families → pipelines built once → a Dispatch each, replayed
 //! link         the link model (bandwidth, latency, presets) every clock and cost uses
-//! measure      device timings for the cost model: a planned layout trained, block times
+//! measure      each block's measured time (pipeline balance by time); the median
 //! memory       the memory ledger: every buffer by category, current and peak per device
 //! mesh         a dp × tp × pp layout: validation with alternatives, rank ↔ coordinates
 //! model        GPT config and blocks, each an explicit forward/backward pair; stages of blocks

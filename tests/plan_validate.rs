@@ -17,7 +17,9 @@ use triaxis::cost::validate::{
 use triaxis::cost::{plan, Footprint, MeshCost, Overlap, PlanRequest};
 use triaxis::data::Corpus;
 use triaxis::gpu;
-use triaxis::measure::measure;
+#[path = "../examples/plan/measure.rs"]
+mod plan_measure;
+use plan_measure::measure;
 use triaxis::mesh::Mesh;
 use triaxis::model::GptConfig;
 use triaxis::model::Precision::{Bf16, F32};

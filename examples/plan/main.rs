@@ -33,6 +33,7 @@
 mod checks;
 #[path = "../support/flags.rs"]
 mod flags;
+mod measure;
 mod validate;
 
 use clap::{Parser, ValueEnum};

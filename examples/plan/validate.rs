@@ -1,13 +1,13 @@
 //! `plan --validate`: calibrate one device, plan for `--devices` of it, train the planner's top
 //! layouts on the layout engine and print predicted next to measured.
 
+use crate::measure::measure;
 use triaxis::cost::validate::{
     calibrate, cluster, compare, expect, select, shape_of, step_flops, Conventions, Row,
 };
 use triaxis::cost::{plan, Convention, Footprint, MeshCost, Overlap, PlanRequest, GB};
 use triaxis::data::Corpus;
 use triaxis::gpu::{AdapterChoice, Gpu};
-use triaxis::measure::measure;
 use triaxis::mesh::Mesh;
 use triaxis::model::GptConfig;
 use triaxis::pipeline::Link as PipeLink;

@@ -18,7 +18,7 @@
 //!               tp bytes      4 · m · layers · 2(t−1)/t · b·T·C·e  (2 + 2 all-reduces per layer,
 //!                             e = 4 bytes per element, bf16 2)
 //! measure     the layout trained on the engine, one device at a time: device-clock medians
-//!             ([`crate::measure`], outside the cost model:
+//!             (the `plan` example, outside the cost model:
 //!             the cost model itself does no device work)
 //! compare     prediction beside measurement (ratio measured / predicted); exact ledgers or not
 //! ```
@@ -359,7 +359,7 @@ pub struct Measured {
     /// Device clock: one replica's schedule (kernels, tp all-reduces, sends) plus the
     /// data-parallel all-reduce on the link model (the engine runs it after the backward).
     pub step: f64,
-    /// One replica's schedule on the device clock, the replica running alone (see [`crate::measure::measure`]).
+    /// One replica's schedule on the device clock, the replica running alone (the `plan` example measures it).
     pub device_step: f64,
     /// Replica 0's schedule while all dp replicas ran at once (= `device_step` when dp = 1).
     pub device_step_concurrent: f64,
