@@ -255,11 +255,14 @@ fn source(shader: &str) -> Result<&'static str> {
         .ok_or_else(|| Error::Config(format!("no shader named {shader}")))
 }
 
+/// The pipeline of `shader::entry` and its bind group layout, built once per device: the layout
+/// of the buffer convention for `args` (a uniform, then one storage buffer per argument), or,
+/// for `None`, the layout wgpu derives from the shader (texture bindings do not follow it).
 fn pipeline(
     gpu: &Gpu,
     shader: &'static str,
     entry: &'static str,
-    args: &[Arg],
+    args: Option<&[Arg]>,
 ) -> Result<(wgpu::ComputePipeline, wgpu::BindGroupLayout)> {
     let mut cache = gpu
         .pipelines
@@ -269,48 +272,49 @@ fn pipeline(
         return Ok(p.clone());
     }
     let dev = &gpu.device;
-    let mut entries = vec![wgpu::BindGroupLayoutEntry {
-        binding: 0,
-        visibility: wgpu::ShaderStages::COMPUTE,
-        ty: wgpu::BindingType::Buffer {
-            ty: wgpu::BufferBindingType::Uniform,
-            has_dynamic_offset: false,
-            min_binding_size: None,
-        },
-        count: None,
-    }];
-    for (i, a) in args.iter().enumerate() {
-        entries.push(wgpu::BindGroupLayoutEntry {
-            binding: i as u32 + 1,
+    let layout = args.map(|args| {
+        let entry_of = |binding: u32, ty| wgpu::BindGroupLayoutEntry {
+            binding,
             visibility: wgpu::ShaderStages::COMPUTE,
             ty: wgpu::BindingType::Buffer {
-                ty: wgpu::BufferBindingType::Storage {
-                    read_only: matches!(a, Arg::R(_)),
-                },
+                ty,
                 has_dynamic_offset: false,
                 min_binding_size: None,
             },
             count: None,
+        };
+        let mut entries = vec![entry_of(0, wgpu::BufferBindingType::Uniform)];
+        for (i, a) in args.iter().enumerate() {
+            let read_only = matches!(a, Arg::R(_));
+            entries.push(entry_of(
+                i as u32 + 1,
+                wgpu::BufferBindingType::Storage { read_only },
+            ));
+        }
+        let bgl = dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some(entry),
+            entries: &entries,
         });
-    }
-    let bgl = dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-        label: Some(entry),
-        entries: &entries,
-    });
-    let layout = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-        label: Some(entry),
-        bind_group_layouts: &[Some(&bgl)],
-        immediate_size: 0,
+        let layout = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(entry),
+            bind_group_layouts: &[Some(&bgl)],
+            immediate_size: 0,
+        });
+        (bgl, layout)
     });
     let module = module(dev, shader)?;
     let pipe = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: Some(entry),
-        layout: Some(&layout),
+        layout: layout.as_ref().map(|(_, l)| l),
         module: &module,
         entry_point: Some(entry),
         compilation_options: Default::default(),
         cache: None,
     });
+    let bgl = match layout {
+        Some((bgl, _)) => bgl,
+        None => pipe.get_bind_group_layout(0),
+    };
     gpu.check()?;
     cache.insert((shader, entry), (pipe.clone(), bgl.clone()));
     Ok((pipe, bgl))
@@ -337,20 +341,58 @@ pub fn op(
     args: &[Arg],
     groups: [u32; 3],
 ) -> Result<Dispatch> {
+    let resources = args
+        .iter()
+        .map(|a| buffer_binding(entry, a.view()))
+        .collect::<Result<Vec<_>>>()?;
+    let views = args.iter().map(|a| a.view().clone()).collect();
+    dispatch(
+        gpu,
+        shader,
+        entry,
+        Some(args),
+        dims,
+        resources,
+        groups,
+        views,
+    )
+}
+
+/// A storage binding of the whole of `v`, whose offset must be 64-aligned (the adapters' storage
+/// offset alignment); `what` names the kernel in the error.
+pub(crate) fn buffer_binding<'a>(what: &str, v: &'a View) -> Result<wgpu::BindingResource<'a>> {
+    if !v.offset.is_multiple_of(64) {
+        return Err(Error::Config(format!(
+            "{what}: view offset {} not 64-aligned",
+            v.offset
+        )));
+    }
+    Ok(wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+        buffer: &v.buf,
+        offset: v.byte_offset(),
+        size: wgpu::BufferSize::new(v.bytes().max(4)),
+    }))
+}
+
+/// One dispatch of `shader::entry`: `dims` (u32 words, padded to whole vec4s) at binding 0 and
+/// `resources` at bindings 1, 2, …, on the layout of [`pipeline`] for `args`; `views` are the
+/// buffers it keeps alive.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn dispatch(
+    gpu: &Gpu,
+    shader: &'static str,
+    entry: &'static str,
+    args: Option<&[Arg]>,
+    dims: &[u32],
+    resources: Vec<wgpu::BindingResource>,
+    groups: [u32; 3],
+    views: Vec<View>,
+) -> Result<Dispatch> {
     let max = gpu.limits.max_compute_workgroups_per_dimension;
     if groups.iter().any(|&g| g > max) {
         return Err(Error::Config(format!(
             "{entry}: dispatch {groups:?} exceeds {max} per dimension"
         )));
-    }
-    for a in args {
-        let v = a.view();
-        if v.offset % 64 != 0 {
-            return Err(Error::Config(format!(
-                "{entry}: view offset {} not 64-aligned",
-                v.offset
-            )));
-        }
     }
     let (pipeline, bgl) = pipeline(gpu, shader, entry, args)?;
     let mut words = dims.to_vec();
@@ -366,15 +408,10 @@ pub fn op(
         binding: 0,
         resource: uniform.as_entire_binding(),
     }];
-    for (i, a) in args.iter().enumerate() {
-        let v = a.view();
+    for (i, resource) in resources.into_iter().enumerate() {
         entries.push(wgpu::BindGroupEntry {
             binding: i as u32 + 1,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &v.buf,
-                offset: v.byte_offset(),
-                size: wgpu::BufferSize::new(v.bytes().max(4)),
-            }),
+            resource,
         });
     }
     let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -390,7 +427,7 @@ pub fn op(
             bind_group,
             groups,
         },
-        _views: args.iter().map(|a| a.view().clone()).collect(),
+        _views: views,
         _memory: Vec::new(),
     })
 }

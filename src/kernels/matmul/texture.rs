@@ -12,8 +12,6 @@
 //! groups hold textures, so its pipelines take the layout wgpu derives from the shader instead
 //! of the buffer convention of [`op`](crate::kernels::op).
 
-use wgpu::util::DeviceExt;
-
 use super::{Mat, WG_SIDE};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
@@ -152,38 +150,9 @@ pub(super) fn fits(g: &Gpu, kernel: Tex, m: usize, n: usize, k: usize) -> bool {
         .all(|&(w, h)| w <= max && h <= max)
 }
 
-/// A pipeline whose layout wgpu derives from the shader (texture bindings do not follow the
-/// buffer convention of [`op`](crate::kernels::op)), built once per device like the others.
-fn auto_pipeline(
-    g: &Gpu,
-    shader: &'static str,
-    entry: &'static str,
-) -> Result<(wgpu::ComputePipeline, wgpu::BindGroupLayout)> {
-    let mut cache = g
-        .pipelines
-        .lock()
-        .map_err(|_| Error::Device("pipeline cache poisoned".into()))?;
-    if let Some(p) = cache.get(&(shader, entry)) {
-        return Ok(p.clone());
-    }
-    let module = crate::kernels::module(&g.device, shader)?;
-    let pipe = g
-        .device
-        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(entry),
-            layout: None,
-            module: &module,
-            entry_point: Some(entry),
-            compilation_options: Default::default(),
-            cache: None,
-        });
-    let bgl = pipe.get_bind_group_layout(0);
-    g.check()?;
-    cache.insert((shader, entry), (pipe.clone(), bgl.clone()));
-    Ok((pipe, bgl))
-}
-
-/// One dispatch of `shader`'s `entry`: `dims` at binding 0, `resources` at bindings 1, 2, …
+/// One dispatch of `shader`'s `entry` on the layout wgpu derives from the shader: `dims` at
+/// binding 0, `resources` at bindings 1, 2, … (the product's buffers belong to the caller, its
+/// textures to the product op).
 fn tex_op(
     g: &Gpu,
     shader: &'static str,
@@ -192,61 +161,12 @@ fn tex_op(
     resources: &[wgpu::BindingResource],
     groups: [u32; 3],
 ) -> Result<Dispatch> {
-    let max = g.limits.max_compute_workgroups_per_dimension;
-    if groups.iter().any(|&n| n > max) {
-        return Err(Error::Config(format!(
-            "{entry}: dispatch {groups:?} exceeds {max} per dimension"
-        )));
-    }
-    let (pipeline, bgl) = auto_pipeline(g, shader, entry)?;
-    let uniform = g
-        .device
-        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some(entry),
-            contents: bytemuck::cast_slice(dims),
-            usage: wgpu::BufferUsages::UNIFORM,
-        });
-    let mut entries = vec![wgpu::BindGroupEntry {
-        binding: 0,
-        resource: uniform.as_entire_binding(),
-    }];
-    for (i, r) in resources.iter().enumerate() {
-        entries.push(wgpu::BindGroupEntry {
-            binding: i as u32 + 1,
-            resource: r.clone(),
-        });
-    }
-    let bind_group = g.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some(entry),
-        layout: &bgl,
-        entries: &entries,
-    });
-    g.check()?;
-    Ok(Dispatch {
-        label: entry,
-        work: Work::Compute {
-            pipeline,
-            bind_group,
-            groups,
-        },
-        // the product's buffers belong to the caller; its textures to the product op
-        _views: Vec::new(),
-        _memory: Vec::new(),
-    })
+    let resources = resources.to_vec();
+    crate::kernels::dispatch(g, shader, entry, None, dims, resources, groups, Vec::new())
 }
 
 fn binding(v: &View) -> Result<wgpu::BindingResource<'_>> {
-    if !v.offset.is_multiple_of(64) {
-        return Err(Error::Config(format!(
-            "matmul: view offset {} not 64-aligned",
-            v.offset
-        )));
-    }
-    Ok(wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-        buffer: &v.buf,
-        offset: v.byte_offset(),
-        size: wgpu::BufferSize::new(v.bytes().max(4)),
-    }))
+    crate::kernels::buffer_binding("matmul", v)
 }
 
 /// An operand a product packed into a texture, kept so that a later product of the same
