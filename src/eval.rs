@@ -37,10 +37,7 @@ impl Mirror {
         let blocks = cfg.blocks();
         let layout = cfg.layout(&blocks);
         crate::model::fit::check(&cfg, &blocks, micro, 1, &gpu.limits)?;
-        let buffers = match prec {
-            Precision::F32 => Buffers::without_moments(gpu, &layout),
-            Precision::Bf16 => Buffers::bf16_without_state(gpu, &layout),
-        };
+        let buffers = Buffers::alloc(gpu, &layout, prec, false);
         let opts = BuildOptions {
             precision: prec,
             ..BuildOptions::default()

@@ -16,6 +16,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::memory::Category;
+use crate::precision::Precision;
 
 /// Alignment of every tensor's offset, in elements (256 bytes: WebGPU's largest storage
 /// buffer offset alignment).
@@ -221,68 +222,45 @@ impl Slots {
 impl Buffers {
     /// Allocates zeroed f32 buffers for `layout` on `gpu`.
     pub fn new(gpu: &Gpu, layout: &Layout) -> Buffers {
-        Buffers {
-            layout: layout.clone(),
-            params: gpu.buffer_in(Category::Parameters, "params", layout.total),
-            grads: gpu.buffer_in(Category::Gradients, "grads", layout.total),
-            m: gpu.buffer_in(Category::OptimizerState, "adam.m", layout.total),
-            v: gpu.buffer_in(Category::OptimizerState, "adam.v", layout.total),
-            master: None,
-            packed: false,
-            slots: None,
-        }
+        Buffers::alloc(gpu, layout, Precision::F32, true)
     }
 
-    /// Allocates zeroed mixed-precision buffers for the tensors of `layout`, placed by its
-    /// [`Layout::packed`] storage layout: packed bf16 parameters and gradients (2 bytes per
-    /// element each), f32 master weights and moments (12 bytes per element, counted as
-    /// optimizer state).
-    pub fn new_bf16(gpu: &Gpu, layout: &Layout) -> Buffers {
-        let layout = &layout.packed();
-        let words = layout.total / 2;
+    /// Allocates zeroed buffers for the tensors of `layout` in precision `p`: parameters and
+    /// gradients (under bf16 packed, 2 bytes per element each, placed by [`Layout::packed`]),
+    /// and with `state` the AdamW moments (and under bf16 the f32 master weights: 12 bytes per
+    /// element, counted as optimizer state). Without `state` (ZeRO-1 shards it elsewhere) `m`
+    /// and `v` are empty views that hold no memory of their own, so the memory ledger counts
+    /// only the real shards.
+    pub fn alloc(gpu: &Gpu, layout: &Layout, p: Precision, state: bool) -> Buffers {
+        let packed = p == Precision::Bf16;
+        let layout = if packed {
+            layout.packed()
+        } else {
+            layout.clone()
+        };
+        let (n, words) = (layout.total, p.words(layout.total));
+        let (pname, gname) = match packed {
+            true => ("params.bf16", "grads.bf16"),
+            false => ("params", "grads"),
+        };
+        let params = gpu.buffer_in(Category::Parameters, pname, words);
+        let grads = gpu.buffer_in(Category::Gradients, gname, words);
+        let (m, v, master) = match state {
+            true => (
+                gpu.buffer_in(Category::OptimizerState, "adam.m", n),
+                gpu.buffer_in(Category::OptimizerState, "adam.v", n),
+                packed.then(|| gpu.buffer_in(Category::OptimizerState, "master", n)),
+            ),
+            false => (grads.slice(0, 0), grads.slice(0, 0), None),
+        };
         Buffers {
-            layout: layout.clone(),
-            params: gpu.buffer_in(Category::Parameters, "params.bf16", words),
-            grads: gpu.buffer_in(Category::Gradients, "grads.bf16", words),
-            m: gpu.buffer_in(Category::OptimizerState, "adam.m", layout.total),
-            v: gpu.buffer_in(Category::OptimizerState, "adam.v", layout.total),
-            master: Some(gpu.buffer_in(Category::OptimizerState, "master", layout.total)),
-            packed: true,
-            slots: None,
-        }
-    }
-
-    /// Packed bf16 parameters and gradients only, placed by [`Layout::packed`]: the master
-    /// weights and moments live elsewhere (ZeRO-1 shards them); `m` and `v` are empty views.
-    pub fn bf16_without_state(gpu: &Gpu, layout: &Layout) -> Buffers {
-        let layout = &layout.packed();
-        let words = layout.total / 2;
-        let grads = gpu.buffer_in(Category::Gradients, "grads.bf16", words);
-        Buffers {
-            layout: layout.clone(),
-            params: gpu.buffer_in(Category::Parameters, "params.bf16", words),
-            m: grads.slice(0, 0),
-            v: grads.slice(0, 0),
+            layout,
+            params,
             grads,
-            master: None,
-            packed: true,
-            slots: None,
-        }
-    }
-
-    /// Parameters and gradients only: the AdamW moments live elsewhere (ZeRO-1 shards them
-    /// over a data-parallel group); `m` and `v` are empty views that hold no memory of their
-    /// own, so the memory ledger counts only the real shards.
-    pub fn without_moments(gpu: &Gpu, layout: &Layout) -> Buffers {
-        let grads = gpu.buffer_in(Category::Gradients, "grads", layout.total);
-        Buffers {
-            layout: layout.clone(),
-            params: gpu.buffer_in(Category::Parameters, "params", layout.total),
-            m: grads.slice(0, 0),
-            v: grads.slice(0, 0),
-            grads,
-            master: None,
-            packed: false,
+            m,
+            v,
+            master,
+            packed,
             slots: None,
         }
     }

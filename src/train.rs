@@ -77,7 +77,7 @@ impl Trainer {
                     precision: prec,
                     ..BuildOptions::default()
                 };
-                let buffers = Buffers::new_bf16(gpu, &layout);
+                let buffers = Buffers::alloc(gpu, &layout, Precision::Bf16, true);
                 GpuModel::build(gpu, cfg.model, &blocks, cfg.micro, dloss, buffers, &opts)?
             }
         };

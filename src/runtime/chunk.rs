@@ -122,12 +122,7 @@ impl Chunk {
         let gather = spec.zero >= 3 && d > 1;
         let mut buffers = match gather {
             true => storage::gathered(gpu, cfg, spec, &local)?,
-            false => match (sharded, prec) {
-                (true, Precision::F32) => Buffers::without_moments(gpu, &local),
-                (true, Precision::Bf16) => Buffers::bf16_without_state(gpu, &local),
-                (false, Precision::F32) => Buffers::new(gpu, &local),
-                (false, Precision::Bf16) => Buffers::new_bf16(gpu, &local),
-            },
+            false => Buffers::alloc(gpu, &local, prec, !sharded),
         };
         let init = local.relayout(&shards[r], &buffers.layout)?;
         if !gather {

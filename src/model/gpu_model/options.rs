@@ -14,7 +14,7 @@ pub struct BuildOptions {
     /// Recomputation, with the workspace shared by the chunk's slots (`None`: keep all).
     pub workspace: Option<Workspace>,
     /// f32, or bf16 mixed precision (packed activations; `buffers` made by
-    /// [`crate::params::Buffers::new_bf16`]).
+    /// [`crate::params::Buffers::alloc`]).
     pub precision: Precision,
 }
 
