@@ -156,6 +156,34 @@ impl Ledger {
 }
 
 impl Ledger {
+    /// An empty ledger of this one's group and step that numbers the group's next call: a
+    /// call records into it, and its entries are then added here.
+    pub(crate) fn next_call(&self) -> Ledger {
+        Ledger {
+            step: self.step,
+            group: self.group.clone(),
+            calls: self.calls,
+            entries: Vec::new(),
+        }
+    }
+
+    /// Records one point-to-point send of `bytes` from `rank` to `to` in a group of `d` ranks,
+    /// which took `secs` on the host, as a call of its own.
+    pub(crate) fn record_send(
+        &mut self,
+        (rank, to, d): (usize, usize, usize),
+        bytes: u64,
+        secs: f64,
+        link: &Link,
+    ) -> crate::Result<()> {
+        let mut l = self.next_call();
+        let stamp = l.begin("send", d, link)?;
+        let e = stamp.entry(rank, EntryKind::Hop { to, round: 0 }, bytes, secs);
+        self.calls += 1;
+        self.entries.push(e);
+        Ok(())
+    }
+
     /// Starts a collective call over `d` ranks: checks the group and numbers the call.
     pub(crate) fn begin<'a>(
         &mut self,

@@ -18,7 +18,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use super::early::Early;
 use super::wait::Switch;
 use super::{check_bounds, Communicator, Tag};
-use crate::collective::{self, host, Algo, Entry, EntryKind, Ledger, Opts, Phases};
+use crate::collective::{self, host, Algo, Entry, Ledger, Opts, Phases};
 use crate::error::{Error, Result};
 use crate::link::Link;
 
@@ -202,12 +202,7 @@ impl LocalComm {
             })
             .collect();
         // a ledger that numbers this call as the group's next
-        let mut l = Ledger {
-            step: self.ledger.step,
-            group: self.devices.to_vec(),
-            calls: self.ledger.calls,
-            entries: Vec::new(),
-        };
+        let mut l = self.ledger.next_call();
         let link = &self.link;
         let avg = |average: bool| Opts {
             average,
@@ -341,22 +336,8 @@ impl Communicator for LocalComm {
         let t = std::time::Instant::now();
         let what = || format!("rank {} sending {tag:?} to rank {to}", self.rank);
         self.switch.send(tx, (tag, data), &what)?;
-        let mut l = Ledger {
-            step: self.ledger.step,
-            group: self.devices.to_vec(),
-            calls: self.ledger.calls,
-            entries: Vec::new(),
-        };
-        let stamp = l.begin("send", self.size(), &self.link)?;
-        let e = stamp.entry(
-            self.rank,
-            EntryKind::Hop { to, round: 0 },
-            bytes,
-            t.elapsed().as_secs_f64(),
-        );
-        self.ledger.calls += 1;
-        self.ledger.entries.push(e);
-        Ok(())
+        let (secs, who) = (t.elapsed().as_secs_f64(), (self.rank, to, self.size()));
+        self.ledger.record_send(who, bytes, secs, &self.link)
     }
 
     fn recv(&mut self, from: usize, tag: Tag) -> Result<Vec<f32>> {

@@ -99,16 +99,6 @@ impl<W> WireComm<W> {
         &self.wire
     }
 
-    /// A ledger that numbers the next call.
-    fn call_ledger(&self) -> Ledger {
-        Ledger {
-            step: self.ledger.step,
-            group: self.devices.clone(),
-            calls: self.ledger.calls,
-            entries: Vec::new(),
-        }
-    }
-
     fn finish(&mut self, mut entries: Vec<Entry>) {
         entries.sort_by_key(|e| e.order());
         self.ledger.calls += 1;
@@ -129,7 +119,7 @@ impl<W> WireComm<W> {
         } else {
             "naive_all_reduce"
         };
-        let (mut l, link) = (self.call_ledger(), self.link);
+        let (mut l, link) = (self.ledger.next_call(), self.link);
         let stamp = l.begin(name, self.devices.len(), &link)?;
         let entries = in_call(name, self.gather_sum(buf, algo, average, &stamp))?;
         self.finish(entries);
@@ -189,7 +179,7 @@ impl<W> WireComm<W> {
     where
         W: Transport,
     {
-        let (mut l, link) = (self.call_ledger(), self.link);
+        let (mut l, link) = (self.ledger.next_call(), self.link);
         let stamp = l.begin(name, self.devices.len(), &link)?;
         let t = Instant::now();
         in_call(name, self.wire.native(op, buf))?;
@@ -220,7 +210,7 @@ impl<W> WireComm<W> {
                 p2p::ring_hops(r, d, bounds, phases, stamp, wall)
             });
         }
-        let (mut l, link) = (self.call_ledger(), self.link);
+        let (mut l, link) = (self.ledger.next_call(), self.link);
         let stamp = l.begin(ring_name, d, &link)?;
         let entries = if d > 1 {
             let ring = p2p::ring(&mut self.wire, r, d, buf, bounds, phases, average, &stamp);
@@ -315,7 +305,7 @@ impl<W: Transport> Communicator for WireComm<W> {
                 },
             );
         }
-        let mut l = self.call_ledger();
+        let mut l = self.ledger.next_call();
         let stamp = l.begin("broadcast", d, &self.link)?;
         let sent = p2p::broadcast(&mut self.wire, r, d, buf, root, &stamp);
         let entries = in_call("broadcast", sent)?;
@@ -339,17 +329,9 @@ impl<W: Transport> Communicator for WireComm<W> {
         msg.extend((tag.stage as u64).to_le_bytes());
         msg.extend(to_bytes(&data));
         in_call(&format!("send {tag:?}"), self.wire.put(Lane::Msgs, to, msg))?;
-        let mut l = self.call_ledger();
-        let stamp = l.begin("send", self.size(), &self.link)?;
+        let (secs, who) = (t.elapsed().as_secs_f64(), (self.rank, to, self.size()));
         let bytes = 4 * data.len() as u64;
-        let e = stamp.entry(
-            self.rank,
-            EntryKind::Hop { to, round: 0 },
-            bytes,
-            t.elapsed().as_secs_f64(),
-        );
-        self.finish(vec![e]);
-        Ok(())
+        self.ledger.record_send(who, bytes, secs, &self.link)
     }
 
     fn recv(&mut self, from: usize, tag: Tag) -> Result<Vec<f32>> {
