@@ -14,8 +14,7 @@
 //! ```
 //!
 //! Chunks differ by at most 64 elements within a unit, and a rank's shard holds at most
-//! 64 elements per unit more than `total / d` (the alignment padding reported by
-//! [`Grid::max_shard_excess`]). A rank's chunk of a unit may be empty (a unit of fewer than
+//! 64 elements per unit more than `total / d` (the alignment padding). A rank's chunk of a unit may be empty (a unit of fewer than
 //! d·64 elements).
 
 use std::ops::Range;
@@ -129,15 +128,6 @@ impl Grid {
             out[at..at + c.len()].copy_from_slice(&flat[c]);
         }
         out
-    }
-
-    /// Largest shard minus `total / d`: the cost of 64-aligned chunks, in elements.
-    pub fn max_shard_excess(&self) -> usize {
-        let even = self.total / self.d;
-        (0..self.d)
-            .map(|r| self.shard_len(r).saturating_sub(even))
-            .max()
-            .unwrap_or(0)
     }
 
     /// Every chunk boundary (the cuts of the norm parts).

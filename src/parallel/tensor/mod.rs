@@ -27,4 +27,4 @@
 
 pub mod split;
 
-pub use split::{combine_tensor_sq, gather, shard, split_of, Split};
+pub use split::{gather, shard, split_of, Split};

@@ -120,26 +120,3 @@ pub fn gather(cfg: &GptConfig, blocks: &[Block], ranks: &[Vec<f32>]) -> Result<V
     }
     Ok(full)
 }
-
-/// Per-tensor Σg² of one tensor-parallel group as the one-device model's tensors: a split
-/// tensor's partial sums are added over the ranks in rank order, a replicated tensor is taken
-/// from rank 0 only (every rank holds the same gradient). `ranks[r]` is rank r's list.
-pub fn combine_tensor_sq(ranks: &[Vec<(String, f32)>]) -> Vec<(String, f32)> {
-    let Some(first) = ranks.first() else {
-        return Vec::new();
-    };
-    first
-        .iter()
-        .map(|(name, v0)| {
-            let total = match split_of(name) {
-                Split::Whole => *v0 as f64,
-                _ => ranks
-                    .iter()
-                    .filter_map(|rk| rk.iter().find(|(n, _)| n == name))
-                    .map(|(_, v)| *v as f64)
-                    .sum(),
-            };
-            (name.clone(), total as f32)
-        })
-        .collect()
-}
