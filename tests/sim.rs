@@ -147,17 +147,22 @@ fn the_critical_path_covers_the_step() {
 
 #[test]
 fn the_calibration_fit_recovers_its_constants() {
-    // [ops, layers, ends, FLOPs]: every constant pinned by points that vary apart
-    let (op, layer, end, flop) = (1e-4, 2e-3, 3e-4, 1.0 / 20e9);
+    // [ops, layers, ends, FLOPs, tensor-parallel FLOPs]: every constant pinned by points that
+    // vary apart (the last two split their layers over tensor ranks)
+    let (op, layer, end, flop, split) = (1e-4, 2e-3, 3e-4, 1.0 / 20e9, 1.0 / 12e9);
     let pts: Vec<(Terms, f64)> = [
-        [1.0, 4.0, 2.0, 1e9],
-        [1.0, 2.0, 1.0, 2.5e9],
-        [1.0, 1.0, 0.0, 2e9],
-        [9.0, 4.0, 2.0, 0.5e9],
-        [1.0, 1.0, 1.0, 0.7e9],
+        [1.0, 4.0, 2.0, 1e9, 0.0],
+        [1.0, 2.0, 1.0, 2.5e9, 0.0],
+        [1.0, 1.0, 0.0, 2e9, 0.0],
+        [9.0, 4.0, 2.0, 0.1e9, 0.5e9],
+        [17.0, 8.0, 2.0, 0.1e9, 1.2e9],
+        [1.0, 1.0, 1.0, 0.7e9, 0.0],
     ]
     .iter()
-    .map(|x| (*x, op * x[0] + layer * x[1] + end * x[2] + flop * x[3]))
+    .map(|x| {
+        let t = op * x[0] + layer * x[1] + end * x[2] + flop * x[3] + split * x[4];
+        (*x, t)
+    })
     .collect();
     let f = Fit::of(&pts).unwrap();
     let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b;
@@ -166,14 +171,46 @@ fn the_calibration_fit_recovers_its_constants() {
         "{f:?}"
     );
     assert!(close(f.per_end, end) && close(f.per_unit, flop), "{f:?}");
+    assert!(f.per_split.is_some_and(|s| close(s, split)), "{f:?}");
     assert!(f.max_miss < 1e-9);
+    // without tensor-parallel points there is no split rate: split FLOPs cost what FLOPs do
+    let one = Fit::of(&pts[..3]).unwrap();
+    assert_eq!(one.per_split, None);
+    assert_eq!(
+        one.seconds([0.0, 0.0, 0.0, 0.0, 1e9]),
+        one.seconds([0.0, 0.0, 0.0, 1e9, 0.0])
+    );
     // a negative fixed cost is no cost: the rate alone fits these best
-    let pts = [([0.0, 1.0, 0.0, 1.0], 1.0), ([0.0, 1.0, 0.0, 3.0], 4.0)];
+    let pts = [
+        ([0.0, 1.0, 0.0, 1.0, 0.0], 1.0),
+        ([0.0, 1.0, 0.0, 3.0, 0.0], 4.0),
+    ];
     let f = Fit::of(&pts).unwrap();
     assert_eq!(f.per_block, 0.0);
     assert!(f.per_unit > 0.0 && f.is_valid());
     assert!(Fit::of(&[]).is_err());
-    assert!(Fit::of(&[([1.0, 1.0, 0.0, 0.0], 1.0)]).is_err());
+    assert!(Fit::of(&[([1.0, 1.0, 0.0, 0.0, 0.0], 1.0)]).is_err());
+}
+
+#[test]
+fn a_calibration_from_before_the_split_rate_still_loads() {
+    // files written before tensor-parallel FLOPs had their own rate have no per_split
+    let dir = std::env::temp_dir().join(format!("triaxis-sim-old-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("cal.json");
+    let c = Calibration::from_rate(1e12);
+    let old: String = c
+        .to_json()
+        .lines()
+        .filter(|l| !l.contains("per_split"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(!old.contains("per_split"));
+    std::fs::write(&path, old).unwrap();
+    let loaded = Calibration::load(&path).unwrap();
+    assert_eq!(loaded, c);
+    assert_eq!(loaded.passes[0].per_split, None);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -224,7 +224,7 @@ fn points(run: &Run, m: &Measured, out: &mut [Vec<(Terms, f64)>; 5]) -> anyhow::
                 }
                 Op::Optimizer => {
                     let params: usize = cs.iter().map(|c| c.params).sum();
-                    out[4].push(([1.0, 0.0, 0.0, params as f64], secs));
+                    out[4].push(([1.0, 0.0, 0.0, params as f64, 0.0], secs));
                 }
                 _ => {}
             }
@@ -313,8 +313,12 @@ fn open(n: usize) -> anyhow::Result<(Vec<Gpu>, Corpus)> {
 
 fn print_fits(c: &Calibration) {
     for (i, f) in c.passes.iter().enumerate() {
+        let split = match f.per_split {
+            Some(s) => format!(" ({:.2} split over tp)", 1e-9 / s.max(1e-300)),
+            None => String::new(),
+        };
         println!(
-            "  {:<3} {:>7.2} GFLOP/s + {:>9} per layer + {:>9} per end + {:>9} per op   ({} points, worst miss {:.1} %)",
+            "  {:<3} {:>7.2} GFLOP/s{split} + {:>9} per layer + {:>9} per end + {:>9} per op   ({} points, worst miss {:.1} %)",
             CLASSES[i],
             1e-9 / f.per_unit.max(1e-300),
             seconds(f.per_block),
@@ -413,7 +417,7 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
         steps
     );
     println!(
-        "{:<40} {:>10} {:>19} {:>10} {:>7} {:>13} {:>15} {:>15}",
+        "{:<40} {:>10} {:>19} {:>10} {:>7} {:>13} {:>15} {:>15} {:>10}",
         "layout",
         "measured",
         "steps min–max",
@@ -421,7 +425,8 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
         "error",
         "bubble m/s",
         "exposed dp m/s",
-        "exposed tp m/s"
+        "exposed tp m/s",
+        "passes m/c"
     );
     let spec = |(mesh, micro_b): (Mesh, usize), calibration: &Calibration| Spec {
         model: model_b,
@@ -441,7 +446,13 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
     for run in &runs[cal_runs..] {
         let (mesh, b) = (run.mesh, run.micro_b);
         let m = measured(run, QUIET)?;
-        points(run, &m, &mut pts)?;
+        // this layout's passes alone: how far the calibration misses its compute
+        let mut own: [Vec<(Terms, f64)>; 5] = Default::default();
+        points(run, &m, &mut own)?;
+        let passes = pass_ratio(&cal, &own);
+        for (all, o) in pts.iter_mut().zip(own) {
+            all.extend(o);
+        }
         let exposed = |f: Free| -> anyhow::Result<f64> {
             Ok((m.clock.makespan - replay_free(&m.plan, &mesh, &m.cost, f)?.makespan).max(0.0))
         };
@@ -449,7 +460,7 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
         let err = sim.step() / m.clock.makespan - 1.0;
         errors.push(err.abs());
         println!(
-            "{:<40} {:>10} {:>19} {:>10} {:>+6.1}% {:>5.1}/{:>5.1} % {:>7}/{:<7} {:>7}/{:<7}",
+            "{:<40} {:>10} {:>19} {:>10} {:>+6.1}% {:>5.1}/{:>5.1} % {:>7}/{:<7} {:>7}/{:<7} {:>6.2}",
             format!("{} b={b}", mesh.describe()),
             seconds(m.clock.makespan),
             format!("{}–{}", seconds(m.spread.0), seconds(m.spread.1)),
@@ -461,6 +472,7 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
             seconds(sim.exposed.dp),
             seconds(exposed(Free::TP)?),
             seconds(sim.exposed.tp),
+            passes,
         );
     }
     // the same model's layouts as mpirun ranks, one process per device
@@ -525,6 +537,18 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
         100.0 * max
     );
     Ok(())
+}
+
+/// The median over a layout's passes (every class, the optimizer's calls included) of measured
+/// over calibrated seconds: above 1, the calibration prices this layout's compute short.
+fn pass_ratio(cal: &Calibration, pts: &[Vec<(Terms, f64)>; 5]) -> f64 {
+    let fits = cal.passes.iter().chain(std::iter::once(&cal.optimizer));
+    let mut r: Vec<f64> = fits
+        .zip(pts)
+        .flat_map(|(fit, p)| p.iter().map(|&(x, t)| t / fit.seconds(x)))
+        .collect();
+    r.sort_by(f64::total_cmp);
+    r.get(r.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Mean and largest of `errors`.

@@ -6,7 +6,9 @@
 //!
 //! ```text
 //! pass seconds   = segments · per_segment + layers · per_block + ends · per_end
-//!                  + FLOPs · per_unit        (ends: the embedding and the head)
+//!                  + FLOPs · per_unit + tensor-parallel FLOPs · per_split
+//!                  (ends: the embedding and the head; a layer's products split over t > 1
+//!                  tensor ranks are narrower and run at their own rate, per_split)
 //!                  class: F, B (input gradients of a split backward), W, BW (whole backward)
 //! optimizer      = calls · per_segment + parameters · per_unit
 //! fit            least squares of the relative misses over the measured passes (one point
@@ -33,8 +35,8 @@ use crate::error::{Error, Result};
 pub const CLASSES: [&str; 4] = ["F", "B", "W", "BW"];
 
 /// What a fit scales, per pass: [segments (or optimizer calls), layers, ends (embedding,
-/// head), FLOPs (or parameters)].
-pub type Terms = [f64; 4];
+/// head), FLOPs (or parameters), FLOPs of layers split over tensor ranks].
+pub type Terms = [f64; 5];
 
 /// A linear cost over [`Terms`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -47,6 +49,10 @@ pub struct Fit {
     pub per_end: f64,
     /// Seconds per FLOP (passes) or per parameter (the optimizer).
     pub per_unit: f64,
+    /// Seconds per FLOP of a layer split over tensor ranks, where the fit saw such passes
+    /// (`None`: at `per_unit`, as calibrations without tensor-parallel points price them).
+    #[serde(default)]
+    pub per_split: Option<f64>,
     /// Points the fit was made from, and the largest relative miss among them.
     pub points: usize,
     pub max_miss: f64,
@@ -59,6 +65,7 @@ impl Fit {
             self.per_block,
             self.per_end,
             self.per_unit,
+            self.per_split.unwrap_or(self.per_unit),
         ]
     }
 
@@ -84,7 +91,7 @@ impl Fit {
         let ok = points
             .iter()
             .all(|(x, t)| x.iter().all(|v| v.is_finite()) && t.is_finite() && *t >= 0.0);
-        if points.is_empty() || !ok || points.iter().all(|(x, _)| x[3] <= 0.0) {
+        if points.is_empty() || !ok || points.iter().all(|(x, _)| x[3] + x[4] <= 0.0) {
             return Err(Error::Config(format!(
                 "a calibration fit needs measured points with work in them, got {points:?}"
             )));
@@ -98,8 +105,10 @@ impl Fit {
                 })
                 .sum()
         };
+        // where some pass splits its layers over tensor ranks, their rate is always fitted
+        let split = points.iter().any(|(x, _)| x[4] > 0.0);
         let mut best: Option<(f64, Terms)> = None;
-        for mask in 1u32..16 {
+        for mask in (1u32..32).filter(|m| !split || m & 16 != 0) {
             let Some(c) = solve(points, mask) else {
                 continue;
             };
@@ -119,6 +128,7 @@ impl Fit {
             per_block: c[1],
             per_end: c[2],
             per_unit: c[3],
+            per_split: split.then_some(c[4]),
             points: points.len(),
             max_miss: 0.0,
         };
@@ -133,7 +143,7 @@ impl Fit {
 /// The weighted least-squares constants over the terms in `mask` (the others 0), by the
 /// normal equations and Gaussian elimination; `None` when they do not pin the constants.
 fn solve(points: &[(Terms, f64)], mask: u32) -> Option<Terms> {
-    let free: Vec<usize> = (0..4).filter(|i| mask & (1 << i) != 0).collect();
+    let free: Vec<usize> = (0..5).filter(|i| mask & (1 << i) != 0).collect();
     let n = free.len();
     // [A | b], A = Σ w·x·xᵀ, b = Σ w·x·t over the free terms
     let mut a = vec![vec![0.0f64; n + 1]; n];
@@ -173,7 +183,7 @@ fn solve(points: &[(Terms, f64)], mask: u32) -> Option<Terms> {
             }
         }
     }
-    let mut out = [0.0; 4];
+    let mut out = [0.0; 5];
     for (r, &i) in free.iter().enumerate() {
         out[i] = a[r][n] / a[r][r] / scale[r];
     }
@@ -220,19 +230,19 @@ pub struct Links {
 impl Links {
     /// The terms of a message of `bytes`.
     pub fn bytes_terms(bytes: f64) -> Terms {
-        [1.0, 0.0, 0.0, bytes]
+        [1.0, 0.0, 0.0, bytes, 0.0]
     }
 
     /// The terms of staging `bytes` on each of `d` devices at once.
     pub fn staging_terms(bytes: f64, d: usize) -> Terms {
-        [1.0, 0.0, 0.0, bytes * d.max(1) as f64]
+        [1.0, 0.0, 0.0, bytes * d.max(1) as f64, 0.0]
     }
 
     /// The terms of a ring all-reduce of `bytes` over `d` ranks: 2(d−1) steps and
     /// 2(d−1)/d · bytes on the wire.
     pub fn ring_terms(bytes: f64, d: usize) -> Terms {
         let steps = 2.0 * d.saturating_sub(1) as f64;
-        [steps, 0.0, 0.0, steps / d.max(1) as f64 * bytes]
+        [steps, 0.0, 0.0, steps / d.max(1) as f64 * bytes, 0.0]
     }
 
     /// Seconds to stage `bytes` out of a device and into one (itself or another) while `d`

@@ -345,7 +345,7 @@ impl Costs<'_> {
                     true => params.div_ceil(mesh.dp),
                     false => params,
                 };
-                cal.optimizer.seconds([1.0, 0.0, 0.0, shard as f64])
+                cal.optimizer.seconds([1.0, 0.0, 0.0, shard as f64, 0.0])
             }
         }
     }

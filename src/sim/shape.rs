@@ -14,6 +14,9 @@
 //! ZeRO-3     a mark at every block boundary of F and of the backward (blocks gathered one by one)
 //! ```
 //!
+//! A layer's FLOPs under tensor parallelism (t > 1) are counted apart: its products are
+//! narrower per rank and the calibration prices them at their own rate.
+//!
 //! Each piece also carries its fixed cost: half a layer (a layer's attention and its MLP), or
 //! one end (the embedding, the head); every compute op (one timed submission) one more. The calibration fits seconds per
 //! segment, layer and end beside seconds per FLOP.
@@ -30,6 +33,8 @@ use crate::sim::calibration::Terms;
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Work {
     pub flops: f64,
+    /// FLOPs of a layer split over tensor ranks (in place of `flops` when t > 1).
+    pub split: f64,
     /// Layers of fixed cost (a layer's attention or MLP half counts ½).
     pub blocks: f64,
     /// The embedding and the head, each a fixed cost of its own.
@@ -39,14 +44,21 @@ pub struct Work {
 /// What the calibration scales for one compute op over segments `works` (one timed
 /// submission, however many segments it runs).
 pub fn op_terms(works: &[Work]) -> Terms {
-    works.iter().fold([1.0, 0.0, 0.0, 0.0], |t, w| {
-        [t[0], t[1] + w.blocks, t[2] + w.ends, t[3] + w.flops]
+    works.iter().fold([1.0, 0.0, 0.0, 0.0, 0.0], |t, w| {
+        [
+            t[0],
+            t[1] + w.blocks,
+            t[2] + w.ends,
+            t[3] + w.flops,
+            t[4] + w.split,
+        ]
     })
 }
 
 impl std::ops::AddAssign for Work {
     fn add_assign(&mut self, o: Work) {
         self.flops += o.flops;
+        self.split += o.split;
         self.blocks += o.blocks;
         self.ends += o.ends;
     }
@@ -83,23 +95,30 @@ struct Dims {
 /// One piece of a pass: its work, then a tensor-parallel cut after it or not.
 type Piece = (Work, bool);
 
-fn work(flops: f64, blocks: f64) -> Work {
-    Work {
-        flops,
-        blocks,
-        ends: 0.0,
-    }
-}
-
 fn end(flops: f64) -> Work {
     Work {
         flops,
-        blocks: 0.0,
         ends: 1.0,
+        ..Work::default()
     }
 }
 
 impl Dims {
+    /// A layer's piece of `flops` and `blocks` of fixed cost (its FLOPs split when t > 1).
+    fn work(&self, flops: f64, blocks: f64) -> Work {
+        let (flops, split) = if self.t > 1.0 {
+            (0.0, flops)
+        } else {
+            (flops, 0.0)
+        };
+        Work {
+            flops,
+            split,
+            blocks,
+            ends: 0.0,
+        }
+    }
+
     /// The pieces of `block`'s pass `kind` (`split`: B is input gradients only), in pass order.
     fn pieces(&self, block: Block, kind: Kind, split: bool) -> Vec<Piece> {
         let (n, h, t) = (self.n, self.h, self.t);
@@ -107,7 +126,7 @@ impl Dims {
         match block {
             Block::Embedding => match kind {
                 Kind::F => vec![(end(n * h), false)],
-                Kind::B if split => vec![(work(0.0, 0.0), false)],
+                Kind::B if split => vec![(self.work(0.0, 0.0), false)],
                 _ => vec![(end(n * h), false)],
             },
             Block::Head => {
@@ -130,17 +149,20 @@ impl Dims {
                 };
                 match (kind, split) {
                     (Kind::F, _) => {
-                        vec![(work(attn_mm + core, 0.5), cut), (work(mlp_mm, 0.5), cut)]
+                        vec![
+                            (self.work(attn_mm + core, 0.5), cut),
+                            (self.work(mlp_mm, 0.5), cut),
+                        ]
                     }
                     (Kind::B, true) => vec![
-                        (work(mlp_mm + re_mlp, 0.5), cut),
-                        (work(attn_mm + 2.0 * core + re_attn, 0.5), cut),
+                        (self.work(mlp_mm + re_mlp, 0.5), cut),
+                        (self.work(attn_mm + 2.0 * core + re_attn, 0.5), cut),
                     ],
                     (Kind::B, false) => vec![
-                        (work(2.0 * mlp_mm + re_mlp, 0.5), cut),
-                        (work(2.0 * attn_mm + 2.0 * core + re_attn, 0.5), cut),
+                        (self.work(2.0 * mlp_mm + re_mlp, 0.5), cut),
+                        (self.work(2.0 * attn_mm + 2.0 * core + re_attn, 0.5), cut),
                     ],
-                    (Kind::W, _) => vec![(work(attn_mm + mlp_mm, 1.0), false)],
+                    (Kind::W, _) => vec![(self.work(attn_mm + mlp_mm, 1.0), false)],
                 }
             }
         }
