@@ -17,6 +17,8 @@ use triaxis::cost::validate::{
 use triaxis::cost::{plan, Footprint, MeshCost, Overlap, PlanRequest};
 use triaxis::data::Corpus;
 use triaxis::gpu;
+#[path = "../examples/support/engine_steps.rs"]
+mod engine_steps;
 #[path = "../examples/plan/measure.rs"]
 mod plan_measure;
 use plan_measure::measure;

@@ -31,6 +31,8 @@
 //! a device opened.
 
 mod checks;
+#[path = "../support/engine_steps.rs"]
+mod engine_steps;
 #[path = "../support/flags.rs"]
 mod flags;
 mod measure;

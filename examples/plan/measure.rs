@@ -9,8 +9,8 @@
 //!                   + data-parallel all-reduce (the engine runs it after the backward pass)
 //! ```
 
+use crate::engine_steps::train_config;
 use triaxis::cost::validate::Measured;
-use triaxis::cpu::AdamW;
 use triaxis::data::{Batcher, Corpus};
 use triaxis::engine::{Engine, RuntimeOptions};
 use triaxis::error::{Error, Result};
@@ -19,25 +19,6 @@ use triaxis::measure::median;
 use triaxis::mesh::Mesh;
 use triaxis::model::{GptConfig, Micro, Precision};
 use triaxis::pipeline::Link as PipeLink;
-use triaxis::step::TrainConfig;
-
-/// The training configuration the validation runs: `model`, microbatches of `micro_b`
-/// sequences of the full context, `m` accumulated.
-pub fn train_config(model: &GptConfig, micro_b: usize, m: usize, steps: usize) -> TrainConfig {
-    TrainConfig {
-        model: *model,
-        micro: Micro {
-            b: micro_b,
-            t: model.ctx,
-        },
-        grad_accum: m,
-        steps: steps + 1,
-        adam: AdamW::default(),
-        warmup: 1,
-        min_lr_frac: 1.0,
-        seed: 1,
-    }
-}
 
 /// Trains `mesh` on the first `mesh.devices()` of `gpus` for one warm-up step and `steps`
 /// measured steps of `corpus` batches, each replica one device at a time (`serial`), its
@@ -121,8 +102,12 @@ fn run(
             gpus.len()
         )));
     }
-    let cfg = train_config(model, micro_b, mesh.microbatches, steps);
-    let micro = cfg.micro;
+    // microbatches of `micro_b` sequences of the full context, a warm-up step, no decay
+    let micro = Micro {
+        b: micro_b,
+        t: model.ctx,
+    };
+    let cfg = train_config(*model, micro, mesh.microbatches, steps + 1, 1.0);
     let opts = RuntimeOptions {
         link: *link,
         tp_link: *link,

@@ -496,11 +496,8 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
         }
     }
     print!("\nmodel B's passes, measured / calibrated (median, min–max):");
-    let fits = cal.passes.iter().chain(std::iter::once(&cal.optimizer));
     let names = CLASSES.iter().copied().chain(std::iter::once("optimizer"));
-    for ((name, fit), p) in names.zip(fits).zip(&pts) {
-        let mut r: Vec<f64> = p.iter().map(|&(x, t)| t / fit.seconds(x)).collect();
-        r.sort_by(f64::total_cmp);
+    for (name, r) in names.zip(ratios(&cal, &pts)) {
         if let (Some(lo), Some(hi)) = (r.first(), r.last()) {
             print!("  {name} {:.2} ({lo:.2}–{hi:.2})", r[r.len() / 2]);
         }
@@ -539,14 +536,23 @@ pub fn validate(link: Link, steps: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Measured over calibrated seconds of every point, by class (the passes', then the
+/// optimizer's), each sorted.
+fn ratios(cal: &Calibration, pts: &[Vec<(Terms, f64)>; 5]) -> Vec<Vec<f64>> {
+    let fits = cal.passes.iter().chain(std::iter::once(&cal.optimizer));
+    fits.zip(pts)
+        .map(|(fit, p)| {
+            let mut r: Vec<f64> = p.iter().map(|&(x, t)| t / fit.seconds(x)).collect();
+            r.sort_by(f64::total_cmp);
+            r
+        })
+        .collect()
+}
+
 /// The median over a layout's passes (every class, the optimizer's calls included) of measured
 /// over calibrated seconds: above 1, the calibration prices this layout's compute short.
 fn pass_ratio(cal: &Calibration, pts: &[Vec<(Terms, f64)>; 5]) -> f64 {
-    let fits = cal.passes.iter().chain(std::iter::once(&cal.optimizer));
-    let mut r: Vec<f64> = fits
-        .zip(pts)
-        .flat_map(|(fit, p)| p.iter().map(|&(x, t)| t / fit.seconds(x)))
-        .collect();
+    let mut r: Vec<f64> = ratios(cal, pts).concat();
     r.sort_by(f64::total_cmp);
     r.get(r.len() / 2).copied().unwrap_or(f64::NAN)
 }

@@ -171,7 +171,9 @@ impl Ledger {
     /// which took `secs` on the host, as a call of its own.
     pub(crate) fn record_send(
         &mut self,
-        (rank, to, d): (usize, usize, usize),
+        rank: usize,
+        to: usize,
+        d: usize,
         bytes: u64,
         secs: f64,
         link: &Link,

@@ -336,8 +336,9 @@ impl Communicator for LocalComm {
         let t = std::time::Instant::now();
         let what = || format!("rank {} sending {tag:?} to rank {to}", self.rank);
         self.switch.send(tx, (tag, data), &what)?;
-        let (secs, who) = (t.elapsed().as_secs_f64(), (self.rank, to, self.size()));
-        self.ledger.record_send(who, bytes, secs, &self.link)
+        let (rank, d, secs) = (self.rank, self.size(), t.elapsed().as_secs_f64());
+        self.ledger
+            .record_send(rank, to, d, bytes, secs, &self.link)
     }
 
     fn recv(&mut self, from: usize, tag: Tag) -> Result<Vec<f32>> {

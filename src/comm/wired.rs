@@ -329,9 +329,10 @@ impl<W: Transport> Communicator for WireComm<W> {
         msg.extend((tag.stage as u64).to_le_bytes());
         msg.extend(to_bytes(&data));
         in_call(&format!("send {tag:?}"), self.wire.put(Lane::Msgs, to, msg))?;
-        let (secs, who) = (t.elapsed().as_secs_f64(), (self.rank, to, self.size()));
+        let (rank, d, secs) = (self.rank, self.size(), t.elapsed().as_secs_f64());
         let bytes = 4 * data.len() as u64;
-        self.ledger.record_send(who, bytes, secs, &self.link)
+        self.ledger
+            .record_send(rank, to, d, bytes, secs, &self.link)
     }
 
     fn recv(&mut self, from: usize, tag: Tag) -> Result<Vec<f32>> {

@@ -158,10 +158,9 @@ fn tex_op(
     shader: &'static str,
     entry: &'static str,
     dims: &[u32; 8],
-    resources: &[wgpu::BindingResource],
+    resources: Vec<wgpu::BindingResource>,
     groups: [u32; 3],
 ) -> Result<Dispatch> {
-    let resources = resources.to_vec();
     crate::kernels::dispatch(g, shader, entry, None, dims, resources, groups, Vec::new())
 }
 
@@ -303,7 +302,7 @@ fn pack(
             shader(m.ty, words),
             "matmul_pack4",
             &dims,
-            &[target, binding(&m.v)?],
+            vec![target, binding(&m.v)?],
             [groups(w), groups(h / 4), 1],
         )?
     } else {
@@ -314,7 +313,7 @@ fn pack(
             shader(m.ty, words),
             "matmul_pack",
             &dims,
-            &[target, binding(&m.v)?],
+            vec![target, binding(&m.v)?],
             [groups(w), groups(h), 1],
         )?
     });
@@ -414,7 +413,7 @@ pub(super) fn product(
     }
     let (ta, tb) = (&pa.view, &pb.view);
     let dims = [m, n, k.div_ceil(4), 0, 0, flags as usize, 0, 0].map(|x| x as u32);
-    let resources = [
+    let resources = vec![
         binding(c)?,
         wgpu::BindingResource::TextureView(ta),
         wgpu::BindingResource::TextureView(tb),
@@ -431,7 +430,7 @@ pub(super) fn product(
         kernel.shader(p, words, rows),
         kernel.entry(),
         &dims,
-        &resources,
+        resources,
         groups,
     )?;
     op._memory = vec![pa.held, pb.held];
