@@ -42,22 +42,29 @@ fn need(p: Precision, op: &str, arg: &str, v: &View, n: usize) -> Result<()> {
     super::need_in(p, &name, v, p.words(n))
 }
 
-/// One op of `n` elements over `args` (outputs first), one invocation per word.
+/// One op of `n` elements over `args` (outputs first): the `4` entry (`entry4`, one invocation
+/// per four elements) when `n % 4 == 0`, else `entry` (one invocation per word). Both do the
+/// same arithmetic per element.
 fn run(
     g: &Gpu,
     p: Precision,
-    entry: &'static str,
+    (entry, entry4): (&'static str, &'static str),
     n: usize,
     v: f32,
     args: &[Arg],
 ) -> Result<Dispatch> {
+    let (entry, groups) = if n.is_multiple_of(4) {
+        (entry4, groups_1d(n / 4))
+    } else {
+        (entry, groups_1d(p.words(n)))
+    };
     op(
         g,
         shader("elementwise", p),
         entry,
         &dims(p, n, v)?,
         args,
-        groups_1d(p.words(n)),
+        groups,
     )
 }
 
@@ -65,7 +72,14 @@ fn run(
 pub fn gelu_forward(g: &Gpu, p: Precision, out: &View, inp: &View, n: usize) -> Result<Dispatch> {
     need(p, "gelu", "out", out, n)?;
     need(p, "gelu", "inp", inp, n)?;
-    run(g, p, "gelu_forward", n, 0.0, &[Arg::W(out), Arg::R(inp)])
+    run(
+        g,
+        p,
+        ("gelu_forward", "gelu_forward4"),
+        n,
+        0.0,
+        &[Arg::W(out), Arg::R(inp)],
+    )
 }
 
 /// `dinp[n]` = gelu'(inp) · dout (assigned)
@@ -81,7 +95,7 @@ pub fn gelu_backward(
     need(p, "gelu", "inp", inp, n)?;
     need(p, "gelu", "dout", dout, n)?;
     let args = [Arg::W(dinp), Arg::R(inp), Arg::R(dout)];
-    run(g, p, "gelu_backward", n, 0.0, &args)
+    run(g, p, ("gelu_backward", "gelu_backward4"), n, 0.0, &args)
 }
 
 /// `out[n]` = a + b
@@ -97,29 +111,43 @@ pub fn residual_forward(
     need(p, "residual", "a", a, n)?;
     need(p, "residual", "b", b, n)?;
     let args = [Arg::W(out), Arg::R(a), Arg::R(b)];
-    run(g, p, "residual_forward", n, 0.0, &args)
+    run(
+        g,
+        p,
+        ("residual_forward", "residual_forward4"),
+        n,
+        0.0,
+        &args,
+    )
 }
 
 /// out[..] = value (bf16: rounded once, both halves of every word)
 pub fn fill(g: &Gpu, p: Precision, out: &View, value: f32) -> Result<Dispatch> {
-    run(g, p, "fill", whole(p, out), value, &[Arg::W(out)])
+    run(
+        g,
+        p,
+        ("fill", "fill4"),
+        whole(p, out),
+        value,
+        &[Arg::W(out)],
+    )
 }
 
 /// out[..] *= s
 pub fn scale(g: &Gpu, p: Precision, out: &View, s: f32) -> Result<Dispatch> {
-    run(g, p, "scale", whole(p, out), s, &[Arg::W(out)])
+    run(g, p, ("scale", "scale4"), whole(p, out), s, &[Arg::W(out)])
 }
 
 /// out[..] += a
 pub fn add(g: &Gpu, p: Precision, out: &View, a: &View) -> Result<Dispatch> {
     let n = whole(p, out);
     need(p, "add", "a", a, n)?;
-    run(g, p, "add", n, 0.0, &[Arg::W(out), Arg::R(a)])
+    run(g, p, ("add", "add4"), n, 0.0, &[Arg::W(out), Arg::R(a)])
 }
 
 /// out[..] = a, word for word (bit-exact, NaN payloads included)
 pub fn copy(g: &Gpu, p: Precision, out: &View, a: &View) -> Result<Dispatch> {
     let n = whole(p, out);
     need(p, "copy", "a", a, n)?;
-    run(g, p, "copy", n, 0.0, &[Arg::W(out), Arg::R(a)])
+    run(g, p, ("copy", "copy4"), n, 0.0, &[Arg::W(out), Arg::R(a)])
 }
