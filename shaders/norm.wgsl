@@ -7,15 +7,16 @@
 // Row passes (forward, backward dinp) run one thread per row: no barriers, the row stays in
 // cache between its passes. The plain entries sum a row in element order (the CPU twin's
 // order); the `…4` entries sum it in four lane-wise partials over Quads (one vector load per
-// lane, ~4× faster on the software adapter) and need c % 4 == 0. Column sums (dweight, dbias)
+// lane, ~4× faster on the software adapter) and need c % 4 == 0; the `…_q` entries (bf16 rows
+// with c % 4 == 0) read Quads too but sum in element order, the plain entries' bits. Column sums (dweight, dbias)
 // sum each column over the rows in row order, so the partition of columns over threads (a word,
 // or a Quad) does not change their bits; they never use atomics: directly (few rows) or as
 // per-chunk partials followed by a pass that adds the chunks in order.
 //
-//   layernorm_forward[4]           (out, mean, rstd, inp | weight, bias)         thread per row
-//   residual_layernorm_forward[4]  (out, mean, rstd, inp | weight, bias, a, b)   thread per row:
+//   layernorm_forward[4|_q]        (out, mean, rstd, inp | weight, bias)         thread per row
+//   residual_layernorm_forward[4|_q] (out, mean, rstd, inp | weight, bias, a, b) thread per row:
 //                                  inp = a + b (the residual add, stored), then layernorm_forward
-//   layernorm_backward_dinp[4]     (dinp | dout, inp, weight, mean, rstd)        thread per row
+//   layernorm_backward_dinp[4|_q]  (dinp | dout, inp, weight, mean, rstd)        thread per row
 //   layernorm_backward_dparams     (dweight, dbias | dout, inp, mean, rstd)      thread per word of c
 //   layernorm_dparams_partial[4]   (part | dout, inp, mean, rstd)   thread per (row chunk, word / Quad)
 //   layernorm_dparams_final        (dweight, dbias | part)          thread per word of c
@@ -144,6 +145,58 @@ fn layernorm_row4(r: u32) {
     f_rstd[r] = bitcast<u32>(rs);
 }
 
+// ---- the `…q` row entries (c % 4 == 0, used under bf16): the plain entries' sums in element
+//      order, each element read from a Quad (four elements in one load instead of two words) ----
+
+@compute @workgroup_size(256)
+fn layernorm_forward_q(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * WG;
+    if (r >= d.n) { return; }
+    layernorm_row_q(r);
+}
+
+@compute @workgroup_size(256)
+fn residual_layernorm_forward_q(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * WG;
+    if (r >= d.n) { return; }
+    let c4 = d.c / 4u;
+    // residual_forward's store (elementwise.wgsl), four elements at a time
+    for (var i = r * c4; i < r * c4 + c4; i++) {
+        f4_inp[i] = quad_pack(quad(r4_a[i]) + quad(r4_b[i]));
+    }
+    layernorm_row_q(r);
+}
+
+// Row r of layernorm_forward over Quads, summed in element order.
+fn layernorm_row_q(r: u32) {
+    let c4 = d.c / 4u;
+    let base = r * c4;
+    var s = 0.0;
+    for (var i = 0u; i < c4; i++) {
+        let x = quad(f4_inp[base + i]);
+        s += x.x;
+        s += x.y;
+        s += x.z;
+        s += x.w;
+    }
+    let m = s / f32(d.c);
+    var q = 0.0;
+    for (var i = 0u; i < c4; i++) {
+        let a = quad(f4_inp[base + i]) - m;
+        q += a.x * a.x;
+        q += a.y * a.y;
+        q += a.z * a.z;
+        q += a.w * a.w;
+    }
+    let rs = 1.0 / sqrt(q / f32(d.c) + EPS);
+    for (var i = 0u; i < c4; i++) {
+        let y = (quad(f4_inp[base + i]) - m) * rs * quad(f4_weight[i]) + quad(f4_bias[i]);
+        f4_out[base + i] = quad_pack(y);
+    }
+    f_mean[r] = bitcast<u32>(m);
+    f_rstd[r] = bitcast<u32>(rs);
+}
+
 // ---- layernorm_backward_dinp: dinp[r,:] += (dnorm − mean(dnorm) − norm·mean(dnorm·norm))·rstd,
 //      dnorm = weight · dout ----
 @group(0) @binding(1) var<storage, read_write> b_dinp: array<u32>;
@@ -206,6 +259,35 @@ fn layernorm_backward_dinp4(@builtin(global_invocation_id) gid: vec3<u32>, @buil
     }
     let dmean = hsum(dm) / f32(d.c);
     let dnmean = hsum(dn) / f32(d.c);
+    for (var i = 0u; i < c4; i++) {
+        let norm = (quad(b4_inp[base + i]) - m) * s;
+        let dnorm = quad(b4_weight[i]) * quad(b4_dout[base + i]);
+        let old = quad(b4_dinp[base + i]);
+        b4_dinp[base + i] = quad_pack(old + (dnorm - dmean - norm * dnmean) * s);
+    }
+}
+
+// layernorm_backward_dinp over Quads, summed in element order (c % 4 == 0, under bf16).
+@compute @workgroup_size(256)
+fn layernorm_backward_dinp_q(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * WG;
+    if (r >= d.n) { return; }
+    let c4 = d.c / 4u;
+    let base = r * c4;
+    let m = f(b_mean[r]);
+    let s = f(b_rstd[r]);
+    var dmean = 0.0;
+    var dnmean = 0.0;
+    for (var i = 0u; i < c4; i++) {
+        let norm = (quad(b4_inp[base + i]) - m) * s;
+        let dnorm = quad(b4_weight[i]) * quad(b4_dout[base + i]);
+        for (var l = 0u; l < 4u; l++) {
+            dmean += dnorm[l];
+            dnmean += dnorm[l] * norm[l];
+        }
+    }
+    dmean = dmean / f32(d.c);
+    dnmean = dnmean / f32(d.c);
     for (var i = 0u; i < c4; i++) {
         let norm = (quad(b4_inp[base + i]) - m) * s;
         let dnorm = quad(b4_weight[i]) * quad(b4_dout[base + i]);

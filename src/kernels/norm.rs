@@ -12,7 +12,8 @@
 //! atomics: results repeat bit for bit.
 //!
 //! Under f32 with `c % 4 == 0` the row passes sum in four vec4 lanes (vector loads); otherwise,
-//! and always under bf16, they sum in element order, the twin's. The partials use Quads
+//! and always under bf16, they sum in element order, the twin's (under bf16 with `c % 4 == 0`
+//! reading Quads: four elements a load, the same sums). The partials use Quads
 //! whenever `c % 4 == 0` in either precision: a column's sum runs over the rows in the same
 //! order however the columns are spread over threads.
 //!
@@ -69,12 +70,14 @@ fn first_f32(p: Precision, arg: &str, v: &View, len: usize) -> Result<View> {
     Ok(v.slice(0, len))
 }
 
-/// The row passes' entry: vec4 lanes for f32 rows of whole vec4s, element order otherwise.
-fn row_entry(p: Precision, c: usize, plain: &'static str, quads: &'static str) -> &'static str {
-    if p == Precision::F32 && c.is_multiple_of(4) {
-        quads
-    } else {
-        plain
+/// The row passes' entry: vec4 lanes for f32 rows of whole vec4s, element order over Quads for
+/// bf16 rows of whole Quads (the plain entry's bits in half the loads), element order over words
+/// otherwise.
+fn row_entry(p: Precision, c: usize, [plain, lanes4, ordered]: [&'static str; 3]) -> &'static str {
+    match (p, c.is_multiple_of(4)) {
+        (Precision::F32, true) => lanes4,
+        (Precision::Bf16, true) => ordered,
+        (_, false) => plain,
     }
 }
 
@@ -160,11 +163,22 @@ fn forward(
             row_entry(
                 p,
                 c,
-                "residual_layernorm_forward",
-                "residual_layernorm_forward4",
+                [
+                    "residual_layernorm_forward",
+                    "residual_layernorm_forward4",
+                    "residual_layernorm_forward_q",
+                ],
             )
         }
-        None => row_entry(p, c, "layernorm_forward", "layernorm_forward4"),
+        None => row_entry(
+            p,
+            c,
+            [
+                "layernorm_forward",
+                "layernorm_forward4",
+                "layernorm_forward_q",
+            ],
+        ),
     };
     Ok(vec![op(
         g,
@@ -210,7 +224,15 @@ pub fn layernorm_backward(
     let mut ops = vec![op(
         g,
         shader("norm", p),
-        row_entry(p, c, "layernorm_backward_dinp", "layernorm_backward_dinp4"),
+        row_entry(
+            p,
+            c,
+            [
+                "layernorm_backward_dinp",
+                "layernorm_backward_dinp4",
+                "layernorm_backward_dinp_q",
+            ],
+        ),
         &[n as u32, c as u32],
         &[
             Arg::W(&dinp),
