@@ -15,8 +15,9 @@
 //! 12·L·T·C for attention's two products, forward and backward), dispatches, queue submits and
 //! host waits per step, the share of the step the linear layers' matmuls take (their products
 //! timed alone at the step's shapes, in every round), and tokens/s against PyTorch. Without
-//! PyTorch (or without `--torch`) it says so and prints triaxis alone. Writes
-//! `runs/throughput/throughput.json`.
+//! PyTorch (or without `--torch`) it says so and prints triaxis alone. The steps run without
+//! the device clock (no pass timed: one host wait per step, the gradient norm's) unless
+//! `--device-clock` asks for it. Writes `runs/throughput/throughput.json`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -78,6 +79,10 @@ struct Args {
     /// Also run benches/peers/torch_gpt.py in every round and print the ratio.
     #[arg(long)]
     torch: bool,
+    /// Time every pass for the device clock, as the training runs do (one more host wait per
+    /// step: the pass times' read); off, the step runs as a run that needs no device clock.
+    #[arg(long)]
+    device_clock: bool,
     /// The Python that has PyTorch.
     #[arg(long, default_value = "python3")]
     python: String,
@@ -230,6 +235,7 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         for ((p, side, counted), linears) in sides.iter_mut().zip(&linears) {
             let opts = RuntimeOptions {
                 precision: *p,
+                device_clock: a.device_clock,
                 ..RuntimeOptions::default()
             };
             let run = engine_steps::run(&gpus, cfg.clone(), Mesh::default(), opts, &c.corpus, 1)?;
@@ -327,7 +333,8 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
         rows.push(json!({
             "precision": p, "step_s": step, "round_medians_s": side.round_medians,
             "tokens_per_s": tps, "model_gflops": tps * flops_per_token / 1e9,
-            "device_step_s": device_step, "dispatches_per_step": median(&counted.dispatches),
+            "device_clock": a.device_clock,
+            "device_step_s": a.device_clock.then_some(device_step), "dispatches_per_step": median(&counted.dispatches),
             "submits_per_step": median(&counted.submits), "host_waits_per_step": median(&counted.waits),
             "matmul_s": mm, "matmul_share": share, "vs_pytorch": ratio,
         }));
@@ -346,8 +353,13 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
     println!(
         "\nstep ms = median wall step over every round (rounds = the spread of the rounds' \
          medians); GFLOP/s = tok/s × (6·{params} + 12·L·T·C) flops per token; dispatches, \
-         submits, waits = per step on the device; matmul = the linear layers' products (timed \
-         alone at the step's shapes, median over the rounds) over the step"
+         submits, waits = per step on the device (device clock {}); matmul = the linear layers' \
+         products (timed alone at the step's shapes, median over the rounds) over the step",
+        if a.device_clock {
+            "on: the pass times' read is one wait"
+        } else {
+            "off"
+        }
     );
     let path = a.out.join("throughput.json");
     let record = json!({

@@ -46,13 +46,15 @@ pub struct StepCosts {
     #[serde(skip)]
     pub tensor_sq: Vec<(String, f32)>,
     /// Pipeline bubble of replica 0 on the device clock (idle share of the busiest device);
-    /// `None` without pipeline parallelism.
+    /// `None` without pipeline parallelism or with the device clock off
+    /// ([`RuntimeOptions::device_clock`]).
     pub bubble: Option<f64>,
     /// Analytic bubble of the schedule.
     pub bubble_theory: Option<f64>,
     /// Device-clock seconds of the whole step, every device's program replayed with its
     /// communication (kernels, tensor-parallel all-reduces, sends, overlapped gradient
-    /// reductions, the norm, AdamW).
+    /// reductions, the norm, AdamW). This and the two device-clock comm figures below are 0
+    /// with the device clock off.
     pub device_step: f64,
     /// Data-parallel gradient reductions (and ZeRO-1 gathers): bytes the busiest replica sent
     /// (summed over its devices), the link-model seconds of the busiest device's comm stream,
@@ -281,10 +283,19 @@ impl Engine {
         let t0 = std::time::Instant::now();
         let run = self.rt.step(batches, s)?;
         let wall = t0.elapsed().as_secs_f64();
+        let memory = run.runs.iter().map(|w| w.memory.clone()).collect();
+        if !self.rt.opts.device_clock {
+            // no pass timed: the ledgers' and counters' figures, none of the device clock's
+            let mut c = costs(&self.rt, &run, None, &self.schedule)?;
+            c.wall = wall;
+            c.memory = memory;
+            self.last = None;
+            return Ok(c);
+        }
         let clock = self.rt.clock(&run)?;
-        let mut c = costs(&self.rt, &run, &clock, &self.schedule)?;
+        let mut c = costs(&self.rt, &run, Some(&clock), &self.schedule)?;
         c.wall = wall;
-        c.memory = run.runs.iter().map(|w| w.memory.clone()).collect();
+        c.memory = memory;
         if let Some(pool) = &mut self.pool {
             // the step's own bubble, as its summary reads it from this clock
             let bubble = clock.bubble(0..self.mesh.pp * self.mesh.tp);
@@ -319,13 +330,19 @@ impl Engine {
 /// The configuration accumulates what the layout runs per replica.
 /// The per-axis costs of a runtime step: the device-clock replay of every program (the bubble
 /// over replica 0's passes, the whole step, exposed data-parallel comm) and the ledgers' bytes.
-fn costs(rt: &Runtime, run: &RuntimeStep, clock: &Clock, schedule: &Schedule) -> Result<StepCosts> {
+/// Without a clock (the device clock off) the device-clock figures are `None` / 0.
+fn costs(
+    rt: &Runtime,
+    run: &RuntimeStep,
+    clock: Option<&Clock>,
+    schedule: &Schedule,
+) -> Result<StepCosts> {
     let mesh = rt.mesh;
     let per_replica = mesh.pp * mesh.tp;
-    let (bubble, bubble_theory) = if mesh.pp > 1 {
-        (Some(clock.bubble(0..per_replica)), Some(theory(schedule)))
-    } else {
-        (None, None)
+    let (bubble, bubble_theory) = match (mesh.pp > 1, clock) {
+        (true, Some(clock)) => (Some(clock.bubble(0..per_replica)), Some(theory(schedule))),
+        (true, None) => (None, Some(theory(schedule))),
+        (false, _) => (None, None),
     };
     // a replica's data-parallel bytes: the sum over its devices (one group per stage and tensor
     // rank); the busiest replica
@@ -353,10 +370,10 @@ fn costs(rt: &Runtime, run: &RuntimeStep, clock: &Clock, schedule: &Schedule) ->
         tensor_sq: run.runs[0].tensor_sq.clone(),
         bubble,
         bubble_theory,
-        device_step: clock.makespan,
+        device_step: clock.map_or(0.0, |c| c.makespan),
         dp_bytes,
-        dp_comm: clock.dp_comm.iter().copied().fold(0.0, f64::max),
-        dp_exposed: clock.exposed_dp,
+        dp_comm: clock.map_or(0.0, |c| c.dp_comm.iter().copied().fold(0.0, f64::max)),
+        dp_exposed: clock.map_or(0.0, |c| c.exposed_dp),
         tp_bytes,
         tp_comm,
         wall: run.wall,

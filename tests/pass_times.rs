@@ -67,3 +67,41 @@ fn a_step_waits_twice_at_any_microbatch_count() {
         }
     }
 }
+
+/// With the device clock off no pass is timed: a step waits for its device once (the norm's
+/// read), at any microbatch count, its costs carry no device-clock figures and there is no
+/// clock to summarise, and the parameters come out bit for bit as with the clock on.
+#[test]
+fn without_the_device_clock_a_step_waits_once_with_the_same_bits() {
+    let Some(gpus) = gpu::test_gpus(1) else {
+        return;
+    };
+    for m in [1, 4] {
+        let engine = |device_clock| {
+            let opts = triaxis::engine::RuntimeOptions {
+                device_clock,
+                ..Default::default()
+            };
+            Engine::new(&gpus, tiny::cfg(m), tiny::mesh(1, 1, 1, m), opts).unwrap()
+        };
+        let (mut on, mut off) = (engine(true), engine(false));
+        for (s, batches) in tiny::batches(m, 2).iter().enumerate() {
+            let a = on.step(batches, s).unwrap();
+            let b = off.step(batches, s).unwrap();
+            assert_eq!(
+                b.waits, 1,
+                "m = {m}, step {s}: host waits without the clock"
+            );
+            assert!(
+                a.device_step > 0.0 && b.device_step == 0.0,
+                "m = {m}, step {s}"
+            );
+            assert_eq!(a.stats.loss.to_bits(), b.stats.loss.to_bits(), "m = {m}");
+        }
+        assert_eq!(on.checksum().unwrap(), off.checksum().unwrap(), "m = {m}");
+        assert!(
+            off.summary(1).unwrap().is_none(),
+            "m = {m}: no clock to summarise"
+        );
+    }
+}

@@ -236,6 +236,11 @@ impl Runtime {
     /// median) of its kind on its device over all of `steps` (the same programs run every
     /// step; communication from the last). Errors on no step.
     pub fn clock_over(&self, steps: &[&RuntimeStep], quantile: f64) -> Result<Clock> {
+        if !self.opts.device_clock {
+            return Err(Error::Config(
+                "the device clock is off (RuntimeOptions::device_clock): no pass was timed".into(),
+            ));
+        }
         if steps.is_empty() {
             return Err(Error::Config(
                 "a device clock needs at least one step".into(),
@@ -316,6 +321,7 @@ impl Runtime {
                         reduce_fault,
                         grad_scale: self.opts.grad_scale.as_ref(),
                         serial: serial_ref,
+                        timed: self.opts.device_clock,
                         t0,
                     };
                     scope.spawn(move || w.run_step(&input))

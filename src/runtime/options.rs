@@ -65,6 +65,12 @@ pub struct RuntimeOptions {
     pub recompute: Recompute,
     /// f32, or bf16 mixed precision (f32 master weights and moments).
     pub precision: Precision,
+    /// Time every pass on the device for the device clock (bubble, exposed communication,
+    /// device-clock step). Off, no pass is timed and a step waits for each device once (the
+    /// gradient norm's read of its parts and the step's losses) instead of twice (that, then
+    /// the pass times); the step's costs then carry no device-clock figures and
+    /// [`crate::runtime::Runtime::clock`] refuses. The bits are the same either way.
+    pub device_clock: bool,
 }
 
 impl Default for RuntimeOptions {
@@ -73,6 +79,7 @@ impl Default for RuntimeOptions {
             link: Link::nvlink(),
             tp_link: Link::nvlink(),
             serial: false,
+            device_clock: true,
             serial_lock: None,
             fault: None,
             reduce_fault: None,

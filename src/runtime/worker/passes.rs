@@ -13,14 +13,15 @@ use crate::runtime::fault::FaultKind;
 
 impl Worker {
     /// Segments `segs` of `a`: inputs before the first, outputs and hooks after the last.
-    /// Returns the index of the pass's device time in the step's [`Gpu::pass_times`](crate::gpu::Gpu::pass_times).
+    /// Returns the index of the pass's device time in the step's
+    /// [`Gpu::pass_times`](crate::gpu::Gpu::pass_times) (`None` when the step is not timed).
     pub(super) fn compute(
         &mut self,
         a: &Action,
         segs: Range<usize>,
         input: &StepIn,
         sc: &mut Scratch,
-    ) -> Result<usize> {
+    ) -> Result<Option<usize>> {
         let stage = self.stage_of(a.chunk);
         let last_stage = stage + 1 == self.schedule.stages();
         let n = self.chunks[a.chunk].segments[a.kind.index()].len();
@@ -51,7 +52,14 @@ impl Worker {
         let c = &self.chunks[a.chunk];
         let slot = *c.held.get(&a.micro).ok_or_else(|| missing(a))?;
         // timed on the device, read back after the step (see `Gpu::run_stamped`)
-        let t = self.gpu.run_stamped(&c.ops(slot, a.kind, &segs)?)?;
+        let ops = c.ops(slot, a.kind, &segs)?;
+        let t = match input.timed {
+            true => Some(self.gpu.run_stamped(&ops)?),
+            false => {
+                self.gpu.run(&ops)?;
+                None
+            }
+        };
         if input.serial.is_some() {
             // one device at a time: the pass is done before the next device starts
             self.gpu.sync()?;
