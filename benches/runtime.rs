@@ -24,11 +24,14 @@
 //!    `pipeline::executor::Pipeline` is gone from the library, and its row from this table.)
 //!    Virtual devices share one CPU, so kernels cost what they cost on one device and the
 //!    difference is the executor's: threads, communicators, host staging, timing (goal
-//!    ≤ 100 µs). The last line is the floor the device primitives set: wall per call of
-//!    an upload, an untimed and a timed empty pass, and a download on one idle device. A
-//!    pipeline pass makes one of each (the one-device step: an upload pair, one untimed pass
-//!    and one small download per microbatch), so these, not the executor's logic, are most of
-//!    its overhead.
+//!    ≤ 100 µs). Concurrent devices now overlap on the shared cores, so that row can read
+//!    below zero; the serial row runs them one at a time (a wait per pass included), and the
+//!    third row isolates the executor: the runtime on one device over the same microbatches,
+//!    (its step − the `Trainer`'s) / its 2·m passes, no overlap and no transfers, and under it
+//!    the part of that step's wall its own device clock does not cover (host work between
+//!    passes, the norm and its wait), per pass. The last
+//!    line is the floor the device primitives set: wall per call of an upload, an untimed and
+//!    a timed empty pass, and a download on one idle device.
 //!
 //! 3. **ZeRO-3 prefetch** (dp = 2, the model of 1., the same link): the device-clock step when
 //!    each block's parameter gather is issued one block ahead of its compute (the runtime's
@@ -259,8 +262,17 @@ fn overhead(gpus: &[Gpu], corpus: &Corpus) -> anyhow::Result<()> {
         serial: true,
         ..RuntimeOptions::default()
     };
-    let mut rt_serial = Runtime::new(gpus, cfg, mesh, serial)?;
+    let mut rt_serial = Runtime::new(gpus, cfg.clone(), mesh, serial)?;
+    // the runtime on one device over the same microbatches: no overlap and no pipeline
+    // transfers, so what it adds to the Trainer's step is the executor's own work per pass
+    // (worker thread, op list, records, timing)
+    let single = Mesh {
+        microbatches: m,
+        ..Mesh::default()
+    };
+    let mut rt_one = Runtime::new(&gpus[..1], cfg, single, RuntimeOptions::default())?;
     let (mut t_one, mut t_rt, mut t_serial) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut t_rt_one, mut off_clock) = (Vec::new(), Vec::new());
     let time = |v: &mut Vec<f64>, s: usize, f: &mut dyn FnMut() -> anyhow::Result<()>| {
         let t = Instant::now();
         f()?;
@@ -275,6 +287,14 @@ fn overhead(gpus: &[Gpu], corpus: &Corpus) -> anyhow::Result<()> {
         time(&mut t_serial, s, &mut || {
             Ok(rt_serial.step(&data, 0).map(drop)?)
         })?;
+        let t = Instant::now();
+        let run = rt_one.step(&data, 0)?;
+        let wall = t.elapsed().as_secs_f64();
+        if s >= WARM {
+            t_rt_one.push(wall);
+            // the wall the device clock does not account for: host work between the passes
+            off_clock.push(wall - rt_one.clock(&run)?.makespan);
+        }
     }
     let base = median(t_one.clone());
     let best = t_one.iter().copied().fold(f64::INFINITY, f64::min);
@@ -289,10 +309,12 @@ fn overhead(gpus: &[Gpu], corpus: &Corpus) -> anyhow::Result<()> {
         "", "step ms", "µs per action", "(best)"
     );
     println!("{:<38} {:>9.2}", "one device (Trainer)", base * 1e3);
-    let per = |a: f64, b: f64| (a - b) / actions as f64 * 1e6;
-    for (name, v) in [
-        ("after: runtime", t_rt),
-        ("after: runtime, one device at a time", t_serial),
+    let per = |a: f64, b: f64, n: usize| (a - b) / n as f64 * 1e6;
+    // the pipeline runs its work in 2·p·m passes, one device in 2·m (m forwards, m backwards)
+    for (name, v, actions) in [
+        ("after: runtime", t_rt, actions),
+        ("after: runtime, one device at a time", t_serial, actions),
+        ("runtime on one device (executor alone)", t_rt_one, 2 * m),
     ] {
         let min = v.iter().copied().fold(f64::INFINITY, f64::min);
         let t = median(v);
@@ -300,10 +322,16 @@ fn overhead(gpus: &[Gpu], corpus: &Corpus) -> anyhow::Result<()> {
             "{:<38} {:>9.2} {:>14.0} {:>9.0}",
             name,
             t * 1e3,
-            per(t, base),
-            per(min, best)
+            per(t, base, actions),
+            per(min, best, actions)
         );
     }
+    println!(
+        "{:<38} {:>9.2} {:>14.0}   (its wall − its device clock, per pass)",
+        "  of it off the device clock",
+        median(off_clock.clone()) * 1e3,
+        median(off_clock) / (2 * m) as f64 * 1e6
+    );
     // the floor the device primitives set: what one pass's host staging and timing cost
     let g = &gpus[0];
     let probe = g.buffer("probe", 256);
