@@ -2,8 +2,10 @@
 //!
 //! One `Gpu` is one `wgpu::Device` + `Queue` on some adapter. Several `Gpu`s can be opened on the
 //! same adapter ("virtual devices"); each can be driven from its own thread. Transfers go through
-//! mapped staging buffers, because GL's `queue.write_buffer` is slow (~1 GB/s). Device errors are
-//! captured by a handler and surfaced by [`Gpu::check`] as [`Error::Device`], never as a panic.
+//! mapped staging buffers, because GL's `queue.write_buffer` is slow (~1 GB/s); their copies, and
+//! device-to-device copies, are recorded and go to the queue at the head of the next submit, so
+//! a step's uploads cost no submit of their own. Device errors are captured by a handler and
+//! surfaced by [`Gpu::check`] as [`Error::Device`], never as a panic.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -198,6 +200,8 @@ pub(crate) type Pipelines =
 #[derive(Clone)]
 pub struct Gpu {
     pub device: wgpu::Device,
+    /// The device's queue. Work submitted here directly runs before the copies still pending
+    /// from [`Gpu::upload`] / [`Gpu::copy`]; call [`Gpu::sync`] first to keep program order.
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
     pub features: wgpu::Features,
@@ -215,6 +219,10 @@ pub struct Gpu {
     memory: Arc<MemoryLedger>,
     /// Shaders may write rg32uint storage textures (the matmul's packed bf16 texels).
     word_textures: bool,
+    /// Copies recorded by [`Gpu::upload`] and [`Gpu::copy`] and not yet submitted: they go to
+    /// the queue first in the next submit (or [`Gpu::sync`]), so they run in program order
+    /// without a submit of their own (shared by every clone).
+    pending: Arc<Mutex<Option<wgpu::CommandEncoder>>>,
 }
 
 impl Gpu {
@@ -275,6 +283,7 @@ impl Gpu {
                 .get_texture_format_features(wgpu::TextureFormat::Rg32Uint)
                 .allowed_usages
                 .contains(wgpu::TextureUsages::STORAGE_BINDING),
+            pending: Arc::default(),
         })
     }
 
@@ -320,8 +329,12 @@ impl Gpu {
         self.counts.read()
     }
 
-    /// Blocks until all submitted work is done.
+    /// Blocks until all submitted work is done (pending copies submitted first).
     pub fn sync(&self) -> Result<()> {
+        if let Some(copies) = self.take_pending()? {
+            self.queue.submit([copies.finish()]);
+            self.counts.submit(0);
+        }
         self.counts.wait();
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
@@ -378,7 +391,9 @@ impl Gpu {
         self.memory.reset_peaks()
     }
 
-    /// Copies `data` into `dst` through a mapped staging buffer (fast on GL too).
+    /// Copies `data` into `dst` through a mapped staging buffer (fast on GL too). The copy is
+    /// recorded, not submitted: it runs first in the device's next submit, after everything
+    /// submitted before it and before everything submitted after.
     pub fn upload<T: bytemuck::Pod>(&self, dst: &View, data: &[T]) -> Result<()> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         if bytes.len() as u64 != dst.bytes() {
@@ -404,11 +419,45 @@ impl Gpu {
             .map_err(|e| Error::Device(format!("{}: map for upload: {e}", self.label)))?
             .copy_from_slice(bytes);
         staging.unmap();
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(&staging, 0, &dst.buf, dst.byte_offset(), dst.bytes());
-        self.queue.submit([enc.finish()]);
-        self.counts.submit(0);
+        self.record_copy(|enc| {
+            enc.copy_buffer_to_buffer(&staging, 0, &dst.buf, dst.byte_offset(), dst.bytes())
+        })?;
         self.check()
+    }
+
+    /// Records a copy into the pending encoder (opened if there is none).
+    fn record_copy(&self, f: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<()> {
+        let mut pending = self
+            .pending
+            .lock()
+            .map_err(|_| Error::Device("pending copies poisoned".into()))?;
+        let enc = pending.get_or_insert_with(|| {
+            self.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("copies"),
+                })
+        });
+        f(enc);
+        Ok(())
+    }
+
+    fn take_pending(&self) -> Result<Option<wgpu::CommandEncoder>> {
+        Ok(self
+            .pending
+            .lock()
+            .map_err(|_| Error::Device("pending copies poisoned".into()))?
+            .take())
+    }
+
+    /// Submits `enc` (holding `dispatches` compute dispatches) after the pending copies, as
+    /// one queue submit.
+    fn submit(&self, enc: wgpu::CommandEncoder, dispatches: usize) -> Result<()> {
+        match self.take_pending()? {
+            Some(copies) => self.queue.submit([copies.finish(), enc.finish()]),
+            None => self.queue.submit([enc.finish()]),
+        };
+        self.counts.submit(dispatches);
+        Ok(())
     }
 
     /// Reads `src` back to the host (waits for all work submitted before).
@@ -447,7 +496,8 @@ impl Gpu {
         Ok(out)
     }
 
-    /// Copies `src` into `dst` (the same size) on the device, in queue order; no wait.
+    /// Copies `src` into `dst` (the same size) on the device, in program order (recorded like
+    /// an upload's copy, run first in the next submit); no wait.
     pub fn copy(&self, src: &View, dst: &View) -> Result<()> {
         if src.bytes() != dst.bytes() {
             return Err(Error::Config(format!(
@@ -456,16 +506,15 @@ impl Gpu {
                 dst.bytes()
             )));
         }
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(
-            &src.buf,
-            src.byte_offset(),
-            &dst.buf,
-            dst.byte_offset(),
-            src.bytes(),
-        );
-        self.queue.submit([enc.finish()]);
-        self.counts.submit(0);
+        self.record_copy(|enc| {
+            enc.copy_buffer_to_buffer(
+                &src.buf,
+                src.byte_offset(),
+                &dst.buf,
+                dst.byte_offset(),
+                src.bytes(),
+            )
+        })?;
         self.check()
     }
 
@@ -477,8 +526,7 @@ impl Gpu {
         bytes: u64,
         what: &str,
     ) -> Result<Vec<T>> {
-        self.queue.submit([enc.finish()]);
-        self.counts.submit(0);
+        self.submit(enc, 0)?;
         let (tx, rx) = std::sync::mpsc::channel();
         buf.slice(..bytes).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
@@ -545,8 +593,7 @@ impl Gpu {
                 copy.copy(&mut enc);
             }
         }
-        self.queue.submit([enc.finish()]);
-        self.counts.submit(ops.len() - last);
+        self.submit(enc, ops.len() - last)?;
         self.check()
     }
 

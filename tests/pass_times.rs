@@ -105,3 +105,44 @@ fn without_the_device_clock_a_step_waits_once_with_the_same_bits() {
         );
     }
 }
+
+/// Uploads and device copies cost no submit of their own: they are recorded and go to the
+/// queue at the head of the next submit, in program order with the passes around them.
+#[test]
+fn uploads_and_copies_ride_with_the_next_submit_in_program_order() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let n = 64;
+    let (a, b, c) = (g.buffer("a", n), g.buffer("b", n), g.buffer("c", n));
+    let before = g.counts();
+    g.upload(&a, &vec![1.0f32; n]).unwrap();
+    g.copy(&a, &b).unwrap(); // b = 1
+    g.upload(&a, &vec![2.0f32; n]).unwrap();
+    assert_eq!((g.counts() - before).submits, 0, "recorded, not submitted");
+    // a pass after them sees a = 2; a copy after the pass sees its result
+    g.run(&[k::scale(&g, F32, &a, 3.0).unwrap()]).unwrap(); // a = 6
+    assert_eq!(
+        (g.counts() - before).submits,
+        1,
+        "the copies rode with the pass"
+    );
+    g.copy(&a, &c).unwrap(); // c = 6
+    g.upload(&a, &vec![5.0f32; n]).unwrap(); // a = 5, after the copy
+    let got = g.download_many::<f32>(&[&a, &b, &c]).unwrap();
+    assert_eq!(
+        (g.counts() - before).submits,
+        2,
+        "the last copies rode with the download"
+    );
+    for (name, v, want) in [
+        ("a", &got[0], 5.0),
+        ("b", &got[1], 1.0),
+        ("c", &got[2], 6.0),
+    ] {
+        assert!(v.iter().all(|&x| x == want), "{name}: {v:?}, want {want}");
+    }
+    // a sync submits what is pending before it waits
+    g.upload(&b, &vec![7.0f32; n]).unwrap();
+    g.sync().unwrap();
+    assert_eq!((g.counts() - before).submits, 3);
+    assert!(g.download::<f32>(&b).unwrap().iter().all(|&x| x == 7.0));
+}
