@@ -18,9 +18,18 @@ use crate::gpu::{Gpu, View};
 use crate::memory::Category;
 use crate::precision::Precision;
 
-/// Alignment of every tensor's offset, in elements (256 bytes: WebGPU's largest storage
-/// buffer offset alignment).
-pub const ALIGN: usize = 64;
+pub use crate::precision::ALIGN;
+
+impl Precision {
+    /// The storage layout of `layout`'s tensors in this precision: the same under f32,
+    /// [`Layout::packed`] (every tensor on 128 elements) under bf16.
+    pub fn storage(self, layout: Layout) -> Layout {
+        match self {
+            Precision::F32 => layout,
+            Precision::Bf16 => layout.packed(),
+        }
+    }
+}
 
 /// One named tensor inside the flat buffer.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]

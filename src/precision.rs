@@ -14,7 +14,11 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
-use crate::params::{Layout, ALIGN};
+
+/// Alignment of every tensor's offset in an f32 layout, in elements (256 bytes: WebGPU's
+/// largest storage buffer offset alignment); a bf16 layout aligns to twice as many elements,
+/// the same bytes ([`Precision::align`]).
+pub const ALIGN: usize = 64;
 
 /// The precision of the tensors on the device.
 #[derive(
@@ -52,15 +56,6 @@ impl Precision {
         match self {
             Precision::F32 => (4.0, 4.0, 8.0),
             Precision::Bf16 => (2.0, 2.0, 12.0),
-        }
-    }
-
-    /// The storage layout of `layout`'s tensors in this precision: the same under f32,
-    /// [`Layout::packed`] (every tensor on 128 elements) under bf16.
-    pub fn storage(self, layout: Layout) -> Layout {
-        match self {
-            Precision::F32 => layout,
-            Precision::Bf16 => layout.packed(),
         }
     }
 

@@ -216,7 +216,7 @@ pub fn ring_in(
         Phases::AllGather => "ring_all_gather",
     };
     let (d, n) = check_bufs(name, bufs)?;
-    crate::comm::check_bounds(name, bounds, d, n)?;
+    super::check_bounds(name, bounds, d, n)?;
     let stamp = ledger.begin(name, d, link)?;
     if d == 1 {
         return Ok(());

@@ -148,3 +148,18 @@ fn check_lens(name: &str, lens: &[usize]) -> Result<(usize, usize)> {
     }
     Ok((lens.len(), n))
 }
+
+/// Checks `bounds` are d + 1 non-decreasing offsets from 0 to n.
+pub(crate) fn check_bounds(what: &str, bounds: &[usize], d: usize, n: usize) -> Result<()> {
+    let ok = bounds.len() == d + 1
+        && bounds.first() == Some(&0)
+        && bounds.last() == Some(&n)
+        && bounds.windows(2).all(|w| w[0] <= w[1]);
+    if ok {
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "{what}: chunk bounds {bounds:?} are not {} non-decreasing offsets from 0 to {n}",
+        d + 1
+    )))
+}

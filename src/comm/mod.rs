@@ -29,7 +29,7 @@
 //!
 //! No call waits forever: every wait ends when the group is aborted (a peer failed and said
 //! so through [`Communicator::abort`]) or after the group's timeout, with
-//! [`Error::Aborted`] naming the peer and the call.
+//! [`Error::Aborted`](crate::error::Error::Aborted) naming the peer and the call.
 
 mod bf16;
 mod early;
@@ -51,7 +51,7 @@ pub use wired::WireComm;
 pub use words::{all_gather_words, all_reduce_words, first_non_finite, reduce_scatter_words};
 
 use crate::collective::{Algo, Ledger};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// What a point-to-point message carries: `flow` (0 activation, 1 gradient, others free for
 /// callers), the microbatch and the stage that produced it. A receive names the tag it
@@ -120,17 +120,4 @@ pub fn even(n: usize, d: usize) -> Vec<usize> {
     crate::collective::even_bounds(n, d)
 }
 
-/// Checks `bounds` are d + 1 non-decreasing offsets from 0 to n.
-pub(crate) fn check_bounds(what: &str, bounds: &[usize], d: usize, n: usize) -> Result<()> {
-    let ok = bounds.len() == d + 1
-        && bounds.first() == Some(&0)
-        && bounds.last() == Some(&n)
-        && bounds.windows(2).all(|w| w[0] <= w[1]);
-    if ok {
-        return Ok(());
-    }
-    Err(Error::Config(format!(
-        "{what}: chunk bounds {bounds:?} are not {} non-decreasing offsets from 0 to {n}",
-        d + 1
-    )))
-}
+pub(crate) use crate::collective::check_bounds;

@@ -19,7 +19,6 @@ pub mod schedule;
 pub mod simulate;
 pub mod theory;
 pub mod validate;
-mod vshape;
 
 pub use render::render;
 pub use schedule::{
@@ -29,5 +28,5 @@ pub use schedule::{
 pub use simulate::{peak_activations, simulate_costed, simulate_unit, SimResult};
 // the link model lives in `crate::link`; re-exported for the pipeline's users
 pub use crate::link::Link;
+pub use schedule::vshape::{dual_pipe_v, zero_bubble_v};
 pub use validate::validate;
-pub use vshape::{dual_pipe_v, zero_bubble_v};

@@ -1,6 +1,6 @@
 //! Pipeline schedules as data: one ordered list of [`Action`]s per device, built by pure
 //! functions (`gpipe`, `one_f_one_b`, `interleaved`, `zero_bubble_h1` here; the V schedules
-//! `zero_bubble_v` and `dual_pipe_v` in `vshape.rs`). The same value feeds the validator, the
+//! `zero_bubble_v` and `dual_pipe_v` in its child `schedule/vshape.rs`). The same value feeds the validator, the
 //! unit-cost simulator and the runtime's lowering; nothing else knows a schedule's shape.
 //!
 //! Placement. With `p` devices and `v` chunks per device, the model is cut into `p·v` stages and
@@ -34,6 +34,8 @@
 
 use crate::error::{Error, Result};
 use std::fmt;
+
+pub(super) mod vshape;
 
 /// What an action computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -233,8 +235,8 @@ impl Schedule {
             ScheduleKind::OneFOneB => one_f_one_b(p, m),
             ScheduleKind::Interleaved => interleaved(p, m, v),
             ScheduleKind::ZeroBubbleH1 => zero_bubble_h1(p, m),
-            ScheduleKind::ZeroBubbleV => super::vshape::zero_bubble_v(p, m),
-            ScheduleKind::DualPipeV => super::vshape::dual_pipe_v(p, m),
+            ScheduleKind::ZeroBubbleV => vshape::zero_bubble_v(p, m),
+            ScheduleKind::DualPipeV => vshape::dual_pipe_v(p, m),
         }
     }
 

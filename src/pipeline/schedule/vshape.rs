@@ -3,7 +3,7 @@
 //! written phase by phase with [`Counted`], which hands every (kind, chunk) its next
 //! microbatch in turn.
 
-use super::schedule::{check_sizes, Action, Kind, Schedule, ScheduleKind};
+use super::{check_sizes, Action, Kind, Schedule, ScheduleKind};
 use crate::error::{Error, Result};
 
 /// ZB-V (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", §6): two chunks per device in a V
