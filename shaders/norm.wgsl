@@ -106,89 +106,79 @@ fn layernorm_row(r: u32) {
 fn layernorm_forward4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = gid.x + gid.y * nwg.x * WG;
     if (r >= d.n) { return; }
-    layernorm_row4(r);
+    layernorm_row_quads(r, false);
 }
 
 @group(0) @binding(7) var<storage, read> r4_a: array<Quad>;
 @group(0) @binding(8) var<storage, read> r4_b: array<Quad>;
 
-// f32 only (the `…4` row entries), where a Quad is four words and the add is residual_forward's.
 @compute @workgroup_size(256)
 fn residual_layernorm_forward4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = gid.x + gid.y * nwg.x * WG;
     if (r >= d.n) { return; }
-    let c4 = d.c / 4u;
-    for (var i = r * c4; i < r * c4 + c4; i++) {
-        f4_inp[i] = quad_pack(quad(r4_a[i]) + quad(r4_b[i]));
-    }
-    layernorm_row4(r);
+    residual_quads(r);
+    layernorm_row_quads(r, false);
 }
 
-// Row r of layernorm_forward4: four lane-wise partials over Quads.
-fn layernorm_row4(r: u32) {
-    let c4 = d.c / 4u;
-    let base = r * c4;
-    var s = vec4<f32>(0.0);
-    for (var i = 0u; i < c4; i++) { s += quad(f4_inp[base + i]); }
-    let m = hsum(s) / f32(d.c);
-    var q = vec4<f32>(0.0);
-    for (var i = 0u; i < c4; i++) {
-        let x = quad(f4_inp[base + i]) - m;
-        q += x * x;
-    }
-    let rs = 1.0 / sqrt(hsum(q) / f32(d.c) + EPS);
-    for (var i = 0u; i < c4; i++) {
-        let y = (quad(f4_inp[base + i]) - m) * rs * quad(f4_weight[i]) + quad(f4_bias[i]);
-        f4_out[base + i] = quad_pack(y);
-    }
-    f_mean[r] = bitcast<u32>(m);
-    f_rstd[r] = bitcast<u32>(rs);
-}
-
-// ---- the `…q` row entries (c % 4 == 0, used under bf16): the plain entries' sums in element
+// ---- the `…_q` row entries (c % 4 == 0, used under bf16): the plain entries' sums in element
 //      order, each element read from a Quad (four elements in one load instead of two words) ----
 
 @compute @workgroup_size(256)
 fn layernorm_forward_q(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = gid.x + gid.y * nwg.x * WG;
     if (r >= d.n) { return; }
-    layernorm_row_q(r);
+    layernorm_row_quads(r, true);
 }
 
 @compute @workgroup_size(256)
 fn residual_layernorm_forward_q(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = gid.x + gid.y * nwg.x * WG;
     if (r >= d.n) { return; }
+    residual_quads(r);
+    layernorm_row_quads(r, true);
+}
+
+// residual_forward's store (elementwise.wgsl) of row r, a Quad at a time: inp = a + b.
+fn residual_quads(r: u32) {
     let c4 = d.c / 4u;
-    // residual_forward's store (elementwise.wgsl), four elements at a time
     for (var i = r * c4; i < r * c4 + c4; i++) {
         f4_inp[i] = quad_pack(quad(r4_a[i]) + quad(r4_b[i]));
     }
-    layernorm_row_q(r);
 }
 
-// Row r of layernorm_forward over Quads, summed in element order.
-fn layernorm_row_q(r: u32) {
-    let c4 = d.c / 4u;
-    let base = r * c4;
-    var s = 0.0;
-    for (var i = 0u; i < c4; i++) {
-        let x = quad(f4_inp[base + i]);
+// acc + x: lane-wise (four partials), or `ordered`, x's elements added in order into acc.x
+// (the plain entries' element order).
+fn quad_sum(acc: vec4<f32>, x: vec4<f32>, ordered: bool) -> vec4<f32> {
+    if (ordered) {
+        var s = acc.x;
         s += x.x;
         s += x.y;
         s += x.z;
         s += x.w;
+        return vec4<f32>(s, 0.0, 0.0, 0.0);
     }
-    let m = s / f32(d.c);
-    var q = 0.0;
+    return acc + x;
+}
+
+// The total of a quad_sum accumulator.
+fn quad_total(acc: vec4<f32>, ordered: bool) -> f32 {
+    if (ordered) { return acc.x; }
+    return hsum(acc);
+}
+
+// Row r of layernorm_forward over Quads: sums in four lane-wise partials, or in element order.
+fn layernorm_row_quads(r: u32, ordered: bool) {
+    let c4 = d.c / 4u;
+    let base = r * c4;
+    var s = vec4<f32>(0.0);
+    for (var i = 0u; i < c4; i++) { s = quad_sum(s, quad(f4_inp[base + i]), ordered); }
+    let m = quad_total(s, ordered) / f32(d.c);
+    var q = vec4<f32>(0.0);
     for (var i = 0u; i < c4; i++) {
-        let a = quad(f4_inp[base + i]) - m;
-        q += a.x * a.x;
-        q += a.y * a.y;
-        q += a.z * a.z;
-        q += a.w * a.w;
+        let x = quad(f4_inp[base + i]) - m;
+        q = quad_sum(q, x * x, ordered);
     }
-    let rs = 1.0 / sqrt(q / f32(d.c) + EPS);
+    let rs = 1.0 / sqrt(quad_total(q, ordered) / f32(d.c) + EPS);
     for (var i = 0u; i < c4; i++) {
         let y = (quad(f4_inp[base + i]) - m) * rs * quad(f4_weight[i]) + quad(f4_bias[i]);
         f4_out[base + i] = quad_pack(y);
@@ -245,6 +235,20 @@ fn layernorm_backward_dinp(@builtin(global_invocation_id) gid: vec3<u32>, @built
 fn layernorm_backward_dinp4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = gid.x + gid.y * nwg.x * WG;
     if (r >= d.n) { return; }
+    dinp_row_quads(r, false);
+}
+
+// layernorm_backward_dinp over Quads, summed in element order (c % 4 == 0, under bf16).
+@compute @workgroup_size(256)
+fn layernorm_backward_dinp_q(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * WG;
+    if (r >= d.n) { return; }
+    dinp_row_quads(r, true);
+}
+
+// Row r of layernorm_backward_dinp over Quads: sums in four lane-wise partials, or in element
+// order (quad_sum).
+fn dinp_row_quads(r: u32, ordered: bool) {
     let c4 = d.c / 4u;
     let base = r * c4;
     let m = f(b_mean[r]);
@@ -254,40 +258,11 @@ fn layernorm_backward_dinp4(@builtin(global_invocation_id) gid: vec3<u32>, @buil
     for (var i = 0u; i < c4; i++) {
         let norm = (quad(b4_inp[base + i]) - m) * s;
         let dnorm = quad(b4_weight[i]) * quad(b4_dout[base + i]);
-        dm += dnorm;
-        dn += dnorm * norm;
+        dm = quad_sum(dm, dnorm, ordered);
+        dn = quad_sum(dn, dnorm * norm, ordered);
     }
-    let dmean = hsum(dm) / f32(d.c);
-    let dnmean = hsum(dn) / f32(d.c);
-    for (var i = 0u; i < c4; i++) {
-        let norm = (quad(b4_inp[base + i]) - m) * s;
-        let dnorm = quad(b4_weight[i]) * quad(b4_dout[base + i]);
-        let old = quad(b4_dinp[base + i]);
-        b4_dinp[base + i] = quad_pack(old + (dnorm - dmean - norm * dnmean) * s);
-    }
-}
-
-// layernorm_backward_dinp over Quads, summed in element order (c % 4 == 0, under bf16).
-@compute @workgroup_size(256)
-fn layernorm_backward_dinp_q(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let r = gid.x + gid.y * nwg.x * WG;
-    if (r >= d.n) { return; }
-    let c4 = d.c / 4u;
-    let base = r * c4;
-    let m = f(b_mean[r]);
-    let s = f(b_rstd[r]);
-    var dmean = 0.0;
-    var dnmean = 0.0;
-    for (var i = 0u; i < c4; i++) {
-        let norm = (quad(b4_inp[base + i]) - m) * s;
-        let dnorm = quad(b4_weight[i]) * quad(b4_dout[base + i]);
-        for (var l = 0u; l < 4u; l++) {
-            dmean += dnorm[l];
-            dnmean += dnorm[l] * norm[l];
-        }
-    }
-    dmean = dmean / f32(d.c);
-    dnmean = dnmean / f32(d.c);
+    let dmean = quad_total(dm, ordered) / f32(d.c);
+    let dnmean = quad_total(dn, ordered) / f32(d.c);
     for (var i = 0u; i < c4; i++) {
         let norm = (quad(b4_inp[base + i]) - m) * s;
         let dnorm = quad(b4_weight[i]) * quad(b4_dout[base + i]);
