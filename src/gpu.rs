@@ -331,10 +331,7 @@ impl Gpu {
 
     /// Blocks until all submitted work is done (pending copies submitted first).
     pub fn sync(&self) -> Result<()> {
-        if let Some(copies) = self.take_pending()? {
-            self.queue.submit([copies.finish()]);
-            self.counts.submit(0);
-        }
+        self.submit_after_pending(None, 0)?;
         self.counts.wait();
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
@@ -441,23 +438,36 @@ impl Gpu {
         Ok(())
     }
 
-    fn take_pending(&self) -> Result<Option<wgpu::CommandEncoder>> {
-        Ok(self
+    /// Submits the pending copies, then `enc` if given (holding `dispatches` compute
+    /// dispatches), as one queue submit; nothing when there is neither. The pending lock is
+    /// held through the submit, so clones submitting at once keep each copy ahead of every
+    /// submit recorded after it.
+    fn submit_after_pending(
+        &self,
+        enc: Option<wgpu::CommandEncoder>,
+        dispatches: usize,
+    ) -> Result<()> {
+        let mut pending = self
             .pending
             .lock()
-            .map_err(|_| Error::Device("pending copies poisoned".into()))?
-            .take())
+            .map_err(|_| Error::Device("pending copies poisoned".into()))?;
+        let buffers: Vec<wgpu::CommandBuffer> = pending
+            .take()
+            .into_iter()
+            .chain(enc)
+            .map(wgpu::CommandEncoder::finish)
+            .collect();
+        if !buffers.is_empty() {
+            self.queue.submit(buffers);
+            self.counts.submit(dispatches);
+        }
+        Ok(())
     }
 
     /// Submits `enc` (holding `dispatches` compute dispatches) after the pending copies, as
     /// one queue submit.
     fn submit(&self, enc: wgpu::CommandEncoder, dispatches: usize) -> Result<()> {
-        match self.take_pending()? {
-            Some(copies) => self.queue.submit([copies.finish(), enc.finish()]),
-            None => self.queue.submit([enc.finish()]),
-        };
-        self.counts.submit(dispatches);
-        Ok(())
+        self.submit_after_pending(Some(enc), dispatches)
     }
 
     /// Reads `src` back to the host (waits for all work submitted before).
