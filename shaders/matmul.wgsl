@@ -504,7 +504,9 @@ fn matmul_bias_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(
 // ---- matmul_bias_backward4(dbias, dout): matmul_bias_backward for dout in the layer's precision
 // and a column count that is a multiple of 4: one invocation per four columns, reading a Quad of
 // each row (one load where the kernel above makes four), eight invocations per workgroup so a
-// narrow bias still spreads over every core. The same sums in the same order: the same bits. ----
+// narrow bias still spreads over every core. The same sums in the same order: the same bits.
+// matmul_bias_backward8 reads two Quads of each row (eight columns, cols % 8 == 0): on lavapipe
+// 2–3.5× faster than one for f32 rows (measured at C = 64–256), no faster for bf16 ones. ----
 @compute @workgroup_size(8)
 fn matmul_bias_backward4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let q = gid.x + gid.y * nwg.x * 8u;
@@ -514,6 +516,26 @@ fn matmul_bias_backward4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin
     for (var r = 0u; r < bd.rows; r++) {
         s += quad(av[r * quads + q]);
     }
+    store_bias_quad(q, s);
+}
+
+@compute @workgroup_size(8)
+fn matmul_bias_backward8(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let q = 2u * (gid.x + gid.y * nwg.x * 8u);
+    let quads = bd.cols / 4u;
+    if (q >= quads) { return; }
+    var s0 = vec4<f32>(0.0);
+    var s1 = vec4<f32>(0.0);
+    for (var r = 0u; r < bd.rows; r++) {
+        s0 += quad(av[r * quads + q]);
+        s1 += quad(av[r * quads + q + 1u]);
+    }
+    store_bias_quad(q, s0);
+    store_bias_quad(q + 1u, s1);
+}
+
+// dbias[4q .. 4q+3] += s (words of the layer's precision).
+fn store_bias_quad(q: u32, s: vec4<f32>) {
     for (var j = 0u; j < 4u / LANES; j++) {
         let i = q * (4u / LANES) + j;
         let old = c_out[i];

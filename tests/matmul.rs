@@ -475,3 +475,32 @@ fn row_operands_are_copied_into_textures() {
         );
     }
 }
+
+/// The bias gradient reads eight columns an invocation where an f32 row holds whole pairs of
+/// Quads and four elsewhere, with each column summed over the rows in the same order: columns
+/// 0..72 of a 76-column gradient (four a time) and of a 72-column one (eight a time) over the
+/// same rows agree bit for bit.
+#[test]
+fn bias_gradient_bits_do_not_depend_on_columns_per_invocation() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(19);
+    let (n, c) = (150, 8);
+    let wide = rand(&mut rng, n * 76);
+    let narrow: Vec<f32> = wide.chunks(76).flat_map(|r| r[..72].to_vec()).collect();
+    let x = rand(&mut rng, n * c);
+    let db0 = rand(&mut rng, 76);
+    let mut got = Vec::new();
+    for (dy, oc) in [(&narrow, 72), (&wide, 76)] {
+        let (dyb, xb, wb) = (buf(&g, dy), buf(&g, &x), buf(&g, &vec![0.5; oc * c]));
+        let (dinp, dw, db) = (
+            poisoned(&g, n * c),
+            poisoned(&g, oc * c),
+            buf(&g, &db0[..oc]),
+        );
+        let l = F32.with(Kernel::Auto);
+        let ops = k::matmul_backward(&g, l, &dinp, &dw, Some(&db), &dyb, &xb, &wb, n, c, oc);
+        g.run(&ops.unwrap()).unwrap();
+        got.push(g.download::<u32>(&db).unwrap());
+    }
+    assert_eq!(got[0][..72], got[1][..72], "dbias columns 0..72");
+}

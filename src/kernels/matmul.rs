@@ -536,14 +536,17 @@ fn backward_weight(
     if let Some(db) = dbias {
         let flags = if l.io != p { A_F32 } else { 0 };
         let words = p.words(oc);
-        // whole Quads of dout's rows: four columns per invocation, eight per workgroup
-        let (entry, groups) = match oc.is_multiple_of(4) && flags == 0 {
-            true => {
-                let groups = (oc / 4).div_ceil(8) as u32;
-                let y = groups.div_ceil(65535);
-                ("matmul_bias_backward4", [groups.div_ceil(y), y, 1])
-            }
-            false => ("matmul_bias_backward", groups_1d(words)),
+        // whole Quads of dout's rows: four columns per invocation (eight for f32 rows of
+        // whole pairs of Quads, faster there), eight invocations per workgroup
+        let quads = |entry, per: usize| {
+            let groups = (oc / per).div_ceil(8) as u32;
+            let y = groups.div_ceil(65535);
+            (entry, [groups.div_ceil(y), y, 1])
+        };
+        let (entry, groups) = match (oc % 8, p) {
+            _ if flags != 0 || !oc.is_multiple_of(4) => ("matmul_bias_backward", groups_1d(words)),
+            (0, Precision::F32) => quads("matmul_bias_backward8", 8),
+            _ => quads("matmul_bias_backward4", 4),
         };
         ops.push(op(
             g,
