@@ -283,19 +283,18 @@ impl Engine {
         let t0 = std::time::Instant::now();
         let run = self.rt.step(batches, s)?;
         let wall = t0.elapsed().as_secs_f64();
-        let memory = run.runs.iter().map(|w| w.memory.clone()).collect();
-        if !self.rt.opts.device_clock {
-            // no pass timed: the ledgers' and counters' figures, none of the device clock's
-            let mut c = costs(&self.rt, &run, None, &self.schedule)?;
-            c.wall = wall;
-            c.memory = memory;
+        // no pass timed without the device clock: the ledgers' and counters' figures only
+        let clock = match self.rt.opts.device_clock {
+            true => Some(self.rt.clock(&run)?),
+            false => None,
+        };
+        let mut c = costs(&self.rt, &run, clock.as_ref(), &self.schedule)?;
+        c.wall = wall;
+        c.memory = run.runs.iter().map(|w| w.memory.clone()).collect();
+        let Some(clock) = clock else {
             self.last = None;
             return Ok(c);
-        }
-        let clock = self.rt.clock(&run)?;
-        let mut c = costs(&self.rt, &run, Some(&clock), &self.schedule)?;
-        c.wall = wall;
-        c.memory = memory;
+        };
         if let Some(pool) = &mut self.pool {
             // the step's own bubble, as its summary reads it from this clock
             let bubble = clock.bubble(0..self.mesh.pp * self.mesh.tp);

@@ -303,17 +303,14 @@ impl Optimizer {
             .collect())
     }
 
-    /// One AdamW step with hyper-parameters `h`, given the global Σg² (for clipping).
-    pub fn step(&self, h: &AdamW, norm_sq: f32) -> Result<()> {
+    /// One AdamW step with hyper-parameters `h`, given the global Σg² (for clipping), as one
+    /// pass; `stamped`: timed, and the index of its device time in the device's next
+    /// [`Gpu::pass_times`](crate::gpu::Gpu::pass_times) returned ([`Gpu::run_pass`]).
+    ///
+    /// [`Gpu::run_pass`]: crate::gpu::Gpu::run_pass
+    pub fn step(&self, h: &AdamW, norm_sq: f32, stamped: bool) -> Result<Option<usize>> {
         self.load(h, norm_sq)?;
-        self.gpu.run(&self.adam_ops)
-    }
-
-    /// [`Optimizer::step`] as one timed pass: returns the index of its device time in the
-    /// device's next [`Gpu::pass_times`](crate::gpu::Gpu::pass_times).
-    pub fn step_stamped(&self, h: &AdamW, norm_sq: f32) -> Result<usize> {
-        self.load(h, norm_sq)?;
-        self.gpu.run_stamped(&self.adam_ops)
+        self.gpu.run_pass(&self.adam_ops, stamped)
     }
 
     fn load(&self, h: &AdamW, norm_sq: f32) -> Result<()> {

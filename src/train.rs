@@ -140,7 +140,7 @@ impl Trainer {
         }
         let h = self.cfg.adam_at(s);
         let norm_sq = global_norm_sq(&self.optim.tensor_sq()?, &self.canonical);
-        self.optim.step(&h, norm_sq)?;
+        self.optim.step(&h, norm_sq, false)?;
         Ok(StepStats {
             loss: (loss / self.cfg.tokens_per_step() as f64) as f32,
             grad_norm: norm_sq.sqrt(),

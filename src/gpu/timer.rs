@@ -118,6 +118,15 @@ impl Gpu {
         Ok(t.done.len() + pair as usize)
     }
 
+    /// Records `ops` into one pass: timed as [`Gpu::run_stamped`] (the index of its duration
+    /// returned) when `stamped`, else as [`Gpu::run`].
+    pub fn run_pass(&self, ops: &[impl Record], stamped: bool) -> Result<Option<usize>> {
+        match stamped {
+            true => self.run_stamped(ops).map(Some),
+            false => self.run(ops).map(|()| None),
+        }
+    }
+
     /// The durations of every pass timed since the last call, in order; one wait for the
     /// device (none if nothing is pending on the query set).
     pub fn pass_times(&self) -> Result<Vec<Duration>> {

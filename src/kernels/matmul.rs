@@ -543,10 +543,12 @@ fn backward_weight(
             let y = groups.div_ceil(65535);
             (entry, [groups.div_ceil(y), y, 1])
         };
-        let (entry, groups) = match (oc % 8, p) {
-            _ if flags != 0 || !oc.is_multiple_of(4) => ("matmul_bias_backward", groups_1d(words)),
-            (0, Precision::F32) => quads("matmul_bias_backward8", 8),
-            _ => quads("matmul_bias_backward4", 4),
+        let (entry, groups) = if flags != 0 || !oc.is_multiple_of(4) {
+            ("matmul_bias_backward", groups_1d(words))
+        } else if p == Precision::F32 && oc.is_multiple_of(8) {
+            quads("matmul_bias_backward8", 8)
+        } else {
+            quads("matmul_bias_backward4", 4)
         };
         ops.push(op(
             g,

@@ -236,13 +236,11 @@ impl Worker {
         }
         self.ops = ops;
         result?;
-        // the step's one wait for its timings: every timed pass's device time (none untimed)
-        let times = match input.timed {
-            true => match self.gpu.pass_times() {
-                Ok(t) => t,
-                Err(e) => return Err(self.fail(&Op::Optimizer, s, true, e.to_string())),
-            },
-            false => Vec::new(),
+        // the step's one wait for its timings: every timed pass's device time (no wait when
+        // the step timed none)
+        let times = match self.gpu.pass_times() {
+            Ok(t) => t,
+            Err(e) => return Err(self.fail(&Op::Optimizer, s, true, e.to_string())),
         };
         for (r, t) in timed {
             let d = times.get(t).ok_or_else(|| Failure {
@@ -367,10 +365,7 @@ impl Worker {
                 let _one = one(input.serial);
                 let h = self.cfg.adam_at(input.step);
                 for c in &self.chunks {
-                    match input.timed {
-                        true => sc.stamps.push(c.optim.step_stamped(&h, sc.norm_sq)?),
-                        false => c.optim.step(&h, sc.norm_sq)?,
-                    }
+                    sc.stamps.extend(c.optim.step(&h, sc.norm_sq, input.timed)?);
                 }
                 if input.serial.is_some() {
                     self.gpu.sync()?;

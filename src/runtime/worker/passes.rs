@@ -51,15 +51,10 @@ impl Worker {
         }
         let c = &self.chunks[a.chunk];
         let slot = *c.held.get(&a.micro).ok_or_else(|| missing(a))?;
-        // timed on the device, read back after the step (see `Gpu::run_stamped`)
-        let ops = c.ops(slot, a.kind, &segs)?;
-        let t = match input.timed {
-            true => Some(self.gpu.run_stamped(&ops)?),
-            false => {
-                self.gpu.run(&ops)?;
-                None
-            }
-        };
+        // timed on the device when the step is, read back after it (see `Gpu::run_stamped`)
+        let t = self
+            .gpu
+            .run_pass(&c.ops(slot, a.kind, &segs)?, input.timed)?;
         if input.serial.is_some() {
             // one device at a time: the pass is done before the next device starts
             self.gpu.sync()?;
