@@ -254,3 +254,58 @@ fn zero1_inside_pipeline_stages_shards_moments_and_keeps_the_bits() {
         );
     }
 }
+
+/// The thread ids of this process's worker threads (Linux), by name.
+#[cfg(target_os = "linux")]
+fn worker_threads() -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let name = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        let tid = e.file_name().to_string_lossy().parse().unwrap_or(0);
+        if name.starts_with("triaxis-dev-") {
+            out.push((name.trim().to_string(), tid));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Each device's worker runs on one thread for the life of the layout, started with it: every
+/// step finds the same threads, and they end with the layout.
+#[cfg(target_os = "linux")]
+#[test]
+fn each_worker_keeps_one_thread_across_steps_until_the_layout_ends() {
+    let _serial = one_at_a_time();
+    let Some(gpus) = gpu::test_gpus(4) else {
+        return;
+    };
+    let m = 2;
+    let data = batches(2 * m, 3);
+    assert!(worker_threads().is_empty(), "no worker thread before");
+    let mut e = Engine::new(&gpus, cfg(m), mesh(2, 1, 2, m), RuntimeOptions::default()).unwrap();
+    let started = worker_threads();
+    let names: Vec<&str> = started.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "triaxis-dev-0",
+            "triaxis-dev-1",
+            "triaxis-dev-2",
+            "triaxis-dev-3"
+        ]
+    );
+    for (s, b) in data.iter().enumerate() {
+        e.step(b, s).unwrap();
+        assert_eq!(worker_threads(), started, "step {s} ran on other threads");
+    }
+    drop(e);
+    let t0 = Instant::now();
+    while !worker_threads().is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "worker threads outlived their layout: {:?}",
+            worker_threads()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,17 +1,19 @@
 //! The runtime of a layout: its workers (one per device of this process), their communicator
-//! groups, and the step that runs every worker's program on a thread of its own.
+//! groups, and the step that runs every worker's program on a persistent thread of its own.
 //!
 //! ```text
 //! Runtime::new: Mesh ─▶ chunks per device ─▶ shapes ─lower─▶ Plan ─check─▶ workers + groups
-//! step(dp × m microbatches): worker d ◀─ its replica's m microbatches; one thread each;
-//!   the first failure (not the aborts it caused in its peers) is the step's error
+//! step(dp × m microbatches): worker d ◀─ its replica's m microbatches, on its own thread
+//!   (one per worker, started with the runtime); the first failure (not the aborts it caused
+//!   in its peers) is the step's error
 //! ```
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::check;
 use super::chunk::{Chunk, ChunkInfo, ChunkSpec};
+use super::crew::Crew;
 use super::exchange::{exchange_runs, exchange_shapes, ShapesByStage};
 use super::groups::groups;
 use super::ir::{ChunkShape, Plan};
@@ -47,6 +49,10 @@ pub struct Runtime {
     control: Option<Mutex<Box<dyn Communicator>>>,
     /// A step failed: the groups were aborted and are rebuilt before the next step.
     broken: bool,
+    /// One persistent thread per worker; a step lends each its worker.
+    crew: Crew,
+    /// How many workers this process runs (fewer in `workers` only if one was lost).
+    local: usize,
 }
 
 /// What one step did on every worker.
@@ -180,7 +186,7 @@ impl Runtime {
         }
         let plan = lower_with(&mesh, &schedule, &shapes, opts.prefetch)?;
         check(&plan, &mesh, &schedule, opts.channel_bound)?;
-        let workers = chunks
+        let workers: Vec<Worker> = chunks
             .into_iter()
             .zip(comms)
             .zip(local)
@@ -199,7 +205,10 @@ impl Runtime {
                 loss_log: None,
             })
             .collect();
+        let crew = Crew::new(&workers.iter().map(|w| w.device).collect::<Vec<_>>())?;
         Ok(Runtime {
+            local: workers.len(),
+            crew,
             mesh,
             cfg,
             schedule,
@@ -304,49 +313,46 @@ impl Runtime {
                 w.comms = c;
             }
         }
-        let serial = Turn::new(self.opts.serial_lock.as_deref())?;
+        if self.workers.len() != self.local {
+            return Err(Error::Device(
+                "a worker was lost with its thread in an earlier step; rebuild the runtime from \
+                 the last checkpoint"
+                    .into(),
+            ));
+        }
+        let serial = self
+            .opts
+            .serial
+            .then(|| Turn::new(self.opts.serial_lock.as_deref()).map(Arc::new))
+            .transpose()?;
         let t0 = Instant::now();
-        let (fault, reduce_fault) = (self.opts.fault, self.opts.reduce_fault);
-        let serial_ref = self.opts.serial.then_some(&serial);
-        let results: Vec<_> = std::thread::scope(|scope| {
-            let handles: Vec<_> = self
-                .workers
-                .iter_mut()
-                .map(|w| {
-                    let r = w.place.replica;
-                    let input = StepIn {
-                        batches: &batches[r * m..(r + 1) * m],
-                        step: s,
-                        fault,
-                        reduce_fault,
-                        grad_scale: self.opts.grad_scale.as_ref(),
-                        serial: serial_ref,
-                        timed: self.opts.device_clock,
-                        t0,
-                    };
-                    scope.spawn(move || w.run_step(&input))
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join()).collect()
-        });
+        let jobs: Vec<(Worker, StepIn)> = std::mem::take(&mut self.workers)
+            .into_iter()
+            .map(|w| {
+                let r = w.place.replica;
+                let input = StepIn {
+                    batches: batches[r * m..(r + 1) * m].to_vec(),
+                    step: s,
+                    fault: self.opts.fault,
+                    reduce_fault: self.opts.reduce_fault,
+                    grad_scale: self.opts.grad_scale.clone(),
+                    serial: serial.clone(),
+                    timed: self.opts.device_clock,
+                    t0,
+                };
+                (w, input)
+            })
+            .collect();
+        let done = self.crew.step(jobs);
         let wall = t0.elapsed().as_secs_f64();
-        let mut runs = Vec::with_capacity(results.len());
+        let done = done.inspect_err(|_| self.broken = true)?;
+        let mut runs = Vec::with_capacity(done.len());
         let mut failures = Vec::new();
-        for (i, r) in results.into_iter().enumerate() {
-            let d = self.workers[i].device;
+        for (w, r) in done {
+            self.workers.push(w);
             match r {
-                Ok(Ok(run)) => runs.push(run),
-                Ok(Err(f)) => failures.push(f),
-                Err(_) => failures.push(super::worker::Failure {
-                    primary: true,
-                    error: Error::Worker {
-                        device: d,
-                        stage: 0,
-                        action: "?".into(),
-                        step: s,
-                        msg: "worker thread panicked".into(),
-                    },
-                }),
+                Ok(run) => runs.push(run),
+                Err(f) => failures.push(f),
             }
         }
         if !failures.is_empty() {

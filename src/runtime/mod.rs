@@ -9,6 +9,7 @@
 
 pub mod check;
 mod chunk;
+mod crew;
 mod exchange;
 mod exec;
 pub mod fault;

@@ -8,6 +8,7 @@
 //! so every peer waiting on it stops at once instead of waiting out a timeout.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 mod passes;
@@ -96,16 +97,16 @@ pub(super) struct Failure {
 }
 
 /// The per-step inputs every worker shares.
-pub(super) struct StepIn<'a> {
+pub(super) struct StepIn {
     /// This replica's microbatches.
-    pub batches: &'a [(Vec<u32>, Vec<u32>)],
+    pub batches: Vec<(Vec<u32>, Vec<u32>)>,
     pub step: usize,
     pub fault: Option<Fault>,
     /// A fault in the `action`-th gradient reduction of `device` instead of a pass.
     pub reduce_fault: Option<Fault>,
     /// Test hook: a gradient scaled before the norm (see [`GradScale`]).
-    pub grad_scale: Option<&'a GradScale>,
-    pub serial: Option<&'a Turn>,
+    pub grad_scale: Option<GradScale>,
+    pub serial: Option<Arc<Turn>>,
     /// Time the passes for the device clock ([`RuntimeOptions::device_clock`]).
     pub timed: bool,
     pub t0: Instant,
@@ -302,7 +303,7 @@ impl Worker {
         };
         match op {
             Op::Compute { action, segs } => {
-                let _one = one(input.serial);
+                let _one = one(input.serial.as_deref());
                 let t = self.compute(action, segs.clone(), input, sc)?;
                 sc.stamps.extend(t);
             }
@@ -314,14 +315,14 @@ impl Worker {
                 let p = c.precision;
                 // serial: the staging waits for the device while no other device computes
                 let mut words: Vec<u32> = {
-                    let _one = one(input.serial);
+                    let _one = one(input.serial.as_deref());
                     self.gpu.download(&view)?
                 };
                 let bounds = crate::comm::even(words.len(), self.mesh.tp);
                 rec.link = comm_call(&mut *self.comms.tp, |c| {
                     crate::comm::all_reduce_words(c, p, &mut words, Algo::Ring, &bounds, *cut)
                 })?;
-                let _one = one(input.serial);
+                let _one = one(input.serial.as_deref());
                 self.gpu.upload(&view, &words)?;
             }
             Op::Send { action, to, flow } => {
@@ -353,16 +354,20 @@ impl Worker {
                     let at = c.words(&c.buffers.grads, range).slice(0, 1);
                     self.gpu.upload(&at, &[f32::NAN])?;
                 }
-                rec.link = self.reduce(*chunk, *bucket, *scatter, input.serial, sc)?;
+                rec.link = self.reduce(*chunk, *bucket, *scatter, input.serial.as_deref(), sc)?;
             }
             Op::GradNorm => {
-                if let Some(g) = input.grad_scale.filter(|g| g.device == self.device) {
+                if let Some(g) = input
+                    .grad_scale
+                    .as_ref()
+                    .filter(|g| g.device == self.device)
+                {
                     self.scale_grad(g)?;
                 }
                 self.grad_norm(input.step, sc)?
             }
             Op::Optimizer => {
-                let _one = one(input.serial);
+                let _one = one(input.serial.as_deref());
                 let h = self.cfg.adam_at(input.step);
                 for c in &self.chunks {
                     sc.stamps.extend(c.optim.step(&h, sc.norm_sq, input.timed)?);
@@ -379,14 +384,14 @@ impl Worker {
                 let (range, rel) = c.bucket_geometry(*bucket);
                 let view = c.words(&c.buffers.params, range);
                 let mut words: Vec<u32> = {
-                    let _one = one(input.serial);
+                    let _one = one(input.serial.as_deref());
                     self.gpu.download(&view)?
                 };
                 let bounds: Vec<usize> = rel.iter().map(|b| b / p.per_word()).collect();
                 rec.link = comm_call(&mut *self.comms.dp, |c| {
                     crate::comm::all_gather_words(c, p, &mut words, &bounds, *bucket)
                 })?;
-                let _one = one(input.serial);
+                let _one = one(input.serial.as_deref());
                 self.gpu.upload(&view, &words)?;
             }
         }
