@@ -186,7 +186,7 @@ pub(super) fn missing(a: &Action) -> Error {
     Error::Config(format!("{a:?}: its input or activations are missing"))
 }
 
-fn batch<'a>(input: &'a StepIn, micro: usize) -> Result<&'a (Vec<u32>, Vec<u32>)> {
+fn batch(input: &StepIn, micro: usize) -> Result<&(Vec<u32>, Vec<u32>)> {
     input
         .batches
         .get(micro)
