@@ -7,7 +7,8 @@
 //! ```text
 //! Session::step_once    src/session.rs         batches from the data cursor; checkpoint every N
 //!  └ Engine::step       src/engine.rs          the layout's one runtime; per-axis StepCosts
-//!    └ Runtime::step    src/runtime/exec.rs    one thread per worker, each given its replica's
+//!    └ Runtime::step    src/runtime/exec.rs    each worker handed to its own persistent thread
+//!      │                                       (runtime/crew.rs) with its replica's
 //!      │                                       microbatches; the first failure is the error
 //!      └ Worker::exec   src/runtime/worker.rs  its device's program (src/runtime/ir.rs), op by
 //!        │                                     op: compute, or download → communicator → upload
