@@ -33,19 +33,29 @@ pub(super) struct Crew {
 
 impl Crew {
     /// One thread for each of `devices` (global device numbers, in worker order), named
-    /// `triaxis-dev-{d}`.
+    /// `triaxis-dev-{d}`; each is running when this returns.
     pub fn new(devices: &[usize]) -> crate::error::Result<Crew> {
         let lanes = devices
             .iter()
             .map(|&device| {
                 let (jobs, take) = bounded::<(Worker, StepIn)>(1);
                 let (give, done) = bounded::<Done>(1);
+                let (up, started) = bounded::<()>(1);
                 let thread = std::thread::Builder::new()
                     .name(format!("triaxis-dev-{device}"))
-                    .spawn(move || serve(take, give))
+                    .spawn(move || {
+                        // running (and named): the crew is whole when `new` returns
+                        let _ = up.send(());
+                        serve(take, give)
+                    })
                     .map_err(|e| {
                         Error::Device(format!("cannot start device {device}'s worker thread: {e}"))
                     })?;
+                started.recv().map_err(|_| {
+                    Error::Device(format!(
+                        "device {device}'s worker thread ended as it started"
+                    ))
+                })?;
                 Ok(Lane {
                     device,
                     jobs: Some(jobs),
