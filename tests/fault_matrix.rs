@@ -352,6 +352,10 @@ fn signal_case(f: &Family) {
             "ck.safetensors",
             "--record",
             "run.json",
+            // the step in progress finishes however loaded the machine (the default 5 s grace
+            // and an abandoned step are run_end.rs's case)
+            "--stop-grace",
+            "120",
         ],
     )
     .expect("built above");
