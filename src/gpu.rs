@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::memory::{Allocation, Category, MemoryLedger, Usage};
 
+mod readback;
 mod timer;
 pub use timer::{Counts, Tally};
 
@@ -223,6 +224,8 @@ pub struct Gpu {
     /// the queue first in the next submit (or [`Gpu::sync`]), so they run in program order
     /// without a submit of their own (shared by every clone).
     pending: Arc<Mutex<Option<wgpu::CommandEncoder>>>,
+    /// The staging buffer downloads reuse (shared by every clone).
+    readback: Arc<readback::Readback>,
 }
 
 impl Gpu {
@@ -284,6 +287,7 @@ impl Gpu {
                 .allowed_usages
                 .contains(wgpu::TextureUsages::STORAGE_BINDING),
             pending: Arc::default(),
+            readback: Arc::default(),
         })
     }
 
@@ -482,20 +486,16 @@ impl Gpu {
         if size == 0 {
             return Ok(views.iter().map(|_| Vec::new()).collect());
         }
-        let _staged = Allocation::new(&self.memory, Category::Staging, size);
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("download"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let staging = self.readback.lend(&self.device, &self.memory, size);
         let mut enc = self.device.create_command_encoder(&Default::default());
         let mut at = 0;
         for v in views {
-            enc.copy_buffer_to_buffer(&v.buf, v.byte_offset(), &staging, at, v.bytes());
+            enc.copy_buffer_to_buffer(&v.buf, v.byte_offset(), &staging.buf, at, v.bytes());
             at += v.bytes();
         }
-        let all: Vec<T> = self.read_after(enc, &staging, size, "readback")?;
+        let all: Vec<T> = self.read_after(enc, &staging.buf, size, "readback")?;
+        // kept only after a clean read (unmapped): a failed one drops its buffer
+        self.readback.keep(staging);
         let mut out = Vec::with_capacity(views.len());
         let mut rest = &all[..];
         for v in views {

@@ -125,7 +125,8 @@ pub struct Usage {
     pub peak_total: u64,
     /// Buffers allocated since the ledger was made.
     pub allocations: u64,
-    /// Of those, host-transfer staging buffers (one per upload or download).
+    /// Of those, host-transfer staging buffers (one per upload, and per download that finds
+    /// the device's kept read-back buffer too small).
     #[serde(default)]
     pub staging_allocations: u64,
 }

@@ -39,17 +39,45 @@ fn allocations_are_counted_until_the_last_view_drops() {
     assert_eq!(g.memory().peak, g.memory().current);
 }
 
+/// A download's staging buffer is kept for the next download that fits (counted as staging
+/// while kept) and grows to the largest; an upload's staging counts only while it runs.
 #[test]
-fn transfers_count_as_staging_while_they_run() {
+fn downloads_reuse_one_kept_staging_buffer_and_uploads_stage_while_they_run() {
     let Some(g) = gpu::test_gpu() else { return };
     let v = common::buf(&g, &[1.0; 256]);
-    g.reset_memory_peaks();
+    let w = common::buf(&g, &[2.0; 512]);
     let before = g.memory();
     let back: Vec<f32> = g.download(&v).unwrap();
+    let first = g.memory();
+    assert_eq!(first.current.staging - before.current.staging, 1024, "kept");
+    for _ in 0..3 {
+        assert_eq!(g.download::<f32>(&v).unwrap(), back);
+    }
+    let again = g.memory();
+    assert_eq!(again.current.staging, first.current.staging);
+    assert_eq!(
+        again.staging_allocations, first.staging_allocations,
+        "a download that fits makes no buffer"
+    );
+    assert_eq!(g.download::<f32>(&w).unwrap(), vec![2.0; 512]);
+    let grown = g.memory();
+    assert_eq!(
+        grown.current.staging - before.current.staging,
+        2048,
+        "grown, not added"
+    );
+    assert_eq!(
+        g.download::<f32>(&v).unwrap(),
+        back,
+        "a smaller one fits the larger"
+    );
+    assert_eq!(g.memory().staging_allocations, grown.staging_allocations);
+    g.reset_memory_peaks();
+    let pre = g.memory();
     g.upload(&v, &back).unwrap();
-    let after = g.memory();
-    assert_eq!(after.current.staging, before.current.staging);
-    assert_eq!(after.peak.staging - before.current.staging, 1024);
+    let post = g.memory();
+    assert_eq!(post.current.staging, pre.current.staging);
+    assert_eq!(post.peak.staging - pre.current.staging, 1024);
 }
 
 #[test]
