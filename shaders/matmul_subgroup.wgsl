@@ -27,7 +27,8 @@
 // kernels (and every layout) give the same bits. The host pads A' to a multiple of 32 rows and
 // B' to a multiple of 16 texels across (the rows layouts to their own tile), so every fetch is in
 // range and no lane leaves before the broadcasts (they need the whole subgroup); store4 skips
-// what lies outside C.
+// what lies outside C. The store, put_c, comes from a prelude: element by element
+// (c_words.wgsl), or a Quad at a time where C allows (c_quads.wgsl).
 
 // The row of the tile accumulator i holds: i, or under A_ROWS 4·(i mod 8) + i / 8.
 fn acc_row(i: u32) -> u32 {
@@ -104,20 +105,20 @@ fn matmul_tex_sg8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(subgroup_invoca
         let a30 = subgroupBroadcast(f3, 6u); c30_0 = mac(c30_0, a30, B0); c30_1 = mac(c30_1, a30, B1);
         let a31 = subgroupBroadcast(f3, 7u); c31_0 = mac(c31_0, a31, B0); c31_1 = mac(c31_1, a31, B1);
     }
-    store4(m0 + acc_row(0u), n0, c0_0); store4(m0 + acc_row(0u), n0 + 4u, c0_1); store4(m0 + acc_row(1u), n0, c1_0); store4(m0 + acc_row(1u), n0 + 4u, c1_1);
-    store4(m0 + acc_row(2u), n0, c2_0); store4(m0 + acc_row(2u), n0 + 4u, c2_1); store4(m0 + acc_row(3u), n0, c3_0); store4(m0 + acc_row(3u), n0 + 4u, c3_1);
-    store4(m0 + acc_row(4u), n0, c4_0); store4(m0 + acc_row(4u), n0 + 4u, c4_1); store4(m0 + acc_row(5u), n0, c5_0); store4(m0 + acc_row(5u), n0 + 4u, c5_1);
-    store4(m0 + acc_row(6u), n0, c6_0); store4(m0 + acc_row(6u), n0 + 4u, c6_1); store4(m0 + acc_row(7u), n0, c7_0); store4(m0 + acc_row(7u), n0 + 4u, c7_1);
-    store4(m0 + acc_row(8u), n0, c8_0); store4(m0 + acc_row(8u), n0 + 4u, c8_1); store4(m0 + acc_row(9u), n0, c9_0); store4(m0 + acc_row(9u), n0 + 4u, c9_1);
-    store4(m0 + acc_row(10u), n0, c10_0); store4(m0 + acc_row(10u), n0 + 4u, c10_1); store4(m0 + acc_row(11u), n0, c11_0); store4(m0 + acc_row(11u), n0 + 4u, c11_1);
-    store4(m0 + acc_row(12u), n0, c12_0); store4(m0 + acc_row(12u), n0 + 4u, c12_1); store4(m0 + acc_row(13u), n0, c13_0); store4(m0 + acc_row(13u), n0 + 4u, c13_1);
-    store4(m0 + acc_row(14u), n0, c14_0); store4(m0 + acc_row(14u), n0 + 4u, c14_1); store4(m0 + acc_row(15u), n0, c15_0); store4(m0 + acc_row(15u), n0 + 4u, c15_1);
-    store4(m0 + acc_row(16u), n0, c16_0); store4(m0 + acc_row(16u), n0 + 4u, c16_1); store4(m0 + acc_row(17u), n0, c17_0); store4(m0 + acc_row(17u), n0 + 4u, c17_1);
-    store4(m0 + acc_row(18u), n0, c18_0); store4(m0 + acc_row(18u), n0 + 4u, c18_1); store4(m0 + acc_row(19u), n0, c19_0); store4(m0 + acc_row(19u), n0 + 4u, c19_1);
-    store4(m0 + acc_row(20u), n0, c20_0); store4(m0 + acc_row(20u), n0 + 4u, c20_1); store4(m0 + acc_row(21u), n0, c21_0); store4(m0 + acc_row(21u), n0 + 4u, c21_1);
-    store4(m0 + acc_row(22u), n0, c22_0); store4(m0 + acc_row(22u), n0 + 4u, c22_1); store4(m0 + acc_row(23u), n0, c23_0); store4(m0 + acc_row(23u), n0 + 4u, c23_1);
-    store4(m0 + acc_row(24u), n0, c24_0); store4(m0 + acc_row(24u), n0 + 4u, c24_1); store4(m0 + acc_row(25u), n0, c25_0); store4(m0 + acc_row(25u), n0 + 4u, c25_1);
-    store4(m0 + acc_row(26u), n0, c26_0); store4(m0 + acc_row(26u), n0 + 4u, c26_1); store4(m0 + acc_row(27u), n0, c27_0); store4(m0 + acc_row(27u), n0 + 4u, c27_1);
-    store4(m0 + acc_row(28u), n0, c28_0); store4(m0 + acc_row(28u), n0 + 4u, c28_1); store4(m0 + acc_row(29u), n0, c29_0); store4(m0 + acc_row(29u), n0 + 4u, c29_1);
-    store4(m0 + acc_row(30u), n0, c30_0); store4(m0 + acc_row(30u), n0 + 4u, c30_1); store4(m0 + acc_row(31u), n0, c31_0); store4(m0 + acc_row(31u), n0 + 4u, c31_1);
+    put_c(m0 + acc_row(0u), n0, c0_0); put_c(m0 + acc_row(0u), n0 + 4u, c0_1); put_c(m0 + acc_row(1u), n0, c1_0); put_c(m0 + acc_row(1u), n0 + 4u, c1_1);
+    put_c(m0 + acc_row(2u), n0, c2_0); put_c(m0 + acc_row(2u), n0 + 4u, c2_1); put_c(m0 + acc_row(3u), n0, c3_0); put_c(m0 + acc_row(3u), n0 + 4u, c3_1);
+    put_c(m0 + acc_row(4u), n0, c4_0); put_c(m0 + acc_row(4u), n0 + 4u, c4_1); put_c(m0 + acc_row(5u), n0, c5_0); put_c(m0 + acc_row(5u), n0 + 4u, c5_1);
+    put_c(m0 + acc_row(6u), n0, c6_0); put_c(m0 + acc_row(6u), n0 + 4u, c6_1); put_c(m0 + acc_row(7u), n0, c7_0); put_c(m0 + acc_row(7u), n0 + 4u, c7_1);
+    put_c(m0 + acc_row(8u), n0, c8_0); put_c(m0 + acc_row(8u), n0 + 4u, c8_1); put_c(m0 + acc_row(9u), n0, c9_0); put_c(m0 + acc_row(9u), n0 + 4u, c9_1);
+    put_c(m0 + acc_row(10u), n0, c10_0); put_c(m0 + acc_row(10u), n0 + 4u, c10_1); put_c(m0 + acc_row(11u), n0, c11_0); put_c(m0 + acc_row(11u), n0 + 4u, c11_1);
+    put_c(m0 + acc_row(12u), n0, c12_0); put_c(m0 + acc_row(12u), n0 + 4u, c12_1); put_c(m0 + acc_row(13u), n0, c13_0); put_c(m0 + acc_row(13u), n0 + 4u, c13_1);
+    put_c(m0 + acc_row(14u), n0, c14_0); put_c(m0 + acc_row(14u), n0 + 4u, c14_1); put_c(m0 + acc_row(15u), n0, c15_0); put_c(m0 + acc_row(15u), n0 + 4u, c15_1);
+    put_c(m0 + acc_row(16u), n0, c16_0); put_c(m0 + acc_row(16u), n0 + 4u, c16_1); put_c(m0 + acc_row(17u), n0, c17_0); put_c(m0 + acc_row(17u), n0 + 4u, c17_1);
+    put_c(m0 + acc_row(18u), n0, c18_0); put_c(m0 + acc_row(18u), n0 + 4u, c18_1); put_c(m0 + acc_row(19u), n0, c19_0); put_c(m0 + acc_row(19u), n0 + 4u, c19_1);
+    put_c(m0 + acc_row(20u), n0, c20_0); put_c(m0 + acc_row(20u), n0 + 4u, c20_1); put_c(m0 + acc_row(21u), n0, c21_0); put_c(m0 + acc_row(21u), n0 + 4u, c21_1);
+    put_c(m0 + acc_row(22u), n0, c22_0); put_c(m0 + acc_row(22u), n0 + 4u, c22_1); put_c(m0 + acc_row(23u), n0, c23_0); put_c(m0 + acc_row(23u), n0 + 4u, c23_1);
+    put_c(m0 + acc_row(24u), n0, c24_0); put_c(m0 + acc_row(24u), n0 + 4u, c24_1); put_c(m0 + acc_row(25u), n0, c25_0); put_c(m0 + acc_row(25u), n0 + 4u, c25_1);
+    put_c(m0 + acc_row(26u), n0, c26_0); put_c(m0 + acc_row(26u), n0 + 4u, c26_1); put_c(m0 + acc_row(27u), n0, c27_0); put_c(m0 + acc_row(27u), n0 + 4u, c27_1);
+    put_c(m0 + acc_row(28u), n0, c28_0); put_c(m0 + acc_row(28u), n0 + 4u, c28_1); put_c(m0 + acc_row(29u), n0, c29_0); put_c(m0 + acc_row(29u), n0 + 4u, c29_1);
+    put_c(m0 + acc_row(30u), n0, c30_0); put_c(m0 + acc_row(30u), n0 + 4u, c30_1); put_c(m0 + acc_row(31u), n0, c31_0); put_c(m0 + acc_row(31u), n0 + 4u, c31_1);
 }

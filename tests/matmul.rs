@@ -268,15 +268,23 @@ fn operands(
 }
 
 /// The subgroup kernel gives the portable texture kernel's bits (same sums in the same order),
-/// forward and backward, where the device has 8-lane subgroups; elsewhere it is refused.
+/// forward and backward, where the device has 8-lane subgroups; elsewhere it is refused. Both of
+/// its stores of C: a Quad at a time (every N a multiple of 4, edge tiles in both directions and
+/// the weight gradient accumulating) and element by element (N = 262 and 38).
 #[test]
 fn subgroup_kernel_gives_texture_bits() {
     let Some(g) = gpu::test_gpu() else { return };
     let mut rng = Rng::new(17);
-    let (n, c, oc) = (150, 36, 260);
-    let (_, [dyb, xb, wb, bb]) = operands(&g, &mut rng, (n, c, oc));
-    let out = poisoned(&g, n * oc);
     let sub = F32.with(Kernel::Subgroup);
+    for (n, c, oc) in [(150, 36, 260), (150, 38, 262)] {
+        subgroup_bits(&g, &mut rng, sub, (n, c, oc));
+    }
+}
+
+fn subgroup_bits(g: &Gpu, rng: &mut Rng, sub: Linear, (n, c, oc): (usize, usize, usize)) {
+    let g = g.clone();
+    let (_, [dyb, xb, wb, bb]) = operands(&g, rng, (n, c, oc));
+    let out = poisoned(&g, n * oc);
     if g.subgroup_lanes() != Some(8) {
         let Err(e) = k::matmul_forward(&g, sub, &out, &xb, &wb, None, n, c, oc) else {
             panic!("the subgroup kernel accepted a device without 8-lane subgroups");
@@ -305,7 +313,7 @@ fn subgroup_kernel_gives_texture_bits() {
     for (i, name) in ["out", "dinp", "dweight", "dbias"].iter().enumerate() {
         assert!(
             bits[0][i] == bits[1][i],
-            "{name}: subgroup bits differ from texture"
+            "{name}: subgroup bits differ from texture at n, c, oc = {n}, {c}, {oc}"
         );
     }
 }

@@ -58,9 +58,13 @@ macro_rules! matmul {
     };
 }
 
-/// The subgroup matmul kernel with its operands' rows layouts (A_ROWS, B_ROWS) fixed.
+/// The subgroup matmul kernel with its operands' rows layouts (A_ROWS, B_ROWS) and its store of
+/// C (`c_words`: element by element; `c_quads`: a Quad at a time) fixed.
 macro_rules! subgroup {
     ($a:literal, $b:literal, $store:ident, $texels:ident) => {
+        subgroup!($a, $b, $store, $texels, c_words)
+    };
+    ($a:literal, $b:literal, $store:ident, $texels:ident, $c:ident) => {
         concat!(
             "const A_ROWS: bool = ",
             stringify!($a),
@@ -68,6 +72,7 @@ macro_rules! subgroup {
             stringify!($b),
             ";\n",
             matmul!($store, $texels),
+            include_str!(concat!("../../shaders/", stringify!($c), ".wgsl")),
             include_str!("../../shaders/matmul_subgroup.wgsl")
         )
     };
@@ -109,6 +114,18 @@ pub const SHADERS: &[(&str, &str)] = &[
         subgroup!(false, true, store_f32, texels_f32),
     ),
     (
+        "matmul_subgroup_q",
+        subgroup!(false, false, store_f32, texels_f32, c_quads),
+    ),
+    (
+        "matmul_subgroup_a_rows_q",
+        subgroup!(true, false, store_f32, texels_f32, c_quads),
+    ),
+    (
+        "matmul_subgroup_b_rows_q",
+        subgroup!(false, true, store_f32, texels_f32, c_quads),
+    ),
+    (
         "matmul_subgroup_bf16",
         subgroup!(false, false, store_bf16, texels_f32),
     ),
@@ -121,6 +138,18 @@ pub const SHADERS: &[(&str, &str)] = &[
         subgroup!(false, true, store_bf16, texels_f32),
     ),
     (
+        "matmul_subgroup_bf16_q",
+        subgroup!(false, false, store_bf16, texels_f32, c_quads),
+    ),
+    (
+        "matmul_subgroup_bf16_a_rows_q",
+        subgroup!(true, false, store_bf16, texels_f32, c_quads),
+    ),
+    (
+        "matmul_subgroup_bf16_b_rows_q",
+        subgroup!(false, true, store_bf16, texels_f32, c_quads),
+    ),
+    (
         "matmul_subgroup_words",
         subgroup!(false, false, store_bf16, texels_words),
     ),
@@ -131,6 +160,18 @@ pub const SHADERS: &[(&str, &str)] = &[
     (
         "matmul_subgroup_words_b_rows",
         subgroup!(false, true, store_bf16, texels_words),
+    ),
+    (
+        "matmul_subgroup_words_q",
+        subgroup!(false, false, store_bf16, texels_words, c_quads),
+    ),
+    (
+        "matmul_subgroup_words_a_rows_q",
+        subgroup!(true, false, store_bf16, texels_words, c_quads),
+    ),
+    (
+        "matmul_subgroup_words_b_rows_q",
+        subgroup!(false, true, store_bf16, texels_words, c_quads),
     ),
     ("norm", family!(store_f32, norm)),
     ("norm_bf16", family!(store_bf16, norm)),

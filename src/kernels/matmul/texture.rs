@@ -49,39 +49,32 @@ impl Tex {
         }
     }
     /// The shader holding the kernel, for C and the bias stored in the layer's precision `p`,
-    /// texels of `words` (packed bf16) or f32, and (subgroup kernel) operands in the rows
-    /// layouts `rows`.
-    fn shader(self, p: Precision, words: bool, rows: Rows) -> &'static str {
+    /// texels of `words` (packed bf16) or f32, (subgroup kernel) operands in the rows layouts
+    /// `rows`, and C stored a Quad at a time where `quads` (every Quad of C whole: N % 4 == 0,
+    /// and C in `p`).
+    fn shader(self, p: Precision, words: bool, rows: Rows, quads: bool) -> &'static str {
         if self == Tex::Portable {
             return shader(p, words);
         }
         let texels = match (p, words) {
-            (Precision::F32, _) => 0,
-            (Precision::Bf16, false) => 1,
-            (Precision::Bf16, true) => 2,
+            (Precision::F32, _) => "",
+            (Precision::Bf16, false) => "_bf16",
+            (Precision::Bf16, true) => "_words",
         };
         let layout = match rows {
-            (false, false) => 0,
-            (true, _) => 1,
-            (false, true) => 2,
+            (false, false) => "",
+            (true, _) => "_a_rows",
+            (false, true) => "_b_rows",
         };
-        [
-            [
-                "matmul_subgroup",
-                "matmul_subgroup_a_rows",
-                "matmul_subgroup_b_rows",
-            ],
-            [
-                "matmul_subgroup_bf16",
-                "matmul_subgroup_bf16_a_rows",
-                "matmul_subgroup_bf16_b_rows",
-            ],
-            [
-                "matmul_subgroup_words",
-                "matmul_subgroup_words_a_rows",
-                "matmul_subgroup_words_b_rows",
-            ],
-        ][texels][layout]
+        let name = format!(
+            "matmul_subgroup{texels}{layout}{}",
+            if quads { "_q" } else { "" }
+        );
+        crate::kernels::SHADERS
+            .iter()
+            .map(|(n, _)| *n)
+            .find(|n| *n == name)
+            .unwrap_or("(a subgroup matmul shader not in the registry)")
     }
     fn entry(self) -> &'static str {
         match self {
@@ -413,6 +406,8 @@ pub(super) fn product(
     }
     let (ta, tb) = (&pa.view, &pb.view);
     let dims = [m, n, k.div_ceil(4), 0, 0, flags as usize, 0, 0].map(|x| x as u32);
+    // C_F32 (under bf16) stores f32 words, which the bf16 Quad store does not
+    let quads = n.is_multiple_of(4) && (p == Precision::F32 || flags & super::C_F32 == 0);
     let resources = vec![
         binding(c)?,
         wgpu::BindingResource::TextureView(ta),
@@ -427,7 +422,7 @@ pub(super) fn product(
     ];
     let mut op = tex_op(
         g,
-        kernel.shader(p, words, rows),
+        kernel.shader(p, words, rows, quads),
         kernel.entry(),
         &dims,
         resources,
