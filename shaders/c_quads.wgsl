@@ -1,8 +1,9 @@
-// The subgroup kernel's store of C[m, n .. n+3] as one Quad, for an f32 C whose N is a multiple
-// of 4 (the host takes this module only then): a Quad lies wholly inside C or wholly past its
-// last column, so it is written whole or skipped. On lavapipe one Quad store per lane replaces
-// four scalar ones. Each element is the same sum as store4's (v, plus the old value when
-// ACCUMULATE), so the same bits.
+// The texture kernels' store of C[m, n .. n+3] as one Quad (four f32 words, or two words of
+// bf16 pairs), for a C stored in the family's precision whose N is a multiple of 4 (the host
+// takes this module only then): a Quad lies wholly inside C or wholly past its last column, so
+// it is written whole or skipped. On lavapipe one Quad store per lane replaces four scalar
+// ones. Each element is store4's sum (v, plus the old value when ACCUMULATE) rounded as store4
+// rounds it, so the same bits.
 @group(0) @binding(1) var<storage, read_write> c_quads: array<Quad>;
 
 fn put_c(m: u32, n: u32, v: vec4<f32>) {

@@ -425,22 +425,22 @@ fn matmul_tex(@builtin(global_invocation_id) gid: vec3<u32>) {
         c14_0 = mac(c14_0, a14, B0); c14_1 = mac(c14_1, a14, B1); c14_2 = mac(c14_2, a14, B2); c14_3 = mac(c14_3, a14, B3);
         c15_0 = mac(c15_0, a15, B0); c15_1 = mac(c15_1, a15, B1); c15_2 = mac(c15_2, a15, B2); c15_3 = mac(c15_3, a15, B3);
     }
-    store4(m0 + 0u, n0 + 0u, c0_0); store4(m0 + 0u, n0 + 4u, c0_1); store4(m0 + 0u, n0 + 8u, c0_2); store4(m0 + 0u, n0 + 12u, c0_3);
-    store4(m0 + 1u, n0 + 0u, c1_0); store4(m0 + 1u, n0 + 4u, c1_1); store4(m0 + 1u, n0 + 8u, c1_2); store4(m0 + 1u, n0 + 12u, c1_3);
-    store4(m0 + 2u, n0 + 0u, c2_0); store4(m0 + 2u, n0 + 4u, c2_1); store4(m0 + 2u, n0 + 8u, c2_2); store4(m0 + 2u, n0 + 12u, c2_3);
-    store4(m0 + 3u, n0 + 0u, c3_0); store4(m0 + 3u, n0 + 4u, c3_1); store4(m0 + 3u, n0 + 8u, c3_2); store4(m0 + 3u, n0 + 12u, c3_3);
-    store4(m0 + 4u, n0 + 0u, c4_0); store4(m0 + 4u, n0 + 4u, c4_1); store4(m0 + 4u, n0 + 8u, c4_2); store4(m0 + 4u, n0 + 12u, c4_3);
-    store4(m0 + 5u, n0 + 0u, c5_0); store4(m0 + 5u, n0 + 4u, c5_1); store4(m0 + 5u, n0 + 8u, c5_2); store4(m0 + 5u, n0 + 12u, c5_3);
-    store4(m0 + 6u, n0 + 0u, c6_0); store4(m0 + 6u, n0 + 4u, c6_1); store4(m0 + 6u, n0 + 8u, c6_2); store4(m0 + 6u, n0 + 12u, c6_3);
-    store4(m0 + 7u, n0 + 0u, c7_0); store4(m0 + 7u, n0 + 4u, c7_1); store4(m0 + 7u, n0 + 8u, c7_2); store4(m0 + 7u, n0 + 12u, c7_3);
-    store4(m0 + 8u, n0 + 0u, c8_0); store4(m0 + 8u, n0 + 4u, c8_1); store4(m0 + 8u, n0 + 8u, c8_2); store4(m0 + 8u, n0 + 12u, c8_3);
-    store4(m0 + 9u, n0 + 0u, c9_0); store4(m0 + 9u, n0 + 4u, c9_1); store4(m0 + 9u, n0 + 8u, c9_2); store4(m0 + 9u, n0 + 12u, c9_3);
-    store4(m0 + 10u, n0 + 0u, c10_0); store4(m0 + 10u, n0 + 4u, c10_1); store4(m0 + 10u, n0 + 8u, c10_2); store4(m0 + 10u, n0 + 12u, c10_3);
-    store4(m0 + 11u, n0 + 0u, c11_0); store4(m0 + 11u, n0 + 4u, c11_1); store4(m0 + 11u, n0 + 8u, c11_2); store4(m0 + 11u, n0 + 12u, c11_3);
-    store4(m0 + 12u, n0 + 0u, c12_0); store4(m0 + 12u, n0 + 4u, c12_1); store4(m0 + 12u, n0 + 8u, c12_2); store4(m0 + 12u, n0 + 12u, c12_3);
-    store4(m0 + 13u, n0 + 0u, c13_0); store4(m0 + 13u, n0 + 4u, c13_1); store4(m0 + 13u, n0 + 8u, c13_2); store4(m0 + 13u, n0 + 12u, c13_3);
-    store4(m0 + 14u, n0 + 0u, c14_0); store4(m0 + 14u, n0 + 4u, c14_1); store4(m0 + 14u, n0 + 8u, c14_2); store4(m0 + 14u, n0 + 12u, c14_3);
-    store4(m0 + 15u, n0 + 0u, c15_0); store4(m0 + 15u, n0 + 4u, c15_1); store4(m0 + 15u, n0 + 8u, c15_2); store4(m0 + 15u, n0 + 12u, c15_3);
+    put_c(m0 + 0u, n0 + 0u, c0_0); put_c(m0 + 0u, n0 + 4u, c0_1); put_c(m0 + 0u, n0 + 8u, c0_2); put_c(m0 + 0u, n0 + 12u, c0_3);
+    put_c(m0 + 1u, n0 + 0u, c1_0); put_c(m0 + 1u, n0 + 4u, c1_1); put_c(m0 + 1u, n0 + 8u, c1_2); put_c(m0 + 1u, n0 + 12u, c1_3);
+    put_c(m0 + 2u, n0 + 0u, c2_0); put_c(m0 + 2u, n0 + 4u, c2_1); put_c(m0 + 2u, n0 + 8u, c2_2); put_c(m0 + 2u, n0 + 12u, c2_3);
+    put_c(m0 + 3u, n0 + 0u, c3_0); put_c(m0 + 3u, n0 + 4u, c3_1); put_c(m0 + 3u, n0 + 8u, c3_2); put_c(m0 + 3u, n0 + 12u, c3_3);
+    put_c(m0 + 4u, n0 + 0u, c4_0); put_c(m0 + 4u, n0 + 4u, c4_1); put_c(m0 + 4u, n0 + 8u, c4_2); put_c(m0 + 4u, n0 + 12u, c4_3);
+    put_c(m0 + 5u, n0 + 0u, c5_0); put_c(m0 + 5u, n0 + 4u, c5_1); put_c(m0 + 5u, n0 + 8u, c5_2); put_c(m0 + 5u, n0 + 12u, c5_3);
+    put_c(m0 + 6u, n0 + 0u, c6_0); put_c(m0 + 6u, n0 + 4u, c6_1); put_c(m0 + 6u, n0 + 8u, c6_2); put_c(m0 + 6u, n0 + 12u, c6_3);
+    put_c(m0 + 7u, n0 + 0u, c7_0); put_c(m0 + 7u, n0 + 4u, c7_1); put_c(m0 + 7u, n0 + 8u, c7_2); put_c(m0 + 7u, n0 + 12u, c7_3);
+    put_c(m0 + 8u, n0 + 0u, c8_0); put_c(m0 + 8u, n0 + 4u, c8_1); put_c(m0 + 8u, n0 + 8u, c8_2); put_c(m0 + 8u, n0 + 12u, c8_3);
+    put_c(m0 + 9u, n0 + 0u, c9_0); put_c(m0 + 9u, n0 + 4u, c9_1); put_c(m0 + 9u, n0 + 8u, c9_2); put_c(m0 + 9u, n0 + 12u, c9_3);
+    put_c(m0 + 10u, n0 + 0u, c10_0); put_c(m0 + 10u, n0 + 4u, c10_1); put_c(m0 + 10u, n0 + 8u, c10_2); put_c(m0 + 10u, n0 + 12u, c10_3);
+    put_c(m0 + 11u, n0 + 0u, c11_0); put_c(m0 + 11u, n0 + 4u, c11_1); put_c(m0 + 11u, n0 + 8u, c11_2); put_c(m0 + 11u, n0 + 12u, c11_3);
+    put_c(m0 + 12u, n0 + 0u, c12_0); put_c(m0 + 12u, n0 + 4u, c12_1); put_c(m0 + 12u, n0 + 8u, c12_2); put_c(m0 + 12u, n0 + 12u, c12_3);
+    put_c(m0 + 13u, n0 + 0u, c13_0); put_c(m0 + 13u, n0 + 4u, c13_1); put_c(m0 + 13u, n0 + 8u, c13_2); put_c(m0 + 13u, n0 + 12u, c13_3);
+    put_c(m0 + 14u, n0 + 0u, c14_0); put_c(m0 + 14u, n0 + 4u, c14_1); put_c(m0 + 14u, n0 + 8u, c14_2); put_c(m0 + 14u, n0 + 12u, c14_3);
+    put_c(m0 + 15u, n0 + 0u, c15_0); put_c(m0 + 15u, n0 + 4u, c15_1); put_c(m0 + 15u, n0 + 8u, c15_2); put_c(m0 + 15u, n0 + 12u, c15_3);
 }
 
 // ---- matmul_pad(dst, src): dst[r, col] = src[r·ld + col] for col < cols, 0 up to the stride

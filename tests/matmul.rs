@@ -297,7 +297,8 @@ fn subgroup_bits(g: &Gpu, rng: &mut Rng, sub: Linear, (n, c, oc): (usize, usize,
         return;
     }
     let mut bits = Vec::new();
-    for l in [TEXTURE, sub] {
+    // the buffer kernel stores element by element at every N: the reference for both stores
+    for l in [F32.with(Kernel::Buffer), TEXTURE, sub] {
         let (out, dinp) = (poisoned(&g, n * oc), poisoned(&g, n * c));
         let (dw, db) = (buf(&g, &vec![0.5; oc * c]), buf(&g, &vec![0.5; oc]));
         let mut ops = k::matmul_forward(&g, l, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
@@ -311,10 +312,12 @@ fn subgroup_bits(g: &Gpu, rng: &mut Rng, sub: Linear, (n, c, oc): (usize, usize,
         bits.push(got);
     }
     for (i, name) in ["out", "dinp", "dweight", "dbias"].iter().enumerate() {
-        assert!(
-            bits[0][i] == bits[1][i],
-            "{name}: subgroup bits differ from texture at n, c, oc = {n}, {c}, {oc}"
-        );
+        for (k, kernel) in [(1, "texture"), (2, "subgroup")] {
+            assert!(
+                bits[0][i] == bits[k][i],
+                "{name}: {kernel} bits differ from the buffer kernel's at n, c, oc = {n}, {c}, {oc}"
+            );
+        }
     }
 }
 

@@ -46,20 +46,25 @@ macro_rules! family {
     };
 }
 
-/// The matmul family behind a storage prelude and a texel prelude (`texels_f32`: f32 texels;
-/// `texels_words`: packed bf16 texels, for products of two bf16 operands).
+/// The matmul family behind a storage prelude, a texel prelude (`texels_f32`: f32 texels;
+/// `texels_words`: packed bf16 texels, for products of two bf16 operands) and the texture
+/// kernels' store of C (`c_words`: element by element; `c_quads`: a Quad at a time).
 macro_rules! matmul {
     ($store:ident, $texels:ident) => {
+        matmul!($store, $texels, c_words)
+    };
+    ($store:ident, $texels:ident, $c:ident) => {
         concat!(
             store!($store),
             include_str!(concat!("../../shaders/", stringify!($texels), ".wgsl")),
+            include_str!(concat!("../../shaders/", stringify!($c), ".wgsl")),
             include_str!("../../shaders/matmul.wgsl")
         )
     };
 }
 
 /// The subgroup matmul kernel with its operands' rows layouts (A_ROWS, B_ROWS) and its store of
-/// C (`c_words`: element by element; `c_quads`: a Quad at a time) fixed.
+/// C fixed.
 macro_rules! subgroup {
     ($a:literal, $b:literal, $store:ident, $texels:ident) => {
         subgroup!($a, $b, $store, $texels, c_words)
@@ -71,8 +76,7 @@ macro_rules! subgroup {
             ";\nconst B_ROWS: bool = ",
             stringify!($b),
             ";\n",
-            matmul!($store, $texels),
-            include_str!(concat!("../../shaders/", stringify!($c), ".wgsl")),
+            matmul!($store, $texels, $c),
             include_str!("../../shaders/matmul_subgroup.wgsl")
         )
     };
@@ -101,6 +105,12 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("matmul", matmul!(store_f32, texels_f32)),
     ("matmul_bf16", matmul!(store_bf16, texels_f32)),
     ("matmul_bf16_words", matmul!(store_bf16, texels_words)),
+    ("matmul_q", matmul!(store_f32, texels_f32, c_quads)),
+    ("matmul_bf16_q", matmul!(store_bf16, texels_f32, c_quads)),
+    (
+        "matmul_bf16_words_q",
+        matmul!(store_bf16, texels_words, c_quads),
+    ),
     (
         "matmul_subgroup",
         subgroup!(false, false, store_f32, texels_f32),

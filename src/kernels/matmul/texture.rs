@@ -54,7 +54,12 @@ impl Tex {
     /// and C in `p`).
     fn shader(self, p: Precision, words: bool, rows: Rows, quads: bool) -> &'static str {
         if self == Tex::Portable {
-            return shader(p, words);
+            return match (shader(p, words), quads) {
+                ("matmul", true) => "matmul_q",
+                ("matmul_bf16", true) => "matmul_bf16_q",
+                ("matmul_bf16_words", true) => "matmul_bf16_words_q",
+                (words, _) => words,
+            };
         }
         let texels = match (p, words) {
             (Precision::F32, _) => "",
