@@ -172,14 +172,14 @@ fn matmul_nt(@builtin(global_invocation_id) gid: vec3<u32>) {
         c6_0 = mac(c6_0, a6, B0); c6_1 = mac(c6_1, a6, B1); c6_2 = mac(c6_2, a6, B2); c6_3 = mac(c6_3, a6, B3);
         c7_0 = mac(c7_0, a7, B0); c7_1 = mac(c7_1, a7, B1); c7_2 = mac(c7_2, a7, B2); c7_3 = mac(c7_3, a7, B3);
     }
-    store4(m0 + 0u, n0 + 0u, c0_0); store4(m0 + 0u, n0 + 4u, c0_1); store4(m0 + 0u, n0 + 8u, c0_2); store4(m0 + 0u, n0 + 12u, c0_3);
-    store4(m0 + 1u, n0 + 0u, c1_0); store4(m0 + 1u, n0 + 4u, c1_1); store4(m0 + 1u, n0 + 8u, c1_2); store4(m0 + 1u, n0 + 12u, c1_3);
-    store4(m0 + 2u, n0 + 0u, c2_0); store4(m0 + 2u, n0 + 4u, c2_1); store4(m0 + 2u, n0 + 8u, c2_2); store4(m0 + 2u, n0 + 12u, c2_3);
-    store4(m0 + 3u, n0 + 0u, c3_0); store4(m0 + 3u, n0 + 4u, c3_1); store4(m0 + 3u, n0 + 8u, c3_2); store4(m0 + 3u, n0 + 12u, c3_3);
-    store4(m0 + 4u, n0 + 0u, c4_0); store4(m0 + 4u, n0 + 4u, c4_1); store4(m0 + 4u, n0 + 8u, c4_2); store4(m0 + 4u, n0 + 12u, c4_3);
-    store4(m0 + 5u, n0 + 0u, c5_0); store4(m0 + 5u, n0 + 4u, c5_1); store4(m0 + 5u, n0 + 8u, c5_2); store4(m0 + 5u, n0 + 12u, c5_3);
-    store4(m0 + 6u, n0 + 0u, c6_0); store4(m0 + 6u, n0 + 4u, c6_1); store4(m0 + 6u, n0 + 8u, c6_2); store4(m0 + 6u, n0 + 12u, c6_3);
-    store4(m0 + 7u, n0 + 0u, c7_0); store4(m0 + 7u, n0 + 4u, c7_1); store4(m0 + 7u, n0 + 8u, c7_2); store4(m0 + 7u, n0 + 12u, c7_3);
+    put_c(m0 + 0u, n0 + 0u, c0_0); put_c(m0 + 0u, n0 + 4u, c0_1); put_c(m0 + 0u, n0 + 8u, c0_2); put_c(m0 + 0u, n0 + 12u, c0_3);
+    put_c(m0 + 1u, n0 + 0u, c1_0); put_c(m0 + 1u, n0 + 4u, c1_1); put_c(m0 + 1u, n0 + 8u, c1_2); put_c(m0 + 1u, n0 + 12u, c1_3);
+    put_c(m0 + 2u, n0 + 0u, c2_0); put_c(m0 + 2u, n0 + 4u, c2_1); put_c(m0 + 2u, n0 + 8u, c2_2); put_c(m0 + 2u, n0 + 12u, c2_3);
+    put_c(m0 + 3u, n0 + 0u, c3_0); put_c(m0 + 3u, n0 + 4u, c3_1); put_c(m0 + 3u, n0 + 8u, c3_2); put_c(m0 + 3u, n0 + 12u, c3_3);
+    put_c(m0 + 4u, n0 + 0u, c4_0); put_c(m0 + 4u, n0 + 4u, c4_1); put_c(m0 + 4u, n0 + 8u, c4_2); put_c(m0 + 4u, n0 + 12u, c4_3);
+    put_c(m0 + 5u, n0 + 0u, c5_0); put_c(m0 + 5u, n0 + 4u, c5_1); put_c(m0 + 5u, n0 + 8u, c5_2); put_c(m0 + 5u, n0 + 12u, c5_3);
+    put_c(m0 + 6u, n0 + 0u, c6_0); put_c(m0 + 6u, n0 + 4u, c6_1); put_c(m0 + 6u, n0 + 8u, c6_2); put_c(m0 + 6u, n0 + 12u, c6_3);
+    put_c(m0 + 7u, n0 + 0u, c7_0); put_c(m0 + 7u, n0 + 4u, c7_1); put_c(m0 + 7u, n0 + 8u, c7_2); put_c(m0 + 7u, n0 + 12u, c7_3);
 }
 
 // ---- matmul_nn(c, a, b, bias): A[M,K] padded along K (sa = ⌈K/4⌉), B[K,N] (sb = ⌈N/4⌉) ----
@@ -224,14 +224,14 @@ fn matmul_nn(@builtin(global_invocation_id) gid: vec3<u32>) {
         c6_0 = mac(c6_0, a6, B0); c6_1 = mac(c6_1, a6, B1); c6_2 = mac(c6_2, a6, B2); c6_3 = mac(c6_3, a6, B3);
         c7_0 = mac(c7_0, a7, B0); c7_1 = mac(c7_1, a7, B1); c7_2 = mac(c7_2, a7, B2); c7_3 = mac(c7_3, a7, B3);
     }
-    store4(m0 + 0u, n0 + 0u, c0_0); store4(m0 + 0u, n0 + 4u, c0_1); store4(m0 + 0u, n0 + 8u, c0_2); store4(m0 + 0u, n0 + 12u, c0_3);
-    store4(m0 + 1u, n0 + 0u, c1_0); store4(m0 + 1u, n0 + 4u, c1_1); store4(m0 + 1u, n0 + 8u, c1_2); store4(m0 + 1u, n0 + 12u, c1_3);
-    store4(m0 + 2u, n0 + 0u, c2_0); store4(m0 + 2u, n0 + 4u, c2_1); store4(m0 + 2u, n0 + 8u, c2_2); store4(m0 + 2u, n0 + 12u, c2_3);
-    store4(m0 + 3u, n0 + 0u, c3_0); store4(m0 + 3u, n0 + 4u, c3_1); store4(m0 + 3u, n0 + 8u, c3_2); store4(m0 + 3u, n0 + 12u, c3_3);
-    store4(m0 + 4u, n0 + 0u, c4_0); store4(m0 + 4u, n0 + 4u, c4_1); store4(m0 + 4u, n0 + 8u, c4_2); store4(m0 + 4u, n0 + 12u, c4_3);
-    store4(m0 + 5u, n0 + 0u, c5_0); store4(m0 + 5u, n0 + 4u, c5_1); store4(m0 + 5u, n0 + 8u, c5_2); store4(m0 + 5u, n0 + 12u, c5_3);
-    store4(m0 + 6u, n0 + 0u, c6_0); store4(m0 + 6u, n0 + 4u, c6_1); store4(m0 + 6u, n0 + 8u, c6_2); store4(m0 + 6u, n0 + 12u, c6_3);
-    store4(m0 + 7u, n0 + 0u, c7_0); store4(m0 + 7u, n0 + 4u, c7_1); store4(m0 + 7u, n0 + 8u, c7_2); store4(m0 + 7u, n0 + 12u, c7_3);
+    put_c(m0 + 0u, n0 + 0u, c0_0); put_c(m0 + 0u, n0 + 4u, c0_1); put_c(m0 + 0u, n0 + 8u, c0_2); put_c(m0 + 0u, n0 + 12u, c0_3);
+    put_c(m0 + 1u, n0 + 0u, c1_0); put_c(m0 + 1u, n0 + 4u, c1_1); put_c(m0 + 1u, n0 + 8u, c1_2); put_c(m0 + 1u, n0 + 12u, c1_3);
+    put_c(m0 + 2u, n0 + 0u, c2_0); put_c(m0 + 2u, n0 + 4u, c2_1); put_c(m0 + 2u, n0 + 8u, c2_2); put_c(m0 + 2u, n0 + 12u, c2_3);
+    put_c(m0 + 3u, n0 + 0u, c3_0); put_c(m0 + 3u, n0 + 4u, c3_1); put_c(m0 + 3u, n0 + 8u, c3_2); put_c(m0 + 3u, n0 + 12u, c3_3);
+    put_c(m0 + 4u, n0 + 0u, c4_0); put_c(m0 + 4u, n0 + 4u, c4_1); put_c(m0 + 4u, n0 + 8u, c4_2); put_c(m0 + 4u, n0 + 12u, c4_3);
+    put_c(m0 + 5u, n0 + 0u, c5_0); put_c(m0 + 5u, n0 + 4u, c5_1); put_c(m0 + 5u, n0 + 8u, c5_2); put_c(m0 + 5u, n0 + 12u, c5_3);
+    put_c(m0 + 6u, n0 + 0u, c6_0); put_c(m0 + 6u, n0 + 4u, c6_1); put_c(m0 + 6u, n0 + 8u, c6_2); put_c(m0 + 6u, n0 + 12u, c6_3);
+    put_c(m0 + 7u, n0 + 0u, c7_0); put_c(m0 + 7u, n0 + 4u, c7_1); put_c(m0 + 7u, n0 + 8u, c7_2); put_c(m0 + 7u, n0 + 12u, c7_3);
 }
 
 // ---- matmul_tn(c, a, b, bias): A[K,M] (sa = ⌈M/4⌉), B[K,N] (sb = ⌈N/4⌉), any K ----
@@ -287,14 +287,14 @@ fn matmul_tn(@builtin(global_invocation_id) gid: vec3<u32>) {
         c6_0 = fma(vec4<f32>(a1[2]), b0, c6_0); c6_1 = fma(vec4<f32>(a1[2]), b1, c6_1); c6_2 = fma(vec4<f32>(a1[2]), b2, c6_2); c6_3 = fma(vec4<f32>(a1[2]), b3, c6_3);
         c7_0 = fma(vec4<f32>(a1[3]), b0, c7_0); c7_1 = fma(vec4<f32>(a1[3]), b1, c7_1); c7_2 = fma(vec4<f32>(a1[3]), b2, c7_2); c7_3 = fma(vec4<f32>(a1[3]), b3, c7_3);
     }
-    store4(m0 + 0u, n0 + 0u, c0_0); store4(m0 + 0u, n0 + 4u, c0_1); store4(m0 + 0u, n0 + 8u, c0_2); store4(m0 + 0u, n0 + 12u, c0_3);
-    store4(m0 + 1u, n0 + 0u, c1_0); store4(m0 + 1u, n0 + 4u, c1_1); store4(m0 + 1u, n0 + 8u, c1_2); store4(m0 + 1u, n0 + 12u, c1_3);
-    store4(m0 + 2u, n0 + 0u, c2_0); store4(m0 + 2u, n0 + 4u, c2_1); store4(m0 + 2u, n0 + 8u, c2_2); store4(m0 + 2u, n0 + 12u, c2_3);
-    store4(m0 + 3u, n0 + 0u, c3_0); store4(m0 + 3u, n0 + 4u, c3_1); store4(m0 + 3u, n0 + 8u, c3_2); store4(m0 + 3u, n0 + 12u, c3_3);
-    store4(m0 + 4u, n0 + 0u, c4_0); store4(m0 + 4u, n0 + 4u, c4_1); store4(m0 + 4u, n0 + 8u, c4_2); store4(m0 + 4u, n0 + 12u, c4_3);
-    store4(m0 + 5u, n0 + 0u, c5_0); store4(m0 + 5u, n0 + 4u, c5_1); store4(m0 + 5u, n0 + 8u, c5_2); store4(m0 + 5u, n0 + 12u, c5_3);
-    store4(m0 + 6u, n0 + 0u, c6_0); store4(m0 + 6u, n0 + 4u, c6_1); store4(m0 + 6u, n0 + 8u, c6_2); store4(m0 + 6u, n0 + 12u, c6_3);
-    store4(m0 + 7u, n0 + 0u, c7_0); store4(m0 + 7u, n0 + 4u, c7_1); store4(m0 + 7u, n0 + 8u, c7_2); store4(m0 + 7u, n0 + 12u, c7_3);
+    put_c(m0 + 0u, n0 + 0u, c0_0); put_c(m0 + 0u, n0 + 4u, c0_1); put_c(m0 + 0u, n0 + 8u, c0_2); put_c(m0 + 0u, n0 + 12u, c0_3);
+    put_c(m0 + 1u, n0 + 0u, c1_0); put_c(m0 + 1u, n0 + 4u, c1_1); put_c(m0 + 1u, n0 + 8u, c1_2); put_c(m0 + 1u, n0 + 12u, c1_3);
+    put_c(m0 + 2u, n0 + 0u, c2_0); put_c(m0 + 2u, n0 + 4u, c2_1); put_c(m0 + 2u, n0 + 8u, c2_2); put_c(m0 + 2u, n0 + 12u, c2_3);
+    put_c(m0 + 3u, n0 + 0u, c3_0); put_c(m0 + 3u, n0 + 4u, c3_1); put_c(m0 + 3u, n0 + 8u, c3_2); put_c(m0 + 3u, n0 + 12u, c3_3);
+    put_c(m0 + 4u, n0 + 0u, c4_0); put_c(m0 + 4u, n0 + 4u, c4_1); put_c(m0 + 4u, n0 + 8u, c4_2); put_c(m0 + 4u, n0 + 12u, c4_3);
+    put_c(m0 + 5u, n0 + 0u, c5_0); put_c(m0 + 5u, n0 + 4u, c5_1); put_c(m0 + 5u, n0 + 8u, c5_2); put_c(m0 + 5u, n0 + 12u, c5_3);
+    put_c(m0 + 6u, n0 + 0u, c6_0); put_c(m0 + 6u, n0 + 4u, c6_1); put_c(m0 + 6u, n0 + 8u, c6_2); put_c(m0 + 6u, n0 + 12u, c6_3);
+    put_c(m0 + 7u, n0 + 0u, c7_0); put_c(m0 + 7u, n0 + 4u, c7_1); put_c(m0 + 7u, n0 + 8u, c7_2); put_c(m0 + 7u, n0 + 12u, c7_3);
 }
 
 // ---- Texture path: matmul_pack + matmul_tex ----------------------------------------------------

@@ -268,9 +268,10 @@ fn operands(
 }
 
 /// The subgroup kernel gives the portable texture kernel's bits (same sums in the same order),
-/// forward and backward, where the device has 8-lane subgroups; elsewhere it is refused. Both of
-/// its stores of C: a Quad at a time (every N a multiple of 4, edge tiles in both directions and
-/// the weight gradient accumulating) and element by element (N = 262 and 38).
+/// forward and backward, where the device has 8-lane subgroups; elsewhere it is refused; the
+/// buffer kernel gives them too. Both stores of C: a Quad at a time (every N a multiple of 4,
+/// edge tiles in both directions and the weight gradient accumulating) and element by element
+/// (N = 262 and 38).
 #[test]
 fn subgroup_kernel_gives_texture_bits() {
     let Some(g) = gpu::test_gpu() else { return };
@@ -297,7 +298,6 @@ fn subgroup_bits(g: &Gpu, rng: &mut Rng, sub: Linear, (n, c, oc): (usize, usize,
         return;
     }
     let mut bits = Vec::new();
-    // the buffer kernel stores element by element at every N: the reference for both stores
     for l in [F32.with(Kernel::Buffer), TEXTURE, sub] {
         let (out, dinp) = (poisoned(&g, n * oc), poisoned(&g, n * c));
         let (dw, db) = (buf(&g, &vec![0.5; oc * c]), buf(&g, &vec![0.5; oc]));
@@ -514,4 +514,67 @@ fn bias_gradient_bits_do_not_depend_on_columns_per_invocation() {
         got.push(g.download::<u32>(&db).unwrap());
     }
     assert_eq!(got[0][..72], got[1][..72], "dbias columns 0..72");
+}
+
+/// A product stored a Quad at a time gives the bits of the same elements stored one by one:
+/// the layer at (n, c, oc) = (150, 36, 260), where every N is a multiple of 4, against the
+/// leading block of the same layer widened to (150, 38, 262) (N = 262 and 38: element stores),
+/// its extra inputs zero and its extra outputs ignored. A zero term leaves an f32 sum as it
+/// was, so the shared elements must agree bit for bit: forward, input gradient and the
+/// accumulating weight and bias gradients, on every kernel.
+#[test]
+fn quad_stores_give_the_bits_of_element_stores() {
+    let Some(g) = gpu::test_gpu() else { return };
+    let mut rng = Rng::new(19);
+    let (n, c, oc) = (150, 36, 260);
+    let (c2, oc2) = (c + 2, oc + 2);
+    let [dy, x, w, b] = [n * oc, n * c, oc * c, oc].map(|len| rand(&mut rng, len));
+    // the widened layer: x and w gain zero columns, dout zero columns, w and b extra rows
+    let widen = |m: &[f32], rows: usize, cols: usize, rows2: usize, cols2: usize| {
+        let mut out = vec![0.0; rows2 * cols2];
+        for r in 0..rows {
+            out[r * cols2..r * cols2 + cols].copy_from_slice(&m[r * cols..(r + 1) * cols]);
+        }
+        out
+    };
+    let mut w2 = widen(&w, oc, c, oc2, c2);
+    w2[oc * c2..].iter_mut().for_each(|v| *v = 0.75);
+    let mut b2 = b.clone();
+    b2.extend([0.25, -0.5]);
+    let (dy2, x2) = (widen(&dy, n, oc, n, oc2), widen(&x, n, c, n, c2));
+    // the leading block of an [rows, cols2] result
+    let lead = |m: &[u32], rows: usize, cols: usize, cols2: usize| -> Vec<u32> {
+        (0..rows)
+            .flat_map(|r| m[r * cols2..r * cols2 + cols].to_vec())
+            .collect()
+    };
+    let run = |l: Linear, (c, oc): (usize, usize), [dy, x, w, b]: [&[f32]; 4]| {
+        let [dyb, xb, wb, bb] = [dy, x, w, b].map(|h| buf(&g, h));
+        let (out, dinp) = (poisoned(&g, n * oc), poisoned(&g, n * c));
+        let (dw, db) = (buf(&g, &vec![0.5; oc * c]), buf(&g, &vec![0.5; oc]));
+        let mut ops = k::matmul_forward(&g, l, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
+        let back = k::matmul_backward(&g, l, &dinp, &dw, Some(&db), &dyb, &xb, &wb, n, c, oc);
+        ops.extend(back.unwrap());
+        g.run(&ops).unwrap();
+        [&out, &dinp, &dw, &db].map(|v| g.download::<u32>(v).unwrap())
+    };
+    let mut kernels = vec![Kernel::Buffer];
+    kernels.extend(textured_kernels(&g));
+    for kernel in kernels {
+        let l = F32.with(kernel);
+        let quads = run(l, (c, oc), [&dy, &x, &w, &b]);
+        let words = run(l, (c2, oc2), [&dy2, &x2, &w2, &b2]);
+        let shared = [
+            ("out", lead(&words[0], n, oc, oc2)),
+            ("dinp", lead(&words[1], n, c, c2)),
+            ("dweight", lead(&words[2], oc, c, c2)),
+            ("dbias", words[3][..oc].to_vec()),
+        ];
+        for (i, (name, want)) in shared.iter().enumerate() {
+            assert!(
+                quads[i] == *want,
+                "{kernel:?} {name}: Quad stores differ from element stores"
+            );
+        }
+    }
 }

@@ -250,7 +250,13 @@ fn buffer_product(
         Arg::R(bias.unwrap_or(&b.v)),
     ];
     let groups = [groups(n, BUF_TILE.1), groups(m, BUF_TILE.0), 1];
-    ops.push(op(g, shader("matmul", p), entry, &dims, &args, groups)?);
+    // C a Quad at a time where every Quad is whole and in `p` (shaders/c_quads.wgsl)
+    let module = match (p, n.is_multiple_of(4) && flags & C_F32 == 0) {
+        (Precision::F32, true) => "matmul_q",
+        (Precision::Bf16, true) => "matmul_bf16_q",
+        (_, false) => shader("matmul", p),
+    };
+    ops.push(op(g, module, entry, &dims, &args, groups)?);
     Ok(())
 }
 
