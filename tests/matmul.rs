@@ -297,20 +297,9 @@ fn subgroup_bits(g: &Gpu, rng: &mut Rng, sub: Linear, (n, c, oc): (usize, usize,
         );
         return;
     }
-    let mut bits = Vec::new();
-    for l in [F32.with(Kernel::Buffer), TEXTURE, sub] {
-        let (out, dinp) = (poisoned(&g, n * oc), poisoned(&g, n * c));
-        let (dw, db) = (buf(&g, &vec![0.5; oc * c]), buf(&g, &vec![0.5; oc]));
-        let mut ops = k::matmul_forward(&g, l, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
-        let back = k::matmul_backward(&g, l, &dinp, &dw, Some(&db), &dyb, &xb, &wb, n, c, oc);
-        ops.extend(back.unwrap());
-        g.run(&ops).unwrap();
-        let got: Vec<Vec<u32>> = [&out, &dinp, &dw, &db]
-            .iter()
-            .map(|v| g.download::<u32>(v).unwrap())
-            .collect();
-        bits.push(got);
-    }
+    let bits: Vec<_> = [F32.with(Kernel::Buffer), TEXTURE, sub]
+        .map(|l| layer_bits(&g, l, (n, c, oc), [&dyb, &xb, &wb, &bb]))
+        .to_vec();
     for (i, name) in ["out", "dinp", "dweight", "dbias"].iter().enumerate() {
         for (k, kernel) in [(1, "texture"), (2, "subgroup")] {
             assert!(
@@ -548,15 +537,9 @@ fn quad_stores_give_the_bits_of_element_stores() {
             .flat_map(|r| m[r * cols2..r * cols2 + cols].to_vec())
             .collect()
     };
-    let run = |l: Linear, (c, oc): (usize, usize), [dy, x, w, b]: [&[f32]; 4]| {
-        let [dyb, xb, wb, bb] = [dy, x, w, b].map(|h| buf(&g, h));
-        let (out, dinp) = (poisoned(&g, n * oc), poisoned(&g, n * c));
-        let (dw, db) = (buf(&g, &vec![0.5; oc * c]), buf(&g, &vec![0.5; oc]));
-        let mut ops = k::matmul_forward(&g, l, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
-        let back = k::matmul_backward(&g, l, &dinp, &dw, Some(&db), &dyb, &xb, &wb, n, c, oc);
-        ops.extend(back.unwrap());
-        g.run(&ops).unwrap();
-        [&out, &dinp, &dw, &db].map(|v| g.download::<u32>(v).unwrap())
+    let run = |l: Linear, (c, oc): (usize, usize), host: [&[f32]; 4]| {
+        let [dyb, xb, wb, bb] = host.map(|h| buf(&g, h));
+        layer_bits(&g, l, (n, c, oc), [&dyb, &xb, &wb, &bb])
     };
     let mut kernels = vec![Kernel::Buffer];
     kernels.extend(textured_kernels(&g));
@@ -577,4 +560,22 @@ fn quad_stores_give_the_bits_of_element_stores() {
             );
         }
     }
+}
+
+/// The bits of a linear layer's forward and backward with `l` on dout, inp, weight and bias
+/// `views` ([n,oc], [n,c], [oc,c], [oc]): out, dinp, and dweight and dbias accumulated onto 0.5.
+fn layer_bits(
+    g: &Gpu,
+    l: Linear,
+    (n, c, oc): (usize, usize, usize),
+    views: [&View; 4],
+) -> [Vec<u32>; 4] {
+    let [dyb, xb, wb, bb] = views;
+    let (out, dinp) = (poisoned(g, n * oc), poisoned(g, n * c));
+    let (dw, db) = (buf(g, &vec![0.5; oc * c]), buf(g, &vec![0.5; oc]));
+    let mut ops = k::matmul_forward(g, l, &out, xb, wb, Some(bb), n, c, oc).unwrap();
+    let back = k::matmul_backward(g, l, &dinp, &dw, Some(&db), dyb, xb, wb, n, c, oc);
+    ops.extend(back.unwrap());
+    g.run(&ops).unwrap();
+    [&out, &dinp, &dw, &db].map(|v| g.download::<u32>(v).unwrap())
 }
