@@ -82,6 +82,13 @@ const BIAS: u32 = 2;
 const A_F32: u32 = 4;
 const C_F32: u32 = 8;
 
+/// Whether a product stores C a Quad at a time (shaders/c_quads.wgsl): where every Quad of its
+/// N columns is whole, and C is in the layer's precision (a C_F32 C holds f32 words, which the
+/// bf16 Quad store does not write).
+fn quad_stores(n: usize, flags: u32) -> bool {
+    n.is_multiple_of(4) && flags & C_F32 == 0
+}
+
 /// Smallest product (2·M·N·K) for which [`Kernel::Auto`] takes a texture path on `g`, or
 /// `None` where it never does (not a CPU adapter). Measured on Mesa: on lavapipe, whose operands
 /// are mostly copies (bf16 ones widened first), the texture path wins from 2²⁰ in either
@@ -250,12 +257,7 @@ fn buffer_product(
         Arg::R(bias.unwrap_or(&b.v)),
     ];
     let groups = [groups(n, BUF_TILE.1), groups(m, BUF_TILE.0), 1];
-    // C a Quad at a time where every Quad is whole and in `p` (shaders/c_quads.wgsl)
-    let module = match (p, n.is_multiple_of(4) && flags & C_F32 == 0) {
-        (Precision::F32, true) => "matmul_q",
-        (Precision::Bf16, true) => "matmul_bf16_q",
-        (_, false) => shader("matmul", p),
-    };
+    let module = texture::shader(p, false, quad_stores(n, flags));
     ops.push(op(g, module, entry, &dims, &args, groups)?);
     Ok(())
 }

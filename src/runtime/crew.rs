@@ -21,9 +21,9 @@ pub(super) type Done = (Worker, std::result::Result<WorkerRun, Failure>);
 struct Lane {
     /// The global device whose worker this thread runs.
     device: usize,
-    jobs: Option<Sender<(Worker, StepIn)>>,
+    jobs: Sender<(Worker, StepIn)>,
     done: Receiver<Done>,
-    thread: Option<JoinHandle<()>>,
+    thread: JoinHandle<()>,
 }
 
 /// The persistent threads of a runtime's local workers, in worker order.
@@ -58,13 +58,18 @@ impl Crew {
                 })?;
                 Ok(Lane {
                     device,
-                    jobs: Some(jobs),
+                    jobs,
                     done,
-                    thread: Some(thread),
+                    thread,
                 })
             })
             .collect::<crate::error::Result<Vec<_>>>()?;
         Ok(Crew { lanes })
+    }
+
+    /// How many worker threads the crew has (one per local worker).
+    pub fn len(&self) -> usize {
+        self.lanes.len()
     }
 
     /// Runs every worker's step on its own thread at once (`jobs` in worker order) and
@@ -77,10 +82,7 @@ impl Crew {
         let mut back: Vec<Option<Done>> = Vec::with_capacity(jobs.len());
         for (lane, (w, input)) in self.lanes.iter().zip(jobs) {
             let step = input.step;
-            let sent = match &lane.jobs {
-                Some(q) => q.send((w, input)).map_err(|e| e.into_inner().0),
-                None => Err(w),
-            };
+            let sent = lane.jobs.send((w, input)).map_err(|e| e.into_inner().0);
             back.push(sent.err().map(|w| {
                 let error = gone(lane.device, step);
                 (
@@ -113,13 +115,10 @@ impl Crew {
 
 impl Drop for Crew {
     fn drop(&mut self) {
-        for lane in &mut self.lanes {
-            lane.jobs = None; // the thread's `recv` ends
-        }
-        for lane in &mut self.lanes {
-            if let Some(t) = lane.thread.take() {
-                let _ = t.join();
-            }
+        // every queue closes first (each thread's `recv` ends), then the threads are joined
+        let threads: Vec<JoinHandle<()>> = self.lanes.drain(..).map(|l| l.thread).collect();
+        for t in threads {
+            let _ = t.join();
         }
     }
 }

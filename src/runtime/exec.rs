@@ -49,10 +49,9 @@ pub struct Runtime {
     control: Option<Mutex<Box<dyn Communicator>>>,
     /// A step failed: the groups were aborted and are rebuilt before the next step.
     broken: bool,
-    /// One persistent thread per worker; a step lends each its worker.
+    /// One persistent thread per worker; a step lends each its worker (so `workers` holds
+    /// fewer than the crew's threads only if one was lost).
     crew: Crew,
-    /// How many workers this process runs (fewer in `workers` only if one was lost).
-    local: usize,
 }
 
 /// What one step did on every worker.
@@ -207,7 +206,6 @@ impl Runtime {
             .collect();
         let crew = Crew::new(&workers.iter().map(|w| w.device).collect::<Vec<_>>())?;
         Ok(Runtime {
-            local: workers.len(),
             crew,
             mesh,
             cfg,
@@ -313,7 +311,7 @@ impl Runtime {
                 w.comms = c;
             }
         }
-        if self.workers.len() != self.local {
+        if self.workers.len() != self.crew.len() {
             return Err(Error::Device(
                 "a worker was lost with its thread in an earlier step; rebuild the runtime from \
                  the last checkpoint"

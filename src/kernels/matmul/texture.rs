@@ -21,12 +21,16 @@ use crate::precision::Precision;
 use std::sync::Arc;
 
 /// The matmul shader of elements stored as `p` on texels of `words` (packed bf16) or f32: the
-/// packs and the portable kernel.
-fn shader(p: Precision, words: bool) -> &'static str {
-    match (p, words) {
-        (Precision::F32, _) => "matmul",
-        (Precision::Bf16, false) => "matmul_bf16",
-        (Precision::Bf16, true) => "matmul_bf16_words",
+/// packs, and the portable and buffer kernels with C stored a Quad at a time where `quads`
+/// ([`super::quad_stores`]).
+pub(super) fn shader(p: Precision, words: bool, quads: bool) -> &'static str {
+    match (p, words, quads) {
+        (Precision::F32, _, false) => "matmul",
+        (Precision::F32, _, true) => "matmul_q",
+        (Precision::Bf16, false, false) => "matmul_bf16",
+        (Precision::Bf16, false, true) => "matmul_bf16_q",
+        (Precision::Bf16, true, false) => "matmul_bf16_words",
+        (Precision::Bf16, true, true) => "matmul_bf16_words_q",
     }
 }
 
@@ -50,16 +54,10 @@ impl Tex {
     }
     /// The shader holding the kernel, for C and the bias stored in the layer's precision `p`,
     /// texels of `words` (packed bf16) or f32, (subgroup kernel) operands in the rows layouts
-    /// `rows`, and C stored a Quad at a time where `quads` (every Quad of C whole: N % 4 == 0,
-    /// and C in `p`).
+    /// `rows`, and C stored a Quad at a time where `quads` ([`super::quad_stores`]).
     fn shader(self, p: Precision, words: bool, rows: Rows, quads: bool) -> &'static str {
         if self == Tex::Portable {
-            return match (shader(p, words), quads) {
-                ("matmul", true) => "matmul_q",
-                ("matmul_bf16", true) => "matmul_bf16_q",
-                ("matmul_bf16_words", true) => "matmul_bf16_words_q",
-                (words, _) => words,
-            };
+            return shader(p, words, quads);
         }
         let texels = match (p, words) {
             (Precision::F32, _) => "",
@@ -297,7 +295,7 @@ fn pack(
         let dims = [m.rows(), m.cols(), m.ld / 4, m.t as usize, 0, 0, 0, 0].map(|x| x as u32);
         tex_op(
             g,
-            shader(m.ty, words),
+            shader(m.ty, words, false),
             "matmul_pack4",
             &dims,
             vec![target, binding(&m.v)?],
@@ -308,7 +306,7 @@ fn pack(
         let dims = [m.rows(), m.cols(), rs, cs, 0, 0, 0, 0].map(|x| x as u32);
         tex_op(
             g,
-            shader(m.ty, words),
+            shader(m.ty, words, false),
             "matmul_pack",
             &dims,
             vec![target, binding(&m.v)?],
@@ -411,8 +409,6 @@ pub(super) fn product(
     }
     let (ta, tb) = (&pa.view, &pb.view);
     let dims = [m, n, k.div_ceil(4), 0, 0, flags as usize, 0, 0].map(|x| x as u32);
-    // C_F32 (under bf16) stores f32 words, which the bf16 Quad store does not
-    let quads = n.is_multiple_of(4) && (p == Precision::F32 || flags & super::C_F32 == 0);
     let resources = vec![
         binding(c)?,
         wgpu::BindingResource::TextureView(ta),
@@ -427,7 +423,7 @@ pub(super) fn product(
     ];
     let mut op = tex_op(
         g,
-        kernel.shader(p, words, rows, quads),
+        kernel.shader(p, words, rows, super::quad_stores(n, flags)),
         kernel.entry(),
         &dims,
         resources,
