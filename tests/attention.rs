@@ -166,6 +166,68 @@ fn repeat_is_bit_identical() {
     }
 }
 
+/// Where subgroups are 8 lanes, the subgroup kernels give the tiled kernels' bits, in both
+/// precisions: out, att (and under bf16 the f32 probabilities), dqkv and dpre, on shapes
+/// where T is not a multiple of the 32 tokens of a subgroup, below one subgroup, and past
+/// several, with head sizes of 1, 2, 3, 12 and 16 Quads (a partial chunk tile at 3).
+#[test]
+fn subgroup_kernels_give_the_tiled_bits() {
+    let Some(g) = gpu::test_gpu() else { return };
+    if g.subgroup_lanes() != Some(8) {
+        eprintln!(
+            "SKIP subgroup_kernels_give_the_tiled_bits: {} has no 8-lane subgroups (the tiled \
+             kernels run there)",
+            g.adapter_name()
+        );
+        return;
+    }
+    let mut rng = Rng::new(21);
+    let shapes = [
+        (1, 1, 4, 1),
+        (2, 7, 8, 1),
+        (1, 45, 24, 2),
+        (3, 33, 48, 1),
+        (1, 70, 128, 2),
+    ];
+    for p in [Precision::F32, Precision::Bf16] {
+        for (b, t, c, nh) in shapes {
+            let mut words = |n: usize, a: f32| match p {
+                Precision::F32 => rng.vec(n, a).iter().map(|x| x.to_bits()).collect(),
+                Precision::Bf16 => triaxis::cpu::pack_bf16(&rng.vec(n, a)),
+            };
+            let qkv = buf_u32(&g, &words(b * t * 3 * c, 2.0));
+            let dout = buf_u32(&g, &words(b * t * c, 1.0));
+            let run = |kernel| {
+                let w = |n: usize| poisoned(&g, p.words(n));
+                let (out, att, dqkv) = (w(b * t * c), w(b * nh * t * t), w(b * t * 3 * c));
+                let (probs, scratch) = (poisoned(&g, b * nh * t * t), poisoned(&g, b * nh * t * t));
+                let mut ops =
+                    k::attention_forward_with(&g, kernel, p, &out, &att, &probs, &qkv, b, t, c, nh)
+                        .unwrap();
+                ops.extend(
+                    k::attention_backward_with(
+                        &g, kernel, p, &dqkv, &scratch, &dout, &qkv, &att, b, t, c, nh,
+                    )
+                    .unwrap(),
+                );
+                g.run(&ops).unwrap();
+                [out, att, probs, dqkv, scratch].map(|v| g.download::<u32>(&v).unwrap())
+            };
+            let (tiled, subgroup) = (run(k::Kernel::Tiled), run(k::Kernel::Subgroup));
+            for (i, what) in ["out", "att", "probabilities", "dqkv", "dpre"]
+                .iter()
+                .enumerate()
+            {
+                assert!(
+                    tiled[i] == subgroup[i],
+                    "{p:?} b={b} t={t} c={c} nh={nh}: the subgroup kernels' {what} differs from \
+                     the tiled kernels'"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn bad_shapes_are_errors() {
     let Some(g) = gpu::test_gpu() else { return };

@@ -12,9 +12,14 @@
 //! itself under f32; under bf16 into the f32 `rows` scratch, which a second dispatch packs into
 //! `att` (out is summed from the f32 probabilities, as the twin does). The backward is two
 //! dispatches: rows (dpre into `rows`, dq) then columns (dk, dv gathered over t ≥ t2), so no
-//! thread ever adds into another's output. When hs % 4 == 0 the `_vec4` entry points run: a
+//! thread ever adds into another's output. When hs % 4 == 0 the tiled entry points run: a
 //! thread owns 4 tokens of a head and loads q/k/v/dout as Quads into 4×4 register tiles (about
-//! 4× faster on lavapipe); otherwise a scalar kernel, one token per thread.
+//! 4× faster on lavapipe than the scalar kernel, one token per thread, which runs otherwise).
+//! Where the device's subgroups are exactly 8 lanes (lavapipe), the subgroup kernels
+//! (shaders/attention_subgroup.wgsl) run the same tiles with one 8-lane workgroup per 32 tokens
+//! of a head: every lane of a head needs the same k and v rows (q and dout for dk, dv), so each
+//! lane fetches an eighth of them and the subgroup broadcasts, where a per-lane storage load is
+//! a loop over the lanes. Same sums in the same order: the same bits as the tiled kernels.
 
 use super::{bf16, groups_1d, need, need_in, op, shader, Arg, Dispatch};
 use crate::error::{Error, Result};
@@ -64,29 +69,98 @@ fn dims(b: usize, t: usize, c: usize, nh: usize, hs: usize) -> [u32; 8] {
     ]
 }
 
-/// The entry point and workgroup count for a shape: the tiled vec4 kernel (64 threads a group,
-/// one thread per 4 tokens of a head) when hs % 4 == 0, else the scalar one (one thread per token
-/// of a head, `groups_1d`).
-fn pick(
-    vec4: &'static str,
-    scalar: &'static str,
-    b: usize,
-    t: usize,
-    nh: usize,
-    hs: usize,
-) -> (&'static str, [u32; 3]) {
-    if hs.is_multiple_of(4) {
-        let g = ((b * nh * t.div_ceil(4)) as u32).div_ceil(64).max(1);
-        let groups = if g <= 65535 {
-            [g, 1, 1]
-        } else {
-            [65535, g.div_ceil(65535), 1]
-        };
-        (vec4, groups)
+/// Workgroups for `n` of them, folded over y past the 65,535 limit of one dimension.
+fn fold(n: usize) -> [u32; 3] {
+    let g = (n as u32).max(1);
+    if g <= 65535 {
+        [g, 1, 1]
     } else {
-        (scalar, groups_1d(b * nh * t))
+        [65535, g.div_ceil(65535), 1]
     }
 }
+
+/// Which attention kernels run (head sizes not a multiple of 4 always take the scalar ones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// The subgroup kernels where the device's subgroups are exactly 8 lanes, the tiled ones
+    /// elsewhere.
+    Auto,
+    /// One thread per 4 tokens of a head, 64 a group, q/k/v/dout loaded as Quads into 4×4
+    /// register tiles (the `_vec4` entries).
+    Tiled,
+    /// One 8-lane subgroup per 32 tokens of a head, the same tiles, each lane fetching a share of
+    /// the rows every lane needs and the subgroup broadcasting them (the `_sg8` entries); the
+    /// same sums in the same order as `Tiled`, so the same bits. Fails with `Error::Config` where
+    /// the device's subgroups are not exactly 8 lanes.
+    Subgroup,
+}
+
+/// The entries a shape runs: the scalar ones (one thread per token of a head) where hs % 4 != 0,
+/// else those of the kernel.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Path {
+    Subgroup,
+    Tiled,
+    Scalar,
+}
+
+impl Path {
+    fn of(g: &Gpu, kernel: Kernel, hs: usize) -> Result<Path> {
+        let lanes8 = g.subgroup_lanes() == Some(8);
+        Ok(match kernel {
+            _ if !hs.is_multiple_of(4) => Path::Scalar,
+            Kernel::Auto if lanes8 => Path::Subgroup,
+            Kernel::Auto | Kernel::Tiled => Path::Tiled,
+            Kernel::Subgroup if lanes8 => Path::Subgroup,
+            Kernel::Subgroup => {
+                return Err(Error::Config(format!(
+                    "attention: the subgroup kernels need subgroups of exactly 8 lanes; this \
+                     device has {:?}",
+                    g.subgroup_lanes()
+                )))
+            }
+        })
+    }
+
+    /// The shader module of this path in precision `p`.
+    fn shader(self, p: Precision) -> &'static str {
+        match self {
+            Path::Subgroup => shader("attention_subgroup", p),
+            _ => shader("attention", p),
+        }
+    }
+
+    /// This path's entry of `names` (scalar, tiled, subgroup) and its workgroups.
+    fn entry(
+        self,
+        names: &[&'static str; 3],
+        b: usize,
+        t: usize,
+        nh: usize,
+    ) -> (&'static str, [u32; 3]) {
+        match self {
+            Path::Scalar => (names[0], groups_1d(b * nh * t)),
+            Path::Tiled => (names[1], fold((b * nh * t.div_ceil(4)).div_ceil(64))),
+            Path::Subgroup => (names[2], fold(b * nh * t.div_ceil(4).div_ceil(8))),
+        }
+    }
+}
+
+const FORWARD: [&str; 3] = [
+    "attention_forward",
+    "attention_forward_vec4",
+    "attention_forward_sg8",
+];
+const ROWS: [&str; 3] = [
+    "attention_backward_rows",
+    "attention_backward_rows_vec4",
+    "attention_backward_rows_sg8",
+];
+const COLS: [&str; 3] = [
+    "attention_backward_cols",
+    "attention_backward_cols_vec4",
+    "attention_backward_cols_sg8",
+];
 
 /// qkv `[B,T,3C]` = q | k | v, head h uses channels h*hs..(h+1)*hs of each (hs = C/NH).
 /// att `[B,NH,T,T]` receives the softmax probabilities (zero above the diagonal), out `[B,T,C]`
@@ -96,6 +170,24 @@ fn pick(
 #[allow(clippy::too_many_arguments)]
 pub fn attention_forward(
     g: &Gpu,
+    p: Precision,
+    out: &View,
+    att: &View,
+    rows: &View,
+    qkv: &View,
+    b: usize,
+    t: usize,
+    c: usize,
+    nh: usize,
+) -> Result<Vec<Dispatch>> {
+    attention_forward_with(g, Kernel::Auto, p, out, att, rows, qkv, b, t, c, nh)
+}
+
+/// [`attention_forward`] on the kernels `kernel` names.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_forward_with(
+    g: &Gpu,
+    kernel: Kernel,
     p: Precision,
     out: &View,
     att: &View,
@@ -128,11 +220,12 @@ pub fn attention_forward(
         Precision::F32 => att.clone(),
         Precision::Bf16 => rows.slice(0, n_att),
     };
-    let (entry, groups) = pick("attention_forward_vec4", "attention_forward", b, t, nh, hs);
+    let path = Path::of(g, kernel, hs)?;
+    let (entry, groups) = path.entry(&FORWARD, b, t, nh);
     let args = [Arg::W(&out), Arg::W(&probs), Arg::R(&qkv)];
     let mut ops = vec![op(
         g,
-        shader("attention", p),
+        path.shader(p),
         entry,
         &dims(b, t, c, nh, hs),
         &args,
@@ -151,6 +244,25 @@ pub fn attention_forward(
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward(
     g: &Gpu,
+    p: Precision,
+    dqkv: &View,
+    rows: &View,
+    dout: &View,
+    qkv: &View,
+    att: &View,
+    b: usize,
+    t: usize,
+    c: usize,
+    nh: usize,
+) -> Result<Vec<Dispatch>> {
+    attention_backward_with(g, Kernel::Auto, p, dqkv, rows, dout, qkv, att, b, t, c, nh)
+}
+
+/// [`attention_backward`] on the kernels `kernel` names.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward_with(
+    g: &Gpu,
+    kernel: Kernel,
     p: Precision,
     dqkv: &View,
     rows: &View,
@@ -186,24 +298,11 @@ pub fn attention_backward(
         Arg::R(&att),
     ];
     let d = dims(b, t, c, nh, hs);
-    let (row_entry, groups) = pick(
-        "attention_backward_rows_vec4",
-        "attention_backward_rows",
-        b,
-        t,
-        nh,
-        hs,
-    );
-    let (col_entry, _) = pick(
-        "attention_backward_cols_vec4",
-        "attention_backward_cols",
-        b,
-        t,
-        nh,
-        hs,
-    );
+    let path = Path::of(g, kernel, hs)?;
+    let (row_entry, row_groups) = path.entry(&ROWS, b, t, nh);
+    let (col_entry, col_groups) = path.entry(&COLS, b, t, nh);
     Ok(vec![
-        op(g, shader("attention", p), row_entry, &d, &args, groups)?,
-        op(g, shader("attention", p), col_entry, &d, &args, groups)?,
+        op(g, path.shader(p), row_entry, &d, &args, row_groups)?,
+        op(g, path.shader(p), col_entry, &d, &args, col_groups)?,
     ])
 }

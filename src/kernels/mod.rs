@@ -91,6 +91,20 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("attention", family!(store_f32, attention)),
     ("attention_bf16", family!(store_bf16, attention)),
     (
+        "attention_subgroup",
+        concat!(
+            family!(store_f32, attention),
+            include_str!("../../shaders/attention_subgroup.wgsl")
+        ),
+    ),
+    (
+        "attention_subgroup_bf16",
+        concat!(
+            family!(store_bf16, attention),
+            include_str!("../../shaders/attention_subgroup.wgsl")
+        ),
+    ),
+    (
         "bf16",
         concat!(
             include_str!("../../shaders/bf16_bits.wgsl"),
