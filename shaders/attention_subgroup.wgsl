@@ -9,8 +9,14 @@
 // loop over the lanes, and the broadcast costs almost nothing. Loops run to the subgroup's last
 // token (uniform: no lane leaves before a broadcast); what lies past a lane's own tokens is masked
 // exactly as in the `_vec4` kernels (zero terms, no stores).
+//
+//   dot blocks   32 keys at a time: per channel chunk, 4 Quad fetches of the lane's own tokens
+//                (reused over the 32 keys) and 4 shared fetches (one key each per lane)
+//   token sums   Σ_u p[r][u]·x[u] over tokens u: one shared fetch gives 8 chunks of one token
+//                (hs/4 > 4) or 4 chunks of two tokens (hs/4 <= 4); p is the lane's own
 
-// The workgroup's head and block: (tile, last token of the block), or none past the grid.
+// The workgroup's head and block: the lane's tile, the block's last token, and whether the
+// workgroup lies inside the grid (uniform).
 struct Block { tl: Tile, last: u32, live: bool }
 
 fn block_of(wg: vec3<u32>, nwg: vec3<u32>, sl: u32) -> Block {
@@ -24,21 +30,183 @@ fn block_of(wg: vec3<u32>, nwg: vec3<u32>, sl: u32) -> Block {
     return Block(Tile(bh / d.nh, bh % d.nh, t0, min(t0 + 3u, d.t - 1u), bh * d.t * d.t), last, w < d.b * d.nh * nb);
 }
 
-// Quad j of part `part` of token tok (clamped to T−1) of head (b, h).
-fn qkv_quad(b: u32, h: u32, part: u32, tok: u32, j: u32) -> vec4<f32> {
-    return quad(qkv_q[qkv_at(b, h, part, vec4<u32>(min(tok, d.t - 1u))).x + j]);
-}
-
-// The 4 × 4 block of keys k0 + 4i .. +3 (columns) from one shared fetch per lane: lane l holds
-// key kb + l of this 8-key group (`f`); i = 0 takes lanes 0..3, i = 1 lanes 4..7.
-fn keys_of(f: vec4<f32>, i: u32) -> mat4x4<f32> {
+// Columns 4i .. 4i+3 (i = 0, 1) of a shared fetch: lane 4i + c's Quad is column c.
+fn cols_of(f: vec4<f32>, i: u32) -> mat4x4<f32> {
     if (i == 0u) {
         return mat4x4<f32>(subgroupBroadcast(f, 0u), subgroupBroadcast(f, 1u), subgroupBroadcast(f, 2u), subgroupBroadcast(f, 3u));
     }
     return mat4x4<f32>(subgroupBroadcast(f, 4u), subgroupBroadcast(f, 5u), subgroupBroadcast(f, 6u), subgroupBroadcast(f, 7u));
 }
 
-// ---- attention_forward_sg8(out, rows, qkv) ----
+// What a sum reads. Dots: the forward's scores q·k, the backward's datt dout·v. Token sums:
+// the forward's out = Σ p·v, dq = Σ dpre·k (rows masked past the diagonal), dk = Σ dpre·q and
+// dv = Σ att·dout over the queries t ≥ this lane's tokens.
+const SUM_OUT = 0u;
+const SUM_DQ = 1u;
+const SUM_DK = 2u;
+const SUM_DV = 3u;
+
+// Quad j of the shared row of token tok (clamped to T−1) that sum `mode` reads.
+fn shared_quad(mode: u32, b: u32, h: u32, tok: u32, j: u32) -> vec4<f32> {
+    let tc = vec4<u32>(min(tok, d.t - 1u));
+    switch mode {
+        case 0u: { return quad(bqkv_q[qkv_at(b, h, 2u, tc).x + j]); }   // v
+        case 1u: { return quad(bqkv_q[qkv_at(b, h, 1u, tc).x + j]); }   // k
+        case 2u: { return quad(bqkv_q[qkv_at(b, h, 0u, tc).x + j]); }   // q
+        default: { return quad(dout_q[btc_at(b, h, tc).x + j]); }       // dout
+    }
+}
+
+// The weights of the lane's 4 tokens at summation token u.
+fn weights(mode: u32, tl: Tile, tk: vec4<u32>, ar: vec4<u32>, u: u32) -> vec4<f32> {
+    switch mode {
+        case 0u: { return vec4<f32>(rows[ar.x + u], rows[ar.y + u], rows[ar.z + u], rows[ar.w + u]); }
+        case 1u: {
+            let loaded = vec4<f32>(rows[ar.x + u], rows[ar.y + u], rows[ar.z + u], rows[ar.w + u]);
+            return select(vec4<f32>(0.0), loaded, vec4<u32>(u) <= tk);
+        }
+        case 2u: {
+            let e = vec4<u32>(tl.a_head + u * d.t) + tk;
+            return select(vec4<f32>(0.0), vec4<f32>(rows[e.x], rows[e.y], rows[e.z], rows[e.w]), tk <= vec4<u32>(u));
+        }
+        default: {
+            let e = vec4<u32>(tl.a_head + u * d.t) + tk;
+            return select(vec4<f32>(0.0), vec4<f32>(att_at(e.x), att_at(e.y), att_at(e.z), att_at(e.w)), tk <= vec4<u32>(u));
+        }
+    }
+}
+
+// Σ_{u = u0 ..= u1} w[r](u)·x[u] for the lane's 4 tokens, stored at o (the `_vec4` kernels'
+// sum tiles, in the same order).
+fn token_sum(mode: u32, sl: u32, tl: Tile, tk: vec4<u32>, ok: vec4<bool>, ar: vec4<u32>, u0: u32, u1: u32, o: vec4<u32>) {
+    let hs4 = d.hs / 4u;
+    if (hs4 <= 4u) {
+        // lane l fetches chunk l % 4 of token u + l / 4: one fetch, two tokens
+        let jl = min(sl % 4u, hs4 - 1u);
+        var a0 = mat4x4<f32>();
+        var a1 = mat4x4<f32>();
+        var a2 = mat4x4<f32>();
+        var a3 = mat4x4<f32>();
+        for (var u = u0; u <= u1; u += 2u) {
+            let f = shared_quad(mode, tl.b, tl.h, u + sl / 4u, jl);
+            let x = cols_of(f, 0u);
+            let p = weights(mode, tl, tk, ar, u);
+            a0 += p.x * x;
+            a1 += p.y * x;
+            a2 += p.z * x;
+            a3 += p.w * x;
+            if (u + 1u <= u1) {
+                let y = cols_of(f, 1u);
+                let q = weights(mode, tl, tk, ar, u + 1u);
+                a0 += q.x * y;
+                a1 += q.y * y;
+                a2 += q.z * y;
+                a3 += q.w * y;
+            }
+        }
+        store_tile(o, ok, 0u, a0, a1, a2, a3);
+        return;
+    }
+    // lane l fetches chunk j0 + l of token u: one fetch, 8 chunks
+    for (var j0 = 0u; j0 < hs4; j0 += 8u) {
+        let jl = min(j0 + sl, hs4 - 1u);
+        var a0 = mat4x4<f32>();
+        var a1 = mat4x4<f32>();
+        var a2 = mat4x4<f32>();
+        var a3 = mat4x4<f32>();
+        var b0 = mat4x4<f32>();
+        var b1 = mat4x4<f32>();
+        var b2 = mat4x4<f32>();
+        var b3 = mat4x4<f32>();
+        for (var u = u0; u <= u1; u++) {
+            let f = shared_quad(mode, tl.b, tl.h, u, jl);
+            let x = cols_of(f, 0u);
+            let y = cols_of(f, 1u);
+            let p = weights(mode, tl, tk, ar, u);
+            a0 += p.x * x;
+            a1 += p.y * x;
+            a2 += p.z * x;
+            a3 += p.w * x;
+            b0 += p.x * y;
+            b1 += p.y * y;
+            b2 += p.z * y;
+            b3 += p.w * y;
+        }
+        store_tile(o, ok, j0, a0, a1, a2, a3);
+        if (j0 + 4u < hs4) {
+            store_tile(o, ok, j0 + 4u, b0, b1, b2, b3);
+        }
+    }
+}
+
+// Dots of the lane's 4 tokens (their q from qkv, or their dout, at offsets o) with the 32 keys
+// k0 .. k0+31 of part `part` of qkv: s{i}[c] = the dots with key k0 + 4i + c.
+struct Dots { s0: mat4x4<f32>, s1: mat4x4<f32>, s2: mat4x4<f32>, s3: mat4x4<f32>, s4: mat4x4<f32>, s5: mat4x4<f32>, s6: mat4x4<f32>, s7: mat4x4<f32> }
+
+// r + the dots of the lane's 4 tokens (chunk j of each, the columns of `tokens`) with chunk j of
+// the 32 keys whose Quads start at ko (lane l fetches keys l, 8 + l, 16 + l, 24 + l). The
+// transpose stays in this function, beside its products: SPIR-V → NIR then computes
+// transpose(a) · b as dot products, as the `_vec4` kernels' sums compile, which a transposed
+// argument would not.
+fn add_keys(r: ptr<function, Dots>, tokens: mat4x4<f32>, ko: vec4<u32>, j: u32) {
+    let own = transpose(tokens);
+    let f0 = quad(bqkv_q[ko.x + j]);
+    let f1 = quad(bqkv_q[ko.y + j]);
+    let f2 = quad(bqkv_q[ko.z + j]);
+    let f3 = quad(bqkv_q[ko.w + j]);
+    (*r).s0 += own * cols_of(f0, 0u);
+    (*r).s1 += own * cols_of(f0, 1u);
+    (*r).s2 += own * cols_of(f1, 0u);
+    (*r).s3 += own * cols_of(f1, 1u);
+    (*r).s4 += own * cols_of(f2, 0u);
+    (*r).s5 += own * cols_of(f2, 1u);
+    (*r).s6 += own * cols_of(f3, 0u);
+    (*r).s7 += own * cols_of(f3, 1u);
+}
+
+// The Quads of the lane's fetches of keys k0 .. k0+31 (clamped) of part `part` of qkv.
+fn keys_at(part: u32, sl: u32, tl: Tile, k0: u32) -> vec4<u32> {
+    return qkv_at(tl.b, tl.h, part, min(vec4<u32>(k0 + sl) + vec4<u32>(0u, 8u, 16u, 24u), vec4<u32>(d.t - 1u)));
+}
+
+// The forward's q·k (q of the lane's tokens at qo) and the backward's dout·v (dout at o).
+fn dots_qk(sl: u32, tl: Tile, qo: vec4<u32>, k0: u32) -> Dots {
+    var r = Dots();
+    let ko = keys_at(1u, sl, tl, k0);
+    for (var j = 0u; j < d.hs / 4u; j++) {
+        add_keys(&r, tok_bqkv(qo, j), ko, j);
+    }
+    return r;
+}
+fn dots_dv(sl: u32, tl: Tile, o: vec4<u32>, k0: u32) -> Dots {
+    var r = Dots();
+    let ko = keys_at(2u, sl, tl, k0);
+    for (var j = 0u; j < d.hs / 4u; j++) {
+        add_keys(&r, tok_dout(o, j), ko, j);
+    }
+    return r;
+}
+
+// The forward's scores of 4 keys k .. k+3 (scaled), stored; returns the updated row maxima.
+fn put_scores4(ar: vec4<u32>, tk: vec4<u32>, ok: vec4<bool>, k: u32, s: mat4x4<f32>, m: vec4<f32>) -> vec4<f32> {
+    let x = s * d.scale;
+    var r = put_scores(ar, tk, ok, k, x[0], m);
+    r = put_scores(ar, tk, ok, k + 1u, x[1], r);
+    r = put_scores(ar, tk, ok, k + 2u, x[2], r);
+    return put_scores(ar, tk, ok, k + 3u, x[3], r);
+}
+
+// The backward's datt of 4 keys k .. k+3, stored; returns the updated Σ att·datt.
+fn put_datt4(ar: vec4<u32>, tk: vec4<u32>, ok: vec4<bool>, k: u32, s: mat4x4<f32>, dot: vec4<f32>) -> vec4<f32> {
+    var r = put_datt(ar, tk, ok, k, s[0], dot);
+    r = put_datt(ar, tk, ok, k + 1u, s[1], r);
+    r = put_datt(ar, tk, ok, k + 2u, s[2], r);
+    return put_datt(ar, tk, ok, k + 3u, s[3], r);
+}
+
+// ---- attention_forward_sg8(out, rows, qkv, qkv, qkv) ----
+// The forward binds qkv in the backward's three read slots (dout, qkv, att), so the kernels share
+// their functions without two names for one binding in one entry point; it reads only qkv (4).
 @compute @workgroup_size(8)
 fn attention_forward_sg8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     let bk = block_of(wg, nwg, sl);
@@ -47,81 +215,25 @@ fn attention_forward_sg8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_work
     let tk = toks(tl.t0);
     let ok = real(tl.t0);
     let ar = vec4<u32>(tl.a_head) + tk * d.t;
-    let hs4 = d.hs / 4u;
     let qo = qkv_at(tl.b, tl.h, 0u, tk);
     var m = vec4<f32>(-3.0e38);
-    for (var k0 = 0u; k0 <= bk.last; k0 += 16u) {
-        var s0 = mat4x4<f32>();
-        var s1 = mat4x4<f32>();
-        var s2 = mat4x4<f32>();
-        var s3 = mat4x4<f32>();
-        for (var j = 0u; j < hs4; j++) {
-            let q = transpose(tok_qkv(qo, j));
-            let f0 = qkv_quad(tl.b, tl.h, 1u, k0 + sl, j);
-            let f1 = qkv_quad(tl.b, tl.h, 1u, k0 + 8u + sl, j);
-            s0 += q * keys_of(f0, 0u);
-            s1 += q * keys_of(f0, 1u);
-            s2 += q * keys_of(f1, 0u);
-            s3 += q * keys_of(f1, 1u);
-        }
-        s0 *= d.scale;
-        s1 *= d.scale;
-        s2 *= d.scale;
-        s3 *= d.scale;
-        m = put_scores(ar, tk, ok, k0, s0[0], m);
-        m = put_scores(ar, tk, ok, k0 + 1u, s0[1], m);
-        m = put_scores(ar, tk, ok, k0 + 2u, s0[2], m);
-        m = put_scores(ar, tk, ok, k0 + 3u, s0[3], m);
-        m = put_scores(ar, tk, ok, k0 + 4u, s1[0], m);
-        m = put_scores(ar, tk, ok, k0 + 5u, s1[1], m);
-        m = put_scores(ar, tk, ok, k0 + 6u, s1[2], m);
-        m = put_scores(ar, tk, ok, k0 + 7u, s1[3], m);
-        m = put_scores(ar, tk, ok, k0 + 8u, s2[0], m);
-        m = put_scores(ar, tk, ok, k0 + 9u, s2[1], m);
-        m = put_scores(ar, tk, ok, k0 + 10u, s2[2], m);
-        m = put_scores(ar, tk, ok, k0 + 11u, s2[3], m);
-        m = put_scores(ar, tk, ok, k0 + 12u, s3[0], m);
-        m = put_scores(ar, tk, ok, k0 + 13u, s3[1], m);
-        m = put_scores(ar, tk, ok, k0 + 14u, s3[2], m);
-        m = put_scores(ar, tk, ok, k0 + 15u, s3[3], m);
+    for (var k0 = 0u; k0 <= bk.last; k0 += 32u) {
+        let s = dots_qk(sl, tl, qo, k0);
+        m = put_scores4(ar, tk, ok, k0, s.s0, m);
+        m = put_scores4(ar, tk, ok, k0 + 4u, s.s1, m);
+        m = put_scores4(ar, tk, ok, k0 + 8u, s.s2, m);
+        m = put_scores4(ar, tk, ok, k0 + 12u, s.s3, m);
+        m = put_scores4(ar, tk, ok, k0 + 16u, s.s4, m);
+        m = put_scores4(ar, tk, ok, k0 + 20u, s.s5, m);
+        m = put_scores4(ar, tk, ok, k0 + 24u, s.s6, m);
+        m = put_scores4(ar, tk, ok, k0 + 28u, s.s7, m);
     }
     if (ok.x) { softmax_row(ar.x, tk.x, m.x); }
     if (ok.y) { softmax_row(ar.y, tk.y, m.y); }
     if (ok.z) { softmax_row(ar.z, tk.z, m.z); }
     if (ok.w) { softmax_row(ar.w, tk.w, m.w); }
-    // out = p · v over the block's tokens (p is zero past each row's own token); lane l fetches
-    // chunk j0 + l % 4 of token t2 + l / 4, so one fetch covers two tokens' 4 chunks
-    for (var j0 = 0u; j0 < hs4; j0 += 4u) {
-        let jl = min(j0 + sl % 4u, hs4 - 1u);
-        var a0 = mat4x4<f32>();
-        var a1 = mat4x4<f32>();
-        var a2 = mat4x4<f32>();
-        var a3 = mat4x4<f32>();
-        for (var t2 = 0u; t2 <= bk.last; t2 += 2u) {
-            let f = qkv_quad(tl.b, tl.h, 2u, t2 + sl / 4u, jl);
-            let v = keys_of(f, 0u);
-            a0 += rows[ar.x + t2] * v;
-            a1 += rows[ar.y + t2] * v;
-            a2 += rows[ar.z + t2] * v;
-            a3 += rows[ar.w + t2] * v;
-            if (t2 + 1u <= bk.last) {
-                let w = keys_of(f, 1u);
-                a0 += rows[ar.x + t2 + 1u] * w;
-                a1 += rows[ar.y + t2 + 1u] * w;
-                a2 += rows[ar.z + t2 + 1u] * w;
-                a3 += rows[ar.w + t2 + 1u] * w;
-            }
-        }
-        store_tile(btc_at(tl.b, tl.h, tk), ok, j0, a0, a1, a2, a3);
-    }
-}
-
-// Quad j of part `part` of token tok (clamped) of head (b, h) in the backward's qkv, and of dout.
-fn bqkv_quad(b: u32, h: u32, part: u32, tok: u32, j: u32) -> vec4<f32> {
-    return quad(bqkv_q[qkv_at(b, h, part, vec4<u32>(min(tok, d.t - 1u))).x + j]);
-}
-fn dout_quad(b: u32, h: u32, tok: u32, j: u32) -> vec4<f32> {
-    return quad(dout_q[btc_at(b, h, vec4<u32>(min(tok, d.t - 1u))).x + j]);
+    // out = p · v over the block's tokens (p is zero past each row's own token)
+    token_sum(SUM_OUT, sl, tl, tk, ok, ar, 0u, bk.last, btc_at(tl.b, tl.h, tk));
 }
 
 // ---- attention_backward_rows_sg8(dqkv, rows, dout, qkv, att): dpre rows and dq ----
@@ -133,73 +245,25 @@ fn attention_backward_rows_sg8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(nu
     let tk = toks(tl.t0);
     let ok = real(tl.t0);
     let ar = vec4<u32>(tl.a_head) + tk * d.t;
-    let hs4 = d.hs / 4u;
     let dyo = btc_at(tl.b, tl.h, tk);
     var dot = vec4<f32>(0.0);
-    for (var k0 = 0u; k0 <= bk.last; k0 += 16u) {
-        var s0 = mat4x4<f32>();
-        var s1 = mat4x4<f32>();
-        var s2 = mat4x4<f32>();
-        var s3 = mat4x4<f32>();
-        for (var j = 0u; j < hs4; j++) {
-            let dy = transpose(tok_dout(dyo, j));
-            let f0 = bqkv_quad(tl.b, tl.h, 2u, k0 + sl, j);
-            let f1 = bqkv_quad(tl.b, tl.h, 2u, k0 + 8u + sl, j);
-            s0 += dy * keys_of(f0, 0u);
-            s1 += dy * keys_of(f0, 1u);
-            s2 += dy * keys_of(f1, 0u);
-            s3 += dy * keys_of(f1, 1u);
-        }
-        dot = put_datt(ar, tk, ok, k0, s0[0], dot);
-        dot = put_datt(ar, tk, ok, k0 + 1u, s0[1], dot);
-        dot = put_datt(ar, tk, ok, k0 + 2u, s0[2], dot);
-        dot = put_datt(ar, tk, ok, k0 + 3u, s0[3], dot);
-        dot = put_datt(ar, tk, ok, k0 + 4u, s1[0], dot);
-        dot = put_datt(ar, tk, ok, k0 + 5u, s1[1], dot);
-        dot = put_datt(ar, tk, ok, k0 + 6u, s1[2], dot);
-        dot = put_datt(ar, tk, ok, k0 + 7u, s1[3], dot);
-        dot = put_datt(ar, tk, ok, k0 + 8u, s2[0], dot);
-        dot = put_datt(ar, tk, ok, k0 + 9u, s2[1], dot);
-        dot = put_datt(ar, tk, ok, k0 + 10u, s2[2], dot);
-        dot = put_datt(ar, tk, ok, k0 + 11u, s2[3], dot);
-        dot = put_datt(ar, tk, ok, k0 + 12u, s3[0], dot);
-        dot = put_datt(ar, tk, ok, k0 + 13u, s3[1], dot);
-        dot = put_datt(ar, tk, ok, k0 + 14u, s3[2], dot);
-        dot = put_datt(ar, tk, ok, k0 + 15u, s3[3], dot);
+    for (var k0 = 0u; k0 <= bk.last; k0 += 32u) {
+        let s = dots_dv(sl, tl, dyo, k0);
+        dot = put_datt4(ar, tk, ok, k0, s.s0, dot);
+        dot = put_datt4(ar, tk, ok, k0 + 4u, s.s1, dot);
+        dot = put_datt4(ar, tk, ok, k0 + 8u, s.s2, dot);
+        dot = put_datt4(ar, tk, ok, k0 + 12u, s.s3, dot);
+        dot = put_datt4(ar, tk, ok, k0 + 16u, s.s4, dot);
+        dot = put_datt4(ar, tk, ok, k0 + 20u, s.s5, dot);
+        dot = put_datt4(ar, tk, ok, k0 + 24u, s.s6, dot);
+        dot = put_datt4(ar, tk, ok, k0 + 28u, s.s7, dot);
     }
     if (ok.x) { dpre_row(ar.x, tk.x, dot.x); }
     if (ok.y) { dpre_row(ar.y, tk.y, dot.y); }
     if (ok.z) { dpre_row(ar.z, tk.z, dot.z); }
     if (ok.w) { dpre_row(ar.w, tk.w, dot.w); }
-    // dq = dpre · k; rows above the diagonal are unwritten, so mask them
-    for (var j0 = 0u; j0 < hs4; j0 += 4u) {
-        let jl = min(j0 + sl % 4u, hs4 - 1u);
-        var a0 = mat4x4<f32>();
-        var a1 = mat4x4<f32>();
-        var a2 = mat4x4<f32>();
-        var a3 = mat4x4<f32>();
-        for (var t2 = 0u; t2 <= bk.last; t2 += 2u) {
-            let f = bqkv_quad(tl.b, tl.h, 1u, t2 + sl / 4u, jl);
-            let k = keys_of(f, 0u);
-            let loaded = vec4<f32>(rows[ar.x + t2], rows[ar.y + t2], rows[ar.z + t2], rows[ar.w + t2]);
-            let p = select(vec4<f32>(0.0), loaded, vec4<u32>(t2) <= tk);
-            a0 += p.x * k;
-            a1 += p.y * k;
-            a2 += p.z * k;
-            a3 += p.w * k;
-            if (t2 + 1u <= bk.last) {
-                let u = t2 + 1u;
-                let k1 = keys_of(f, 1u);
-                let loaded1 = vec4<f32>(rows[ar.x + u], rows[ar.y + u], rows[ar.z + u], rows[ar.w + u]);
-                let p1 = select(vec4<f32>(0.0), loaded1, vec4<u32>(u) <= tk);
-                a0 += p1.x * k1;
-                a1 += p1.y * k1;
-                a2 += p1.z * k1;
-                a3 += p1.w * k1;
-            }
-        }
-        store_tile(qkv_at(tl.b, tl.h, 0u, tk), ok, j0, a0, a1, a2, a3);
-    }
+    // dq = dpre · k; rows above the diagonal are unwritten, so they are masked
+    token_sum(SUM_DQ, sl, tl, tk, ok, ar, 0u, bk.last, qkv_at(tl.b, tl.h, 0u, tk));
 }
 
 // ---- attention_backward_cols_sg8(dqkv, rows, dout, qkv, att): dk and dv ----
@@ -210,61 +274,8 @@ fn attention_backward_cols_sg8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(nu
     let tl = bk.tl;
     let tk = toks(tl.t0);   // this lane's key/value tokens t2
     let ok = real(tl.t0);
-    let hs4 = d.hs / 4u;
     let first = tl.t0 - sl * 4u;   // the block's first token: no lane has a term before it
-    for (var j0 = 0u; j0 < hs4; j0 += 4u) {
-        let jl = min(j0 + sl % 4u, hs4 - 1u);
-        // dk[t2] = Σ_{t ≥ t2} dpre[t, t2] · q[t]
-        var a0 = mat4x4<f32>();
-        var a1 = mat4x4<f32>();
-        var a2 = mat4x4<f32>();
-        var a3 = mat4x4<f32>();
-        for (var t = first; t < d.t; t += 2u) {
-            let f = bqkv_quad(tl.b, tl.h, 0u, t + sl / 4u, jl);
-            let q = keys_of(f, 0u);
-            let e = vec4<u32>(tl.a_head + t * d.t) + tk;
-            let p = select(vec4<f32>(0.0), vec4<f32>(rows[e.x], rows[e.y], rows[e.z], rows[e.w]), tk <= vec4<u32>(t));
-            a0 += p.x * q;
-            a1 += p.y * q;
-            a2 += p.z * q;
-            a3 += p.w * q;
-            if (t + 1u < d.t) {
-                let u = t + 1u;
-                let q1 = keys_of(f, 1u);
-                let e1 = e + vec4<u32>(d.t);
-                let p1 = select(vec4<f32>(0.0), vec4<f32>(rows[e1.x], rows[e1.y], rows[e1.z], rows[e1.w]), tk <= vec4<u32>(u));
-                a0 += p1.x * q1;
-                a1 += p1.y * q1;
-                a2 += p1.z * q1;
-                a3 += p1.w * q1;
-            }
-        }
-        store_tile(qkv_at(tl.b, tl.h, 1u, tk), ok, j0, a0, a1, a2, a3);
-        // dv[t2] = Σ_{t ≥ t2} att[t, t2] · dout[t]
-        a0 = mat4x4<f32>();
-        a1 = mat4x4<f32>();
-        a2 = mat4x4<f32>();
-        a3 = mat4x4<f32>();
-        for (var t = first; t < d.t; t += 2u) {
-            let f = dout_quad(tl.b, tl.h, t + sl / 4u, jl);
-            let dy = keys_of(f, 0u);
-            let e = vec4<u32>(tl.a_head + t * d.t) + tk;
-            let p = select(vec4<f32>(0.0), vec4<f32>(att_at(e.x), att_at(e.y), att_at(e.z), att_at(e.w)), tk <= vec4<u32>(t));
-            a0 += p.x * dy;
-            a1 += p.y * dy;
-            a2 += p.z * dy;
-            a3 += p.w * dy;
-            if (t + 1u < d.t) {
-                let u = t + 1u;
-                let dy1 = keys_of(f, 1u);
-                let e1 = e + vec4<u32>(d.t);
-                let p1 = select(vec4<f32>(0.0), vec4<f32>(att_at(e1.x), att_at(e1.y), att_at(e1.z), att_at(e1.w)), tk <= vec4<u32>(u));
-                a0 += p1.x * dy1;
-                a1 += p1.y * dy1;
-                a2 += p1.z * dy1;
-                a3 += p1.w * dy1;
-            }
-        }
-        store_tile(qkv_at(tl.b, tl.h, 2u, tk), ok, j0, a0, a1, a2, a3);
-    }
+    // dk[t2] = Σ_{t ≥ t2} dpre[t, t2] · q[t], dv[t2] = Σ_{t ≥ t2} att[t, t2] · dout[t]
+    token_sum(SUM_DK, sl, tl, tk, ok, vec4<u32>(0u), first, d.t - 1u, qkv_at(tl.b, tl.h, 1u, tk));
+    token_sum(SUM_DV, sl, tl, tk, ok, vec4<u32>(0u), first, d.t - 1u, qkv_at(tl.b, tl.h, 2u, tk));
 }

@@ -222,13 +222,25 @@ pub fn attention_forward_with(
     };
     let path = Path::of(g, kernel, hs)?;
     let (entry, groups) = path.entry(&FORWARD, b, t, nh);
-    let args = [Arg::W(&out), Arg::W(&probs), Arg::R(&qkv)];
+    // the subgroup forward binds qkv in all three read slots of the family (see its shader)
+    let args = [
+        Arg::W(&out),
+        Arg::W(&probs),
+        Arg::R(&qkv),
+        Arg::R(&qkv),
+        Arg::R(&qkv),
+    ];
+    let args = if path == Path::Subgroup {
+        &args[..]
+    } else {
+        &args[..3]
+    };
     let mut ops = vec![op(
         g,
         path.shader(p),
         entry,
         &dims(b, t, c, nh, hs),
-        &args,
+        args,
         groups,
     )?];
     if p == Precision::Bf16 {
