@@ -15,9 +15,10 @@
 //   token sums   Σ_u p[r][u]·x[u] over tokens u: one shared fetch gives 8 chunks of one token
 //                (hs/4 > 4) or 4 chunks of two tokens (hs/4 <= 4); p is the lane's own
 
-// The workgroup's head and block: the lane's tile, the block's last token, and whether the
-// workgroup lies inside the grid (uniform).
-struct Block { tl: Tile, last: u32, live: bool }
+// The workgroup's head and block: the lane's tile, its tokens (clamped to T−1), which of them are
+// real and their rows' offsets in [B,NH,T,T]; the block's last token; whether the workgroup
+// lies inside the grid (uniform).
+struct Block { tl: Tile, tk: vec4<u32>, ok: vec4<bool>, ar: vec4<u32>, last: u32, live: bool }
 
 fn block_of(wg: vec3<u32>, nwg: vec3<u32>, sl: u32) -> Block {
     let nt = (d.t + 3u) / 4u;
@@ -27,7 +28,9 @@ fn block_of(wg: vec3<u32>, nwg: vec3<u32>, sl: u32) -> Block {
     let blk = w % nb;
     let t0 = (blk * 8u + sl) * 4u;
     let last = min(blk * 32u + 31u, d.t - 1u);
-    return Block(Tile(bh / d.nh, bh % d.nh, t0, min(t0 + 3u, d.t - 1u), bh * d.t * d.t), last, w < d.b * d.nh * nb);
+    let tl = Tile(bh / d.nh, bh % d.nh, t0, min(t0 + 3u, d.t - 1u), bh * d.t * d.t);
+    let tk = toks(t0);
+    return Block(tl, tk, real(t0), vec4<u32>(tl.a_head) + tk * d.t, last, w < d.b * d.nh * nb);
 }
 
 // Columns 4i .. 4i+3 (i = 0, 1) of a shared fetch: lane 4i + c's Quad is column c.
@@ -58,7 +61,10 @@ fn shared_quad(mode: u32, b: u32, h: u32, tok: u32, j: u32) -> vec4<f32> {
 }
 
 // The weights of the lane's 4 tokens at summation token u.
-fn weights(mode: u32, tl: Tile, tk: vec4<u32>, ar: vec4<u32>, u: u32) -> vec4<f32> {
+fn weights(mode: u32, bk: Block, u: u32) -> vec4<f32> {
+    let tl = bk.tl;
+    let tk = bk.tk;
+    let ar = bk.ar;
     switch mode {
         case 0u: { return vec4<f32>(rows[ar.x + u], rows[ar.y + u], rows[ar.z + u], rows[ar.w + u]); }
         case 1u: {
@@ -78,7 +84,8 @@ fn weights(mode: u32, tl: Tile, tk: vec4<u32>, ar: vec4<u32>, u: u32) -> vec4<f3
 
 // Σ_{u = u0 ..= u1} w[r](u)·x[u] for the lane's 4 tokens, stored at o (the `_vec4` kernels'
 // sum tiles, in the same order).
-fn token_sum(mode: u32, sl: u32, tl: Tile, tk: vec4<u32>, ok: vec4<bool>, ar: vec4<u32>, u0: u32, u1: u32, o: vec4<u32>) {
+fn token_sum(mode: u32, sl: u32, bk: Block, u0: u32, u1: u32, o: vec4<u32>) {
+    let tl = bk.tl;
     let hs4 = d.hs / 4u;
     if (hs4 <= 4u) {
         // lane l fetches chunk l % 4 of token u + l / 4: one fetch, two tokens
@@ -90,21 +97,21 @@ fn token_sum(mode: u32, sl: u32, tl: Tile, tk: vec4<u32>, ok: vec4<bool>, ar: ve
         for (var u = u0; u <= u1; u += 2u) {
             let f = shared_quad(mode, tl.b, tl.h, u + sl / 4u, jl);
             let x = cols_of(f, 0u);
-            let p = weights(mode, tl, tk, ar, u);
+            let p = weights(mode, bk, u);
             a0 += p.x * x;
             a1 += p.y * x;
             a2 += p.z * x;
             a3 += p.w * x;
             if (u + 1u <= u1) {
                 let y = cols_of(f, 1u);
-                let q = weights(mode, tl, tk, ar, u + 1u);
+                let q = weights(mode, bk, u + 1u);
                 a0 += q.x * y;
                 a1 += q.y * y;
                 a2 += q.z * y;
                 a3 += q.w * y;
             }
         }
-        store_tile(o, ok, 0u, a0, a1, a2, a3);
+        store_tile(o, bk.ok, 0u, a0, a1, a2, a3);
         return;
     }
     // lane l fetches chunk j0 + l of token u: one fetch, 8 chunks
@@ -122,7 +129,7 @@ fn token_sum(mode: u32, sl: u32, tl: Tile, tk: vec4<u32>, ok: vec4<bool>, ar: ve
             let f = shared_quad(mode, tl.b, tl.h, u, jl);
             let x = cols_of(f, 0u);
             let y = cols_of(f, 1u);
-            let p = weights(mode, tl, tk, ar, u);
+            let p = weights(mode, bk, u);
             a0 += p.x * x;
             a1 += p.y * x;
             a2 += p.z * x;
@@ -132,9 +139,9 @@ fn token_sum(mode: u32, sl: u32, tl: Tile, tk: vec4<u32>, ok: vec4<bool>, ar: ve
             b2 += p.z * y;
             b3 += p.w * y;
         }
-        store_tile(o, ok, j0, a0, a1, a2, a3);
+        store_tile(o, bk.ok, j0, a0, a1, a2, a3);
         if (j0 + 4u < hs4) {
-            store_tile(o, ok, j0 + 4u, b0, b1, b2, b3);
+            store_tile(o, bk.ok, j0 + 4u, b0, b1, b2, b3);
         }
     }
 }
@@ -169,20 +176,19 @@ fn keys_at(part: u32, sl: u32, tl: Tile, k0: u32) -> vec4<u32> {
     return qkv_at(tl.b, tl.h, part, min(vec4<u32>(k0 + sl) + vec4<u32>(0u, 8u, 16u, 24u), vec4<u32>(d.t - 1u)));
 }
 
-// The forward's q·k (q of the lane's tokens at qo) and the backward's dout·v (dout at o).
-fn dots_qk(sl: u32, tl: Tile, qo: vec4<u32>, k0: u32) -> Dots {
+// The forward's q·k (`scores`: q of the lane's tokens at o, keys from k) and the backward's
+// dout·v (dout at o, keys from v).
+fn dots(scores: bool, sl: u32, tl: Tile, o: vec4<u32>, k0: u32) -> Dots {
     var r = Dots();
-    let ko = keys_at(1u, sl, tl, k0);
+    let ko = keys_at(select(2u, 1u, scores), sl, tl, k0);
     for (var j = 0u; j < d.hs / 4u; j++) {
-        add_keys(&r, tok_bqkv(qo, j), ko, j);
-    }
-    return r;
-}
-fn dots_dv(sl: u32, tl: Tile, o: vec4<u32>, k0: u32) -> Dots {
-    var r = Dots();
-    let ko = keys_at(2u, sl, tl, k0);
-    for (var j = 0u; j < d.hs / 4u; j++) {
-        add_keys(&r, tok_dout(o, j), ko, j);
+        var tokens: mat4x4<f32>;
+        if (scores) {
+            tokens = tok_bqkv(o, j);
+        } else {
+            tokens = tok_dout(o, j);
+        }
+        add_keys(&r, tokens, ko, j);
     }
     return r;
 }
@@ -204,6 +210,25 @@ fn put_datt4(ar: vec4<u32>, tk: vec4<u32>, ok: vec4<bool>, k: u32, s: mat4x4<f32
     return put_datt(ar, tk, ok, k + 3u, s[3], r);
 }
 
+// Stores the 32 columns k0 .. k0+31 of a block of dots and returns the updated per-row figure:
+// the forward's scores (scaled) and row maxima, or the backward's datt and Σ att·datt.
+fn put_block(scores: bool, ar: vec4<u32>, tk: vec4<u32>, ok: vec4<bool>, k0: u32, s: Dots, acc: vec4<f32>) -> vec4<f32> {
+    var r = put4(scores, ar, tk, ok, k0, s.s0, acc);
+    r = put4(scores, ar, tk, ok, k0 + 4u, s.s1, r);
+    r = put4(scores, ar, tk, ok, k0 + 8u, s.s2, r);
+    r = put4(scores, ar, tk, ok, k0 + 12u, s.s3, r);
+    r = put4(scores, ar, tk, ok, k0 + 16u, s.s4, r);
+    r = put4(scores, ar, tk, ok, k0 + 20u, s.s5, r);
+    r = put4(scores, ar, tk, ok, k0 + 24u, s.s6, r);
+    return put4(scores, ar, tk, ok, k0 + 28u, s.s7, r);
+}
+fn put4(scores: bool, ar: vec4<u32>, tk: vec4<u32>, ok: vec4<bool>, k: u32, s: mat4x4<f32>, acc: vec4<f32>) -> vec4<f32> {
+    if (scores) {
+        return put_scores4(ar, tk, ok, k, s, acc);
+    }
+    return put_datt4(ar, tk, ok, k, s, acc);
+}
+
 // ---- attention_forward_sg8(out, rows, qkv, qkv, qkv) ----
 // The forward binds qkv in the backward's three read slots (dout, qkv, att), so the kernels share
 // their functions without two names for one binding in one entry point; it reads only qkv (4).
@@ -211,29 +236,17 @@ fn put_datt4(ar: vec4<u32>, tk: vec4<u32>, ok: vec4<bool>, k: u32, s: mat4x4<f32
 fn attention_forward_sg8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     let bk = block_of(wg, nwg, sl);
     if (!bk.live) { return; }
-    let tl = bk.tl;
-    let tk = toks(tl.t0);
-    let ok = real(tl.t0);
-    let ar = vec4<u32>(tl.a_head) + tk * d.t;
-    let qo = qkv_at(tl.b, tl.h, 0u, tk);
+    let qo = qkv_at(bk.tl.b, bk.tl.h, 0u, bk.tk);
     var m = vec4<f32>(-3.0e38);
     for (var k0 = 0u; k0 <= bk.last; k0 += 32u) {
-        let s = dots_qk(sl, tl, qo, k0);
-        m = put_scores4(ar, tk, ok, k0, s.s0, m);
-        m = put_scores4(ar, tk, ok, k0 + 4u, s.s1, m);
-        m = put_scores4(ar, tk, ok, k0 + 8u, s.s2, m);
-        m = put_scores4(ar, tk, ok, k0 + 12u, s.s3, m);
-        m = put_scores4(ar, tk, ok, k0 + 16u, s.s4, m);
-        m = put_scores4(ar, tk, ok, k0 + 20u, s.s5, m);
-        m = put_scores4(ar, tk, ok, k0 + 24u, s.s6, m);
-        m = put_scores4(ar, tk, ok, k0 + 28u, s.s7, m);
+        m = put_block(true, bk.ar, bk.tk, bk.ok, k0, dots(true, sl, bk.tl, qo, k0), m);
     }
-    if (ok.x) { softmax_row(ar.x, tk.x, m.x); }
-    if (ok.y) { softmax_row(ar.y, tk.y, m.y); }
-    if (ok.z) { softmax_row(ar.z, tk.z, m.z); }
-    if (ok.w) { softmax_row(ar.w, tk.w, m.w); }
+    if (bk.ok.x) { softmax_row(bk.ar.x, bk.tk.x, m.x); }
+    if (bk.ok.y) { softmax_row(bk.ar.y, bk.tk.y, m.y); }
+    if (bk.ok.z) { softmax_row(bk.ar.z, bk.tk.z, m.z); }
+    if (bk.ok.w) { softmax_row(bk.ar.w, bk.tk.w, m.w); }
     // out = p · v over the block's tokens (p is zero past each row's own token)
-    token_sum(SUM_OUT, sl, tl, tk, ok, ar, 0u, bk.last, btc_at(tl.b, tl.h, tk));
+    token_sum(SUM_OUT, sl, bk, 0u, bk.last, btc_at(bk.tl.b, bk.tl.h, bk.tk));
 }
 
 // ---- attention_backward_rows_sg8(dqkv, rows, dout, qkv, att): dpre rows and dq ----
@@ -241,29 +254,17 @@ fn attention_forward_sg8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_work
 fn attention_backward_rows_sg8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     let bk = block_of(wg, nwg, sl);
     if (!bk.live) { return; }
-    let tl = bk.tl;
-    let tk = toks(tl.t0);
-    let ok = real(tl.t0);
-    let ar = vec4<u32>(tl.a_head) + tk * d.t;
-    let dyo = btc_at(tl.b, tl.h, tk);
+    let dyo = btc_at(bk.tl.b, bk.tl.h, bk.tk);
     var dot = vec4<f32>(0.0);
     for (var k0 = 0u; k0 <= bk.last; k0 += 32u) {
-        let s = dots_dv(sl, tl, dyo, k0);
-        dot = put_datt4(ar, tk, ok, k0, s.s0, dot);
-        dot = put_datt4(ar, tk, ok, k0 + 4u, s.s1, dot);
-        dot = put_datt4(ar, tk, ok, k0 + 8u, s.s2, dot);
-        dot = put_datt4(ar, tk, ok, k0 + 12u, s.s3, dot);
-        dot = put_datt4(ar, tk, ok, k0 + 16u, s.s4, dot);
-        dot = put_datt4(ar, tk, ok, k0 + 20u, s.s5, dot);
-        dot = put_datt4(ar, tk, ok, k0 + 24u, s.s6, dot);
-        dot = put_datt4(ar, tk, ok, k0 + 28u, s.s7, dot);
+        dot = put_block(false, bk.ar, bk.tk, bk.ok, k0, dots(false, sl, bk.tl, dyo, k0), dot);
     }
-    if (ok.x) { dpre_row(ar.x, tk.x, dot.x); }
-    if (ok.y) { dpre_row(ar.y, tk.y, dot.y); }
-    if (ok.z) { dpre_row(ar.z, tk.z, dot.z); }
-    if (ok.w) { dpre_row(ar.w, tk.w, dot.w); }
+    if (bk.ok.x) { dpre_row(bk.ar.x, bk.tk.x, dot.x); }
+    if (bk.ok.y) { dpre_row(bk.ar.y, bk.tk.y, dot.y); }
+    if (bk.ok.z) { dpre_row(bk.ar.z, bk.tk.z, dot.z); }
+    if (bk.ok.w) { dpre_row(bk.ar.w, bk.tk.w, dot.w); }
     // dq = dpre · k; rows above the diagonal are unwritten, so they are masked
-    token_sum(SUM_DQ, sl, tl, tk, ok, ar, 0u, bk.last, qkv_at(tl.b, tl.h, 0u, tk));
+    token_sum(SUM_DQ, sl, bk, 0u, bk.last, qkv_at(bk.tl.b, bk.tl.h, 0u, bk.tk));
 }
 
 // ---- attention_backward_cols_sg8(dqkv, rows, dout, qkv, att): dk and dv ----
@@ -271,11 +272,8 @@ fn attention_backward_rows_sg8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(nu
 fn attention_backward_cols_sg8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     let bk = block_of(wg, nwg, sl);
     if (!bk.live) { return; }
-    let tl = bk.tl;
-    let tk = toks(tl.t0);   // this lane's key/value tokens t2
-    let ok = real(tl.t0);
-    let first = tl.t0 - sl * 4u;   // the block's first token: no lane has a term before it
+    let first = bk.tl.t0 - sl * 4u;   // the block's first token: no lane has a term before it
     // dk[t2] = Σ_{t ≥ t2} dpre[t, t2] · q[t], dv[t2] = Σ_{t ≥ t2} att[t, t2] · dout[t]
-    token_sum(SUM_DK, sl, tl, tk, ok, vec4<u32>(0u), first, d.t - 1u, qkv_at(tl.b, tl.h, 1u, tk));
-    token_sum(SUM_DV, sl, tl, tk, ok, vec4<u32>(0u), first, d.t - 1u, qkv_at(tl.b, tl.h, 2u, tk));
+    token_sum(SUM_DK, sl, bk, first, d.t - 1u, qkv_at(bk.tl.b, bk.tl.h, 1u, bk.tk));
+    token_sum(SUM_DV, sl, bk, first, d.t - 1u, qkv_at(bk.tl.b, bk.tl.h, 2u, bk.tk));
 }
