@@ -40,6 +40,14 @@ fn gelu_grad(x: f32, dy: f32) -> f32 {
     return (0.5 * (1.0 + th) + 0.5 * x * sech2 * du) * dy;
 }
 
+fn gelu4(x: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(gelu_f(x.x), gelu_f(x.y), gelu_f(x.z), gelu_f(x.w));
+}
+
+fn gelu_grad4(x: vec4<f32>, dy: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(gelu_grad(x.x, dy.x), gelu_grad(x.y, dy.y), gelu_grad(x.z, dy.z), gelu_grad(x.w, dy.w));
+}
+
 fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * 256u;
 }
@@ -113,17 +121,14 @@ fn copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 fn gelu_forward4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = index(gid, nwg);
     if (i >= d.n / 4u) { return; }
-    let x = quad(q_inp[i]);
-    q_out[i] = quad_pack(vec4<f32>(gelu_f(x.x), gelu_f(x.y), gelu_f(x.z), gelu_f(x.w)));
+    q_out[i] = quad_pack(gelu4(quad(q_inp[i])));
 }
 
 @compute @workgroup_size(256)
 fn gelu_backward4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = index(gid, nwg);
     if (i >= d.n / 4u) { return; }
-    let x = quad(q_inp[i]);
-    let dy = quad(q_dout[i]);
-    q_out[i] = quad_pack(vec4<f32>(gelu_grad(x.x, dy.x), gelu_grad(x.y, dy.y), gelu_grad(x.z, dy.z), gelu_grad(x.w, dy.w)));
+    q_out[i] = quad_pack(gelu_grad4(quad(q_inp[i]), quad(q_dout[i])));
 }
 
 @compute @workgroup_size(256)
@@ -159,4 +164,30 @@ fn copy4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
     let i = index(gid, nwg);
     if (i >= d.n / 4u) { return; }
     q_out[i] = q_inp[i];
+}
+
+// ---- the `_t` entries: gelu_forward4, gelu_backward4 and residual_forward4 with their inputs
+//      read from flat texture copies (kernels/texels.rs); the same arithmetic ----
+@group(0) @binding(2) var t_inp: texture_2d<u32>;
+@group(0) @binding(3) var t_dout: texture_2d<u32>;
+
+@compute @workgroup_size(256)
+fn gelu_forward_t(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i >= d.n / 4u) { return; }
+    q_out[i] = quad_pack(gelu4(quad(flat(t_inp, i))));
+}
+
+@compute @workgroup_size(256)
+fn gelu_backward_t(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i >= d.n / 4u) { return; }
+    q_out[i] = quad_pack(gelu_grad4(quad(flat(t_inp, i)), quad(flat(t_dout, i))));
+}
+
+@compute @workgroup_size(256)
+fn residual_forward_t(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i >= d.n / 4u) { return; }
+    q_out[i] = quad_pack(quad(flat(t_inp, i)) + quad(flat(t_dout, i)));
 }

@@ -534,6 +534,22 @@ fn matmul_bias_backward8(@builtin(global_invocation_id) gid: vec3<u32>, @builtin
     store_bias_quad(q + 1u, s1);
 }
 
+// matmul_bias_backward4 with dout's rows read from a flat texture copy (kernels/texels.rs):
+// the same sums.
+@group(0) @binding(2) var t_dout: texture_2d<u32>;
+
+@compute @workgroup_size(8)
+fn matmul_bias_backward_t(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let q = gid.x + gid.y * nwg.x * 8u;
+    let quads = bd.cols / 4u;
+    if (q >= quads) { return; }
+    var s = vec4<f32>(0.0);
+    for (var r = 0u; r < bd.rows; r++) {
+        s += quad(flat(t_dout, r * quads + q));
+    }
+    store_bias_quad(q, s);
+}
+
 // dbias[4q .. 4q+3] += s (words of the layer's precision).
 fn store_bias_quad(q: u32, s: vec4<f32>) {
     for (var j = 0u; j < 4u / LANES; j++) {

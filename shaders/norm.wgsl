@@ -374,3 +374,130 @@ fn layernorm_dparams_final(@builtin(global_invocation_id) gid: vec3<u32>, @built
     p_dweight[j] = pack(dw);
     p_dbias[j] = pack(db);
 }
+
+// ---- the `_t` entries: the row passes and the partials with their tensors read from flat
+//      texture copies (kernels/texels.rs) where the buffer entries read storage; c % 4 == 0.
+//      The same sums in the same order as the entries each precision takes otherwise (lane-wise
+//      partials under f32, the `…4` entries; element order under bf16, the `…_q` ones), so the
+//      same bits. mean and rstd are flat f32 copies (n % 4 == 0). ----
+
+// Element r of a flat copy of f32 words.
+fn flat_f32(t: texture_2d<u32>, r: u32) -> f32 {
+    return bitcast<f32>(texel(t, r / 4u)[r % 4u]);
+}
+
+// Quad q of the layernorm's input: a copy of it, or under `sum` the residual add of two copies
+// as the fused entries store it (rounded to the run's precision once).
+fn ln_in(x: texture_2d<u32>, y: texture_2d<u32>, sum: bool, q: u32) -> vec4<f32> {
+    if (sum) {
+        return quad(quad_pack(quad(flat(x, q)) + quad(flat(y, q))));
+    }
+    return quad(flat(x, q));
+}
+
+// layernorm_row_quads of row r, its input from ln_in, weight and bias from copies.
+fn layernorm_row_texels(r: u32, x: texture_2d<u32>, y: texture_2d<u32>, sum: bool, w: texture_2d<u32>, b: texture_2d<u32>) {
+    let ordered = LANES == 2u;
+    let c4 = d.c / 4u;
+    let base = r * c4;
+    var s = vec4<f32>(0.0);
+    for (var i = 0u; i < c4; i++) { s = quad_sum(s, ln_in(x, y, sum, base + i), ordered); }
+    let m = quad_total(s, ordered) / f32(d.c);
+    var q = vec4<f32>(0.0);
+    for (var i = 0u; i < c4; i++) {
+        let v = ln_in(x, y, sum, base + i) - m;
+        q = quad_sum(q, v * v, ordered);
+    }
+    let rs = 1.0 / sqrt(quad_total(q, ordered) / f32(d.c) + EPS);
+    for (var i = 0u; i < c4; i++) {
+        let v = (ln_in(x, y, sum, base + i) - m) * rs * quad(flat(w, i)) + quad(flat(b, i));
+        f4_out[base + i] = quad_pack(v);
+    }
+    f_mean[r] = bitcast<u32>(m);
+    f_rstd[r] = bitcast<u32>(rs);
+}
+
+@group(0) @binding(4) var t_inp: texture_2d<u32>;
+@group(0) @binding(5) var t_weight: texture_2d<u32>;
+@group(0) @binding(6) var t_bias: texture_2d<u32>;
+
+// (out, mean, rstd, inp | weight, bias): layernorm_forward4 / _q
+@compute @workgroup_size(256)
+fn layernorm_forward_t(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * WG;
+    if (r >= d.n) { return; }
+    layernorm_row_texels(r, t_inp, t_inp, false, t_weight, t_bias);
+}
+
+@group(0) @binding(7) var t_a: texture_2d<u32>;
+@group(0) @binding(8) var t_b: texture_2d<u32>;
+
+// (out, mean, rstd, inp | weight, bias, a, b) with inp a buffer: residual_layernorm_forward4 / _q
+@compute @workgroup_size(256)
+fn residual_layernorm_forward_t(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * WG;
+    if (r >= d.n) { return; }
+    let c4 = d.c / 4u;
+    for (var i = r * c4; i < r * c4 + c4; i++) {
+        f4_inp[i] = quad_pack(ln_in(t_a, t_b, true, i));
+    }
+    layernorm_row_texels(r, t_a, t_b, true, t_weight, t_bias);
+}
+
+@group(0) @binding(2) var t_dout: texture_2d<u32>;
+@group(0) @binding(3) var tb_inp: texture_2d<u32>;
+@group(0) @binding(4) var tb_weight: texture_2d<u32>;
+@group(0) @binding(5) var t_mean: texture_2d<u32>;
+@group(0) @binding(6) var t_rstd: texture_2d<u32>;
+@group(0) @binding(7) var t_dinp: texture_2d<u32>;
+
+// (dinp | dout, inp, weight, mean, rstd, dinp's copy): layernorm_backward_dinp4 / _q
+@compute @workgroup_size(256)
+fn layernorm_backward_dinp_t(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * WG;
+    if (r >= d.n) { return; }
+    let ordered = LANES == 2u;
+    let c4 = d.c / 4u;
+    let base = r * c4;
+    let m = flat_f32(t_mean, r);
+    let s = flat_f32(t_rstd, r);
+    var dm = vec4<f32>(0.0);
+    var dn = vec4<f32>(0.0);
+    for (var i = 0u; i < c4; i++) {
+        let norm = (quad(flat(tb_inp, base + i)) - m) * s;
+        let dnorm = quad(flat(tb_weight, i)) * quad(flat(t_dout, base + i));
+        dm = quad_sum(dm, dnorm, ordered);
+        dn = quad_sum(dn, dnorm * norm, ordered);
+    }
+    let dmean = quad_total(dm, ordered) / f32(d.c);
+    let dnmean = quad_total(dn, ordered) / f32(d.c);
+    for (var i = 0u; i < c4; i++) {
+        let norm = (quad(flat(tb_inp, base + i)) - m) * s;
+        let dnorm = quad(flat(tb_weight, i)) * quad(flat(t_dout, base + i));
+        let old = quad(flat(t_dinp, base + i));
+        b4_dinp[base + i] = quad_pack(old + (dnorm - dmean - norm * dnmean) * s);
+    }
+}
+
+@group(0) @binding(4) var tq_mean: texture_2d<u32>;
+@group(0) @binding(5) var tq_rstd: texture_2d<u32>;
+
+// (part | dout, inp, mean, rstd): layernorm_dparams_partial4
+@compute @workgroup_size(256)
+fn layernorm_dparams_partial_t(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let e = gid.x + gid.y * nwg.x * WG;
+    let c4 = d.c / 4u;
+    if (e >= d.chunks * c4) { return; }
+    let k = e / c4;
+    let i = e - k * c4;
+    var dw = vec4<f32>(0.0);
+    var db = vec4<f32>(0.0);
+    for (var r = k * CHUNK; r < min(d.n, (k + 1u) * CHUNK); r++) {
+        let dy = quad(flat(t_dout, r * c4 + i));
+        let norm = (quad(flat(tb_inp, r * c4 + i)) - flat_f32(tq_mean, r)) * flat_f32(tq_rstd, r);
+        db += dy;
+        dw += norm * dy;
+    }
+    q4_part[e] = bitcast<vec4<u32>>(dw);
+    q4_part[d.chunks * c4 + e] = bitcast<vec4<u32>>(db);
+}

@@ -52,3 +52,17 @@ fn raw(w: u32, j: u32) -> u32 {
 fn place(b: u32, j: u32) -> u32 {
     return b;
 }
+
+// A flat texture copy of a tensor (kernels/texels.rs): its Quads row after row, FLAT_ROW texels
+// a row, rgba32uint texels of f32 words or rg32uint ones of packed bf16 words, the buffer's bits.
+const FLAT_ROW: u32 = 256u;
+
+// Texel q of a flat copy, raw (an f32 tensor's Quad q: elements 4q .. 4q+3).
+fn texel(t: texture_2d<u32>, q: u32) -> vec4<u32> {
+    return textureLoad(t, vec2<u32>(q % FLAT_ROW, q / FLAT_ROW), 0);
+}
+
+// Quad q of a flat copy of a tensor of this precision.
+fn flat(t: texture_2d<u32>, q: u32) -> Quad {
+    return texel(t, q);
+}

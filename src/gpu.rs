@@ -226,6 +226,9 @@ pub struct Gpu {
     pending: Arc<Mutex<Option<wgpu::CommandEncoder>>>,
     /// The staging buffer downloads reuse (shared by every clone).
     readback: Arc<readback::Readback>,
+    /// Kernels built from now on read their row tensors through texture copies (CPU adapters
+    /// only; see [`Gpu::set_texture_reads`]; shared by every clone).
+    texture_reads: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Gpu {
@@ -288,7 +291,36 @@ impl Gpu {
                 .contains(wgpu::TextureUsages::STORAGE_BINDING),
             pending: Arc::default(),
             readback: Arc::default(),
+            texture_reads: Arc::new(std::sync::atomic::AtomicBool::new(
+                adapter.get_info().device_type == wgpu::DeviceType::Cpu,
+            )),
         })
+    }
+
+    /// Whether kernels built now read their row tensors (activations, their gradients, the
+    /// layernorm parameters) from texture copies of them instead of storage buffers. On by
+    /// default on CPU adapters, where a storage load per lane is a loop over the lanes and a
+    /// texel fetch one gather (docs/kernels.md); off, and not settable, elsewhere. The bits are
+    /// the same either way.
+    pub fn texture_reads(&self) -> bool {
+        self.texture_reads
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Turns [`Gpu::texture_reads`] on or off for the kernels built from now on (every clone
+    /// of this device); on is refused (`Error::Config`) where the adapter is not a CPU one.
+    pub fn set_texture_reads(&self, on: bool) -> Result<()> {
+        if on && self.info.device_type != wgpu::DeviceType::Cpu {
+            return Err(Error::Config(format!(
+                "{}: texture reads are for CPU adapters; {} is a {:?} one",
+                self.label,
+                self.adapter_name(),
+                self.info.device_type
+            )));
+        }
+        self.texture_reads
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Whether shaders may write rg32uint storage textures: where they may, a product of two

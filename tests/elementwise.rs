@@ -17,7 +17,7 @@ fn gelu_forward_backward_match_twin() {
         let x = rng.vec(n, 4.0);
         let dy = rand(&mut rng, n);
         let (xb, dyb, out) = (buf(&g, &x), buf(&g, &dy), poisoned(&g, n));
-        g.run(&[k::gelu_forward(&g, F32, &out, &xb, n).unwrap()])
+        g.run(&k::gelu_forward(&g, F32, &out, &xb, n).unwrap())
             .unwrap();
         let mut want = vec![0.0; n];
         cpu::gelu_forward(&mut want, &x);
@@ -28,7 +28,7 @@ fn gelu_forward_backward_match_twin() {
             1e-5,
         );
         let dinp = poisoned(&g, n);
-        g.run(&[k::gelu_backward(&g, F32, &dinp, &xb, &dyb, n).unwrap()])
+        g.run(&k::gelu_backward(&g, F32, &dinp, &xb, &dyb, n).unwrap())
             .unwrap();
         cpu::gelu_backward(&mut want, &x, &dy);
         check(
@@ -47,7 +47,7 @@ fn residual_fill_scale_add_match_twin() {
     for n in SIZES {
         let (a, b) = (rand(&mut rng, n), rand(&mut rng, n));
         let (ab, bb, out) = (buf(&g, &a), buf(&g, &b), poisoned(&g, n));
-        g.run(&[k::residual_forward(&g, F32, &out, &ab, &bb, n).unwrap()])
+        g.run(&k::residual_forward(&g, F32, &out, &ab, &bb, n).unwrap())
             .unwrap();
         let mut want = vec![0.0; n];
         cpu::residual_forward(&mut want, &a, &b);
@@ -127,7 +127,7 @@ fn quad_entries_match_word_entries_bit_for_bit() {
         for (name, op) in ops {
             let run = |m: usize| -> Vec<u32> {
                 let out = poisoned(&g, words);
-                g.run(&[op(&g, p, &out, m).unwrap()]).unwrap();
+                g.run(&op(&g, p, &out, m).unwrap()).unwrap();
                 g.download::<u32>(&out).unwrap()
             };
             let (quads, words_only) = (run(n), run(n - 1));
@@ -152,4 +152,4 @@ fn quad_entries_match_word_entries_bit_for_bit() {
 }
 
 type ElementOp<'a> =
-    &'a dyn Fn(&gpu::Gpu, Precision, &gpu::View, usize) -> triaxis::error::Result<Dispatch>;
+    &'a dyn Fn(&gpu::Gpu, Precision, &gpu::View, usize) -> triaxis::error::Result<Vec<Dispatch>>;

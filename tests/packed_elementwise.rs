@@ -39,7 +39,7 @@ fn gelu_forward_backward_match_twin() {
         let mut first = None;
         for _ in 0..2 {
             let out = poisoned_words(&g, w);
-            g.run(&[k::gelu_forward(&g, BF16, &out, &xb, n).unwrap()])
+            g.run(&k::gelu_forward(&g, BF16, &out, &xb, n).unwrap())
                 .unwrap();
             let got = g.download::<u32>(&out).unwrap();
             let first = first.get_or_insert_with(|| got.clone());
@@ -51,7 +51,7 @@ fn gelu_forward_backward_match_twin() {
         let mut first = None;
         for _ in 0..2 {
             let dinp = poisoned_words(&g, w);
-            g.run(&[k::gelu_backward(&g, BF16, &dinp, &xb, &dyb, n).unwrap()])
+            g.run(&k::gelu_backward(&g, BF16, &dinp, &xb, &dyb, n).unwrap())
                 .unwrap();
             let got = g.download::<u32>(&dinp).unwrap();
             let first = first.get_or_insert_with(|| got.clone());
@@ -71,7 +71,7 @@ fn residual_add_copy_fill_match_twin_exactly() {
         let w = n.div_ceil(2);
         let (a, b) = (input(&mut rng, n, 1.0), input(&mut rng, n, 3.0));
         let (ab, bb, out) = (buf_u32(&g, &a), buf_u32(&g, &b), poisoned_words(&g, w));
-        g.run(&[k::residual_forward(&g, BF16, &out, &ab, &bb, n).unwrap()])
+        g.run(&k::residual_forward(&g, BF16, &out, &ab, &bb, n).unwrap())
             .unwrap();
         let mut want = vec![0; w];
         t::residual_forward_bf16(&mut want, &a, &b, n);

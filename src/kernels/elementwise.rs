@@ -9,6 +9,7 @@
 //! on whole views (all `2·len` halves under bf16). Arithmetic is f32 with one rounding per
 //! stored bf16 element.
 
+use super::texels::{self, Bind};
 use super::{groups_1d, op, shader, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
@@ -69,17 +70,17 @@ fn run(
 }
 
 /// `out[n]` = `gelu(inp[n])`
-pub fn gelu_forward(g: &Gpu, p: Precision, out: &View, inp: &View, n: usize) -> Result<Dispatch> {
+pub fn gelu_forward(
+    g: &Gpu,
+    p: Precision,
+    out: &View,
+    inp: &View,
+    n: usize,
+) -> Result<Vec<Dispatch>> {
     need(p, "gelu", "out", out, n)?;
     need(p, "gelu", "inp", inp, n)?;
-    run(
-        g,
-        p,
-        ("gelu_forward", "gelu_forward4"),
-        n,
-        0.0,
-        &[Arg::W(out), Arg::R(inp)],
-    )
+    let entries = ("gelu_forward", "gelu_forward4", "gelu_forward_t");
+    run_reading(g, p, entries, n, out, &[inp])
 }
 
 /// `dinp[n]` = gelu'(inp) · dout (assigned)
@@ -90,12 +91,12 @@ pub fn gelu_backward(
     inp: &View,
     dout: &View,
     n: usize,
-) -> Result<Dispatch> {
+) -> Result<Vec<Dispatch>> {
     need(p, "gelu", "dinp", dinp, n)?;
     need(p, "gelu", "inp", inp, n)?;
     need(p, "gelu", "dout", dout, n)?;
-    let args = [Arg::W(dinp), Arg::R(inp), Arg::R(dout)];
-    run(g, p, ("gelu_backward", "gelu_backward4"), n, 0.0, &args)
+    let entries = ("gelu_backward", "gelu_backward4", "gelu_backward_t");
+    run_reading(g, p, entries, n, dinp, &[inp, dout])
 }
 
 /// `out[n]` = a + b
@@ -106,19 +107,41 @@ pub fn residual_forward(
     a: &View,
     b: &View,
     n: usize,
-) -> Result<Dispatch> {
+) -> Result<Vec<Dispatch>> {
     need(p, "residual", "out", out, n)?;
     need(p, "residual", "a", a, n)?;
     need(p, "residual", "b", b, n)?;
-    let args = [Arg::W(out), Arg::R(a), Arg::R(b)];
-    run(
-        g,
-        p,
-        ("residual_forward", "residual_forward4"),
-        n,
-        0.0,
-        &args,
-    )
+    let entries = (
+        "residual_forward",
+        "residual_forward4",
+        "residual_forward_t",
+    );
+    run_reading(g, p, entries, n, out, &[a, b])
+}
+
+/// An op of `n` elements writing `out` from `reads`: the `_t` entry (`entries.2`) reading flat
+/// copies of them ([`texels`]) where they can be made and `n % 4 == 0`, else [`run`]'s entries.
+fn run_reading(
+    g: &Gpu,
+    p: Precision,
+    (entry, entry4, entry_t): (&'static str, &'static str, &'static str),
+    n: usize,
+    out: &View,
+    reads: &[&View],
+) -> Result<Vec<Dispatch>> {
+    let mut ops = Vec::new();
+    let list: Vec<_> = reads.iter().map(|&v| (p, v, n)).collect();
+    if let Some(t) = texels::flats(g, &mut ops, &list).filter(|_| n.is_multiple_of(4)) {
+        let mut binds = vec![Bind::Buffer(out)];
+        binds.extend(t.iter().map(Bind::Texture));
+        let dims = dims(p, n, 0.0)?;
+        let shader = (shader("elementwise", p), entry_t);
+        ops.push(texels::op(g, shader, &dims, &binds, groups_1d(n / 4))?);
+        return Ok(ops);
+    }
+    let mut args = vec![Arg::W(out)];
+    args.extend(reads.iter().map(|&v| Arg::R(v)));
+    Ok(vec![run(g, p, (entry, entry4), n, 0.0, &args)?])
 }
 
 /// out[..] = value (bf16: rounded once, both halves of every word)

@@ -63,6 +63,7 @@
 //! are bit-identical run to run, and the split backward (`_input` + `_weight`) gives the same
 //! bits as the unsplit one (it is the same ops).
 
+use super::texels::{self, Bind};
 use super::{groups_1d, need_in, op, shader, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
@@ -551,6 +552,24 @@ fn backward_weight(
             let y = groups.div_ceil(65535);
             (entry, [groups.div_ceil(y), y, 1])
         };
+        let db = db.slice(0, words);
+        let dims = [n as u32, oc as u32, flags, 0];
+        let t = match flags == 0 && oc.is_multiple_of(4) {
+            true => texels::flats(g, &mut ops, &[(p, &dy.v, n * oc)]),
+            false => None,
+        };
+        if let Some([t]) = t.as_deref() {
+            let (entry, groups) = quads("matmul_bias_backward_t", 4);
+            let binds = [Bind::Buffer(&db), Bind::Texture(t)];
+            ops.push(texels::op(
+                g,
+                (shader("matmul", p), entry),
+                &dims,
+                &binds,
+                groups,
+            )?);
+            return Ok(ops);
+        }
         let (entry, groups) = if flags != 0 || !oc.is_multiple_of(4) {
             ("matmul_bias_backward", groups_1d(words))
         } else if p == Precision::F32 && oc.is_multiple_of(8) {
@@ -562,8 +581,8 @@ fn backward_weight(
             g,
             shader("matmul", p),
             entry,
-            &[n as u32, oc as u32, flags, 0],
-            &[Arg::W(&db.slice(0, words)), Arg::R(&dy.v)],
+            &dims,
+            &[Arg::W(&db), Arg::R(&dy.v)],
             groups,
         )?);
     }

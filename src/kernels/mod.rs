@@ -22,6 +22,7 @@ pub mod loss;
 pub mod matmul;
 pub mod norm;
 pub mod optim;
+mod texels;
 
 /// A storage prelude (`store_f32`, or `store_bf16` after the bf16 bit rules).
 macro_rules! store {
@@ -227,15 +228,16 @@ enum Work {
         bind_group: wgpu::BindGroup,
         groups: [u32; 3],
     },
-    /// `rows` rows of `row_bytes` from `buffer` at byte `offset` (one row after another) into
-    /// texel rows 0.. of `texture` from texel (0, 0): what a pack shader would store there when
-    /// the operand's rows are its texel rows, without a shader (the matmul's operands that are
-    /// read row by row; see `matmul::texture`).
+    /// `rows` rows of `width` texels from `buffer` at byte `offset`, `row_bytes` apart, into
+    /// texel rows `y`.. of `texture` from its first column: what a pack shader would store
+    /// there when the tensor's rows are its texel rows, without a shader ([`texels`]).
     Copy {
         buffer: wgpu::Buffer,
         offset: u64,
         row_bytes: u32,
+        width: u32,
         rows: u32,
+        y: u32,
         texture: wgpu::Texture,
     },
 }
@@ -261,7 +263,9 @@ impl crate::gpu::Record for Dispatch {
             buffer,
             offset,
             row_bytes,
+            width,
             rows,
+            y,
             texture,
         } = &self.work
         else {
@@ -276,9 +280,14 @@ impl crate::gpu::Record for Dispatch {
                     rows_per_image: None,
                 },
             },
-            texture.as_image_copy(),
+            wgpu::TexelCopyTextureInfo {
+                texture,
+                mip_level: 0,
+                origin: wgpu::Origin3d { x: 0, y: *y, z: 0 },
+                aspect: wgpu::TextureAspect::All,
+            },
             wgpu::Extent3d {
-                width: row_bytes / texture.format().block_copy_size(None).unwrap_or(16),
+                width: *width,
                 height: *rows,
                 depth_or_array_layers: 1,
             },

@@ -23,6 +23,7 @@
 //!        └─ …                                 ┘
 //! ```
 
+use super::texels::{self, Bind};
 use super::{even_rows, groups_1d, need, need_in, op, shader, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
@@ -149,6 +150,16 @@ fn forward(
     if n == 0 {
         return Ok(Vec::new());
     }
+    if let Some(ops) = forward_texels(
+        g,
+        p,
+        [&out, &mean, &rstd, &inp, &weight, &bias],
+        &residual,
+        n,
+        c,
+    )? {
+        return Ok(ops);
+    }
     let mut args = vec![
         Arg::W(&out),
         Arg::W(&mean),
@@ -190,6 +201,52 @@ fn forward(
     )?])
 }
 
+/// The forward reading its input (or the residual operands), weight and bias from flat copies
+/// ([`texels`]), where they can be made and `c % 4 == 0`: the copies and one dispatch.
+fn forward_texels(
+    g: &Gpu,
+    p: Precision,
+    [out, mean, rstd, inp, weight, bias]: [&View; 6],
+    residual: &Option<(View, View)>,
+    n: usize,
+    c: usize,
+) -> Result<Option<Vec<Dispatch>>> {
+    if !c.is_multiple_of(4) {
+        return Ok(None);
+    }
+    let mut ops = Vec::new();
+    // weight, bias, then the input or the two residual operands
+    let mut list = vec![(p, weight, c), (p, bias, c)];
+    match residual {
+        Some((a, b)) => list.extend([(p, a, n * c), (p, b, n * c)]),
+        None => list.push((p, inp, n * c)),
+    }
+    let Some(t) = texels::flats(g, &mut ops, &list) else {
+        return Ok(None);
+    };
+    let mut binds = vec![Bind::Buffer(out), Bind::Buffer(mean), Bind::Buffer(rstd)];
+    let entry = match &t[..] {
+        [tw, tb, tx] => {
+            binds.extend([Bind::Texture(tx), Bind::Texture(tw), Bind::Texture(tb)]);
+            "layernorm_forward_t"
+        }
+        [tw, tb, ta, tb2] => {
+            binds.extend([Bind::Buffer(inp), Bind::Texture(tw), Bind::Texture(tb)]);
+            binds.extend([Bind::Texture(ta), Bind::Texture(tb2)]);
+            "residual_layernorm_forward_t"
+        }
+        _ => return Ok(None),
+    };
+    ops.push(texels::op(
+        g,
+        (shader("norm", p), entry),
+        &[n as u32, c as u32],
+        &binds,
+        groups_1d(n),
+    )?);
+    Ok(Some(ops))
+}
+
 /// dinp `[n,c]` += ∂/∂inp (the residual gradient, accumulated); dweight `[c]` +=, dbias `[c]` +=
 /// (column sums over the rows in a fixed order, in f32, each stored element rounded once under
 /// bf16). dout, inp `[n,c]`, weight `[c]` in precision `p`; mean and rstd f32 `[n]`.
@@ -221,29 +278,55 @@ pub fn layernorm_backward(
         return Ok(Vec::new());
     }
     let cw = p.words(c);
-    let mut ops = vec![op(
-        g,
-        shader("norm", p),
-        row_entry(
-            p,
-            c,
-            [
-                "layernorm_backward_dinp",
-                "layernorm_backward_dinp4",
-                "layernorm_backward_dinp_q",
+    let mut ops = Vec::new();
+    // dout, inp, weight, mean, rstd and dinp's old value as flat copies, where all can be made
+    let t = match c.is_multiple_of(4) {
+        true => texels::flats(
+            g,
+            &mut ops,
+            &[
+                (p, &dout, nc),
+                (p, &inp, nc),
+                (p, &weight, c),
+                (Precision::F32, &mean, n),
+                (Precision::F32, &rstd, n),
+                (p, &dinp, nc),
             ],
         ),
-        &[n as u32, c as u32],
-        &[
-            Arg::W(&dinp),
-            Arg::R(&dout),
-            Arg::R(&inp),
-            Arg::R(&weight),
-            Arg::R(&mean),
-            Arg::R(&rstd),
-        ],
-        groups_1d(n),
-    )?];
+        false => None,
+    };
+    let rows = [n as u32, c as u32];
+    ops.push(match &t {
+        Some(t) => {
+            let mut binds = vec![Bind::Buffer(&dinp)];
+            binds.extend(t.iter().map(Bind::Texture));
+            let entry = "layernorm_backward_dinp_t";
+            texels::op(g, (shader("norm", p), entry), &rows, &binds, groups_1d(n))?
+        }
+        None => op(
+            g,
+            shader("norm", p),
+            row_entry(
+                p,
+                c,
+                [
+                    "layernorm_backward_dinp",
+                    "layernorm_backward_dinp4",
+                    "layernorm_backward_dinp_q",
+                ],
+            ),
+            &rows,
+            &[
+                Arg::W(&dinp),
+                Arg::R(&dout),
+                Arg::R(&inp),
+                Arg::R(&weight),
+                Arg::R(&mean),
+                Arg::R(&rstd),
+            ],
+            groups_1d(n),
+        )?,
+    });
     if n <= DIRECT_ROWS {
         ops.push(op(
             g,
@@ -278,20 +361,33 @@ pub fn layernorm_backward(
     } else {
         ("layernorm_dparams_partial", chunks * cw)
     };
-    ops.push(op(
-        g,
-        shader("norm", p),
-        entry,
-        &dims,
-        &[
-            Arg::W(&part),
-            Arg::R(&dout),
-            Arg::R(&inp),
-            Arg::R(&mean),
-            Arg::R(&rstd),
-        ],
-        groups_1d(threads),
-    )?);
+    if let Some([t_dout, t_inp, _, t_mean, t_rstd, _]) = t.as_deref() {
+        let mut binds = vec![Bind::Buffer(&part)];
+        binds.extend([t_dout, t_inp, t_mean, t_rstd].map(Bind::Texture));
+        let entry = "layernorm_dparams_partial_t";
+        ops.push(texels::op(
+            g,
+            (shader("norm", p), entry),
+            &dims,
+            &binds,
+            groups_1d(threads),
+        )?);
+    } else {
+        ops.push(op(
+            g,
+            shader("norm", p),
+            entry,
+            &dims,
+            &[
+                Arg::W(&part),
+                Arg::R(&dout),
+                Arg::R(&inp),
+                Arg::R(&mean),
+                Arg::R(&rstd),
+            ],
+            groups_1d(threads),
+        )?);
+    }
     ops.push(op(
         g,
         shader("norm", p),

@@ -28,6 +28,12 @@ pub fn decay_ranges(n: usize) -> Vec<std::ops::Range<usize>> {
     }
 }
 
+/// The compute dispatches among `ops` (not the copies that feed texture reads).
+pub fn dispatches(ops: &[triaxis::kernels::Dispatch]) -> usize {
+    use triaxis::gpu::Record;
+    ops.iter().filter(|o| !o.is_copy()).count()
+}
+
 /// Uploads `data` into a fresh buffer.
 pub fn buf(g: &Gpu, data: &[f32]) -> View {
     let v = g.buffer("test", data.len());

@@ -15,8 +15,9 @@
 use super::{Mat, WG_SIDE};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
-use crate::kernels::{Dispatch, Work};
-use crate::memory::{Allocation, Category};
+use crate::kernels::texels::Texels;
+use crate::kernels::Dispatch;
+use crate::memory::Allocation;
 use crate::precision::Precision;
 use std::sync::Arc;
 
@@ -236,27 +237,10 @@ fn pack(
         true => (wgpu::TextureFormat::Rg32Uint, 8),
         false => (wgpu::TextureFormat::Rgba32Float, 16),
     };
-    let held = g.hold(Category::Workspace, (texel_bytes * w * h) as u64);
-    let tex = g.device.create_texture(&wgpu::TextureDescriptor {
-        label: Some("matmul packed operand"),
-        size: wgpu::Extent3d {
-            width: w as u32,
-            height: h as u32,
-            depth_or_array_layers: 1,
-        },
-        mip_level_count: 1,
-        sample_count: 1,
-        dimension: wgpu::TextureDimension::D2,
-        format,
-        usage: wgpu::TextureUsages::STORAGE_BINDING
-            | wgpu::TextureUsages::TEXTURE_BINDING
-            | wgpu::TextureUsages::COPY_DST,
-        view_formats: &[],
-    });
-    let view = tex.create_view(&Default::default());
-    let packed = |view| Packed {
-        view,
-        held,
+    let t = Texels::new(g, "matmul packed operand", format, (w, h), true);
+    let packed = |t: &Texels| Packed {
+        view: t.view.clone(),
+        held: t.held.clone(),
         source: source(m),
         size: (w, h),
         words,
@@ -274,21 +258,11 @@ fn pack(
             }
             _ => m.v.clone(),
         };
-        ops.push(Dispatch {
-            label: "matmul_copy",
-            work: Work::Copy {
-                buffer: (*stored.buf).clone(),
-                offset: stored.byte_offset(),
-                row_bytes,
-                rows: m.sr as u32, // stored rows
-                texture: tex,
-            },
-            _views: vec![stored],
-            _memory: Vec::new(),
-        });
-        return Ok(packed(view));
+        let width = row_bytes as usize / texel_bytes;
+        ops.push(t.copy_op("matmul_copy", stored, row_bytes as usize, (width, m.sr, 0)));
+        return Ok(packed(&t));
     }
-    let target = wgpu::BindingResource::TextureView(&view);
+    let target = wgpu::BindingResource::TextureView(&t.view);
     let groups = |texels: usize| texels.div_ceil(WG_SIDE) as u32;
     ops.push(if m.ld.is_multiple_of(4) && m.ld == m.sc {
         // Whole vec4 rows: four texels per invocation from four vec4 loads.
@@ -313,7 +287,7 @@ fn pack(
             [groups(w), groups(h), 1],
         )?
     });
-    Ok(packed(view))
+    Ok(packed(&t))
 }
 
 /// The bytes of one texel row when `m`'s stored rows can be copied into texel rows as they lie
@@ -324,15 +298,14 @@ fn pack(
 /// only the subgroup kernel reads ([`Rows`]). On lavapipe a copy of a 512×64 operand takes
 /// ~5 µs where the pack shader takes ~0.2 ms.
 fn copy_rows(m: &Mat, words: bool) -> Option<u32> {
-    let (row_bytes, offset) = match (m.ty, words) {
-        (Precision::Bf16, true) => (2 * m.ld, m.v.byte_offset().is_multiple_of(8)),
+    let (row_bytes, texel_bytes, offset) = match (m.ty, words) {
+        (Precision::Bf16, true) => (2 * m.ld, 8, m.v.byte_offset()),
         // widened into a fresh aligned buffer
-        (Precision::Bf16, false) => (4 * m.ld, true),
-        (Precision::F32, _) => (4 * m.ld, m.v.byte_offset().is_multiple_of(16)),
+        (Precision::Bf16, false) => (4 * m.ld, 16, 0),
+        (Precision::F32, _) => (4 * m.ld, 16, m.v.byte_offset()),
     };
     let whole_rows = m.ld == m.sc;
-    let aligned = row_bytes.is_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT as usize) && offset;
-    (whole_rows && aligned).then_some(row_bytes as u32)
+    (whole_rows && Texels::copyable(row_bytes, offset, texel_bytes)).then_some(row_bytes as u32)
 }
 
 /// How a product's packs meet [`Packs`]: none, keep A's texture, or take B's from them.

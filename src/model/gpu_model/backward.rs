@@ -176,7 +176,7 @@ impl GpuModel {
                 Linear::layer(&s.dfch_gelu, dx, keep, &a.fch_gelu, wdb("fcproj")?, (ft, c));
             linear(&mut ops, &mut wops, fcproj)?;
             ready.push((ops.len(), names(&["fcprojw", "fcprojb"])));
-            ops.push(ke::gelu_backward(
+            ops.extend(ke::gelu_backward(
                 g,
                 prec,
                 dfch,

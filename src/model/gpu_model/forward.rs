@@ -117,7 +117,7 @@ impl GpuModel {
             )?);
             let fcb = w("fcb")?;
             ops.extend(mm(&a.fch, &a.ln2, &w("fcw")?, Some(&fcb), c, ft)?);
-            ops.push(ke::gelu_forward(g, prec, &a.fch_gelu, &a.fch, n * ft)?);
+            ops.extend(ke::gelu_forward(g, prec, &a.fch_gelu, &a.fch, n * ft)?);
             layers.push(LayerOps {
                 attention,
                 upto_gelu: start..ops.len(),
@@ -135,7 +135,7 @@ impl GpuModel {
             if tp {
                 cuts.push((ops.len(), a.fcproj.clone()));
             }
-            ops.push(ke::residual_forward(g, prec, out, &a.x2, &a.fcproj, n * c)?);
+            ops.extend(ke::residual_forward(g, prec, out, &a.x2, &a.fcproj, n * c)?);
             ranges.push((Block::Layer(*l), start..ops.len()));
         }
         if let Some(h) = &self.head {

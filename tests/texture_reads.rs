@@ -1,0 +1,158 @@
+//! The kernels that read their tensors from texture copies on CPU adapters
+//! (`Gpu::texture_reads`) give, bit for bit, what the same kernels give reading the storage
+//! buffers: layernorm forward (plain and after the residual add), its backward (dinp, and
+//! dweight / dbias through the chunked partials), GELU forward and backward, the residual add
+//! and the bias gradient, in f32 and bf16. Shapes whose Quads fill several texel rows and end in
+//! a partial one, and views at an offset into their buffer.
+mod common;
+use common::*;
+use triaxis::gpu::{Gpu, View};
+use triaxis::kernels::{elementwise as ke, matmul as km, norm as kn, Dispatch};
+use triaxis::precision::Precision::{self, Bf16, F32};
+use triaxis::rng::Rng;
+
+// (rows, columns): 300·68/4 = 5,100 Quads = 19 texel rows of 256 and 236 over; 8 × 64 fits one
+// partial row; 260 × 132 takes the chunked column sums (more than 256 rows)
+const SHAPES: [(usize, usize); 3] = [(8, 64), (300, 68), (260, 132)];
+
+/// Words of `p` for `elems` elements, random, uploaded at word `at` of a buffer of their own
+/// (a storage binding's alignment), so the kernels see a view with an offset.
+fn operand(g: &Gpu, rng: &mut Rng, p: Precision, elems: usize, at: usize) -> View {
+    let x = rng.vec(elems, 1.0);
+    let data: Vec<u32> = match p {
+        F32 => x.iter().map(|v| v.to_bits()).collect(),
+        Bf16 => x
+            .chunks(2)
+            .map(|c| (c[0].to_bits() >> 16) | (c[1].to_bits() & 0xffff_0000))
+            .collect(),
+    };
+    let v = g.buffer("operand", at + data.len()).slice(at, data.len());
+    g.upload(&v, &data).unwrap();
+    v
+}
+
+/// The words of `outs` after running what `build` makes from the same inputs with texture
+/// reads off and on; asserts that on copies (some op is a copy) and off does not.
+fn both(g: &Gpu, outs: &[&View], build: &dyn Fn() -> Vec<Dispatch>) -> [Vec<Vec<u32>>; 2] {
+    let start: Vec<Vec<u32>> = outs.iter().map(|v| g.download(v).unwrap()).collect();
+    [false, true].map(|on| {
+        g.set_texture_reads(on).unwrap();
+        for (v, s) in outs.iter().zip(&start) {
+            g.upload(v, s).unwrap();
+        }
+        let ops = build();
+        assert_eq!(
+            dispatches(&ops) < ops.len(),
+            on,
+            "texture reads {on}: copies"
+        );
+        g.run(&ops).unwrap();
+        outs.iter().map(|v| g.download(v).unwrap()).collect()
+    })
+}
+
+fn same(what: &str, [off, on]: [Vec<Vec<u32>>; 2]) {
+    for (i, (a, b)) in off.iter().zip(&on).enumerate() {
+        let differ = a.iter().zip(b).filter(|(x, y)| x != y).count();
+        assert_eq!(
+            differ,
+            0,
+            "{what}: output {i}: {differ} of {} words differ",
+            a.len()
+        );
+    }
+}
+
+#[test]
+fn texture_reads_give_the_buffer_bits() {
+    let Some(g) = triaxis::gpu::test_gpu() else {
+        return;
+    };
+    if g.set_texture_reads(true).is_err() {
+        eprintln!(
+            "SKIP: {} is not a CPU adapter: no texture reads",
+            g.adapter_name()
+        );
+        return;
+    }
+    let mut rng = Rng::new(23);
+    for p in [F32, Bf16] {
+        for (n, c) in SHAPES {
+            let what = |k: &str| format!("{k} {p} n={n} c={c}");
+            let x = |rng: &mut Rng, elems| operand(&g, rng, p, elems, 64);
+            let (a, b, w, bias) = (
+                x(&mut rng, n * c),
+                x(&mut rng, n * c),
+                x(&mut rng, c),
+                x(&mut rng, c),
+            );
+            let (out, sum) = (x(&mut rng, n * c), x(&mut rng, n * c));
+            let (mean, rstd) = (g.buffer("mean", n), g.buffer("rstd", n));
+            let outs = [&out, &mean, &rstd];
+            same(
+                &what("layernorm_forward"),
+                both(&g, &outs, &|| {
+                    kn::layernorm_forward(&g, p, &out, &mean, &rstd, &a, &w, &bias, n, c).unwrap()
+                }),
+            );
+            let outs = [&out, &mean, &rstd, &sum];
+            same(
+                &what("residual_layernorm_forward"),
+                both(&g, &outs, &|| {
+                    kn::residual_layernorm_forward(
+                        &g,
+                        p,
+                        &sum,
+                        &out,
+                        &mean,
+                        &rstd,
+                        (&a, &b),
+                        &w,
+                        &bias,
+                        n,
+                        c,
+                    )
+                    .unwrap()
+                }),
+            );
+            // the backward from the forward's mean and rstd, into random accumulators
+            let (dinp, dw, db) = (x(&mut rng, n * c), x(&mut rng, c), x(&mut rng, c));
+            same(
+                &what("layernorm_backward"),
+                both(&g, &[&dinp, &dw, &db], &|| {
+                    kn::layernorm_backward(&g, p, &dinp, &dw, &db, &b, &a, &w, &mean, &rstd, n, c)
+                        .unwrap()
+                }),
+            );
+            let e = n * c;
+            same(
+                &what("gelu_forward"),
+                both(&g, &[&out], &|| {
+                    ke::gelu_forward(&g, p, &out, &a, e).unwrap()
+                }),
+            );
+            same(
+                &what("gelu_backward"),
+                both(&g, &[&out], &|| {
+                    ke::gelu_backward(&g, p, &out, &a, &b, e).unwrap()
+                }),
+            );
+            same(
+                &what("residual_forward"),
+                both(&g, &[&out], &|| {
+                    ke::residual_forward(&g, p, &out, &a, &b, e).unwrap()
+                }),
+            );
+            // dweight [c, c] += doutᵀ·inp, dbias [c] += Σ rows of dout (dout = b [n, c])
+            let dweight = x(&mut rng, c * c);
+            let layer = km::Linear::new(p);
+            same(
+                &what("matmul_backward_weight"),
+                both(&g, &[&dweight, &db], &|| {
+                    km::matmul_backward_weight(&g, layer, &dweight, Some(&db), &b, &a, n, c, c)
+                        .unwrap()
+                }),
+            );
+        }
+    }
+}
