@@ -51,8 +51,25 @@ fn n_rows() -> u32 {
 @group(0) @binding(3) var<storage, read> dout_q: array<Quad>;
 @group(0) @binding(4) var<storage, read> bqkv_q: array<Quad>;
 
-// Element e of att, widened.
+// The backward's Quad q of qkv and of dout (from their texture copies under TEXELS).
+fn bqkv(q: u32) -> vec4<f32> {
+    if (TEXELS) {
+        return quad(flat_in(0u, q));
+    }
+    return quad(bqkv_q[q]);
+}
+fn dy4(q: u32) -> vec4<f32> {
+    if (TEXELS) {
+        return quad(flat_in(1u, q));
+    }
+    return quad(dout_q[q]);
+}
+
+// Element e of att, widened (from its texture copy under TEXELS: the reads prelude).
 fn att_at(e: u32) -> f32 {
+    if (TEXELS) {
+        return att_texel(e);
+    }
     return lanes(att[e / LANES])[e % LANES];
 }
 
@@ -237,10 +254,10 @@ fn tok_qkv(o: vec4<u32>, j: u32) -> mat4x4<f32> {
     return mat4x4<f32>(quad(qkv_q[o.x + j]), quad(qkv_q[o.y + j]), quad(qkv_q[o.z + j]), quad(qkv_q[o.w + j]));
 }
 fn tok_bqkv(o: vec4<u32>, j: u32) -> mat4x4<f32> {
-    return mat4x4<f32>(quad(bqkv_q[o.x + j]), quad(bqkv_q[o.y + j]), quad(bqkv_q[o.z + j]), quad(bqkv_q[o.w + j]));
+    return mat4x4<f32>(bqkv(o.x + j), bqkv(o.y + j), bqkv(o.z + j), bqkv(o.w + j));
 }
 fn tok_dout(o: vec4<u32>, j: u32) -> mat4x4<f32> {
-    return mat4x4<f32>(quad(dout_q[o.x + j]), quad(dout_q[o.y + j]), quad(dout_q[o.z + j]), quad(dout_q[o.w + j]));
+    return mat4x4<f32>(dy4(o.x + j), dy4(o.y + j), dy4(o.z + j), dy4(o.w + j));
 }
 
 // Channel chunks jc of one token at o (columns = chunks).
@@ -248,10 +265,10 @@ fn chunks_qkv(o: u32, jc: vec4<u32>) -> mat4x4<f32> {
     return mat4x4<f32>(quad(qkv_q[o + jc.x]), quad(qkv_q[o + jc.y]), quad(qkv_q[o + jc.z]), quad(qkv_q[o + jc.w]));
 }
 fn chunks_bqkv(o: u32, jc: vec4<u32>) -> mat4x4<f32> {
-    return mat4x4<f32>(quad(bqkv_q[o + jc.x]), quad(bqkv_q[o + jc.y]), quad(bqkv_q[o + jc.z]), quad(bqkv_q[o + jc.w]));
+    return mat4x4<f32>(bqkv(o + jc.x), bqkv(o + jc.y), bqkv(o + jc.z), bqkv(o + jc.w));
 }
 fn chunks_dout(o: u32, jc: vec4<u32>) -> mat4x4<f32> {
-    return mat4x4<f32>(quad(dout_q[o + jc.x]), quad(dout_q[o + jc.y]), quad(dout_q[o + jc.z]), quad(dout_q[o + jc.w]));
+    return mat4x4<f32>(dy4(o + jc.x), dy4(o + jc.y), dy4(o + jc.z), dy4(o + jc.w));
 }
 
 // Chunks j0..j0+3 (clamped) and the store of one token's sum tile, chunks past hs/4 dropped.

@@ -53,10 +53,10 @@ const SUM_DV = 3u;
 fn shared_quad(mode: u32, b: u32, h: u32, tok: u32, j: u32) -> vec4<f32> {
     let tc = vec4<u32>(min(tok, d.t - 1u));
     switch mode {
-        case 0u: { return quad(bqkv_q[qkv_at(b, h, 2u, tc).x + j]); }   // v
-        case 1u: { return quad(bqkv_q[qkv_at(b, h, 1u, tc).x + j]); }   // k
-        case 2u: { return quad(bqkv_q[qkv_at(b, h, 0u, tc).x + j]); }   // q
-        default: { return quad(dout_q[btc_at(b, h, tc).x + j]); }       // dout
+        case 0u: { return bqkv(qkv_at(b, h, 2u, tc).x + j); }   // v
+        case 1u: { return bqkv(qkv_at(b, h, 1u, tc).x + j); }   // k
+        case 2u: { return bqkv(qkv_at(b, h, 0u, tc).x + j); }   // q
+        default: { return dy4(btc_at(b, h, tc).x + j); }       // dout
     }
 }
 
@@ -73,7 +73,13 @@ fn weights(mode: u32, bk: Block, u: u32) -> vec4<f32> {
         }
         case 2u: {
             let e = vec4<u32>(tl.a_head + u * d.t) + tk;
-            return select(vec4<f32>(0.0), vec4<f32>(rows[e.x], rows[e.y], rows[e.z], rows[e.w]), tk <= vec4<u32>(u));
+            var dpre: vec4<f32>;
+            if (TEXELS) {
+                dpre = vec4<f32>(rows_texel(e.x), rows_texel(e.y), rows_texel(e.z), rows_texel(e.w));
+            } else {
+                dpre = vec4<f32>(rows[e.x], rows[e.y], rows[e.z], rows[e.w]);
+            }
+            return select(vec4<f32>(0.0), dpre, tk <= vec4<u32>(u));
         }
         default: {
             let e = vec4<u32>(tl.a_head + u * d.t) + tk;
@@ -157,10 +163,10 @@ struct Dots { s0: mat4x4<f32>, s1: mat4x4<f32>, s2: mat4x4<f32>, s3: mat4x4<f32>
 // argument would not.
 fn add_keys(r: ptr<function, Dots>, tokens: mat4x4<f32>, ko: vec4<u32>, j: u32) {
     let own = transpose(tokens);
-    let f0 = quad(bqkv_q[ko.x + j]);
-    let f1 = quad(bqkv_q[ko.y + j]);
-    let f2 = quad(bqkv_q[ko.z + j]);
-    let f3 = quad(bqkv_q[ko.w + j]);
+    let f0 = bqkv(ko.x + j);
+    let f1 = bqkv(ko.y + j);
+    let f2 = bqkv(ko.z + j);
+    let f3 = bqkv(ko.w + j);
     (*r).s0 += own * cols_of(f0, 0u);
     (*r).s1 += own * cols_of(f0, 1u);
     (*r).s2 += own * cols_of(f1, 0u);

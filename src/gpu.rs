@@ -197,6 +197,11 @@ pub trait Record {
 pub(crate) type Pipelines =
     Mutex<HashMap<(&'static str, &'static str), (wgpu::ComputePipeline, wgpu::BindGroupLayout)>>;
 
+/// Textures of one device that kernels share, by (format, height in texels, place): the flat
+/// copies of `kernels::texels`, each with its bytes in the memory ledger.
+pub(crate) type TexturePool =
+    Mutex<HashMap<(wgpu::TextureFormat, usize, usize), (wgpu::Texture, Arc<Allocation>)>>;
+
 /// One device on one adapter, plus what the kernels need to know about it.
 #[derive(Clone)]
 pub struct Gpu {
@@ -216,6 +221,8 @@ pub struct Gpu {
     counts: Arc<Counts>,
     /// Compute pipelines of this device, built on first use and kept (shared by every clone).
     pub(crate) pipelines: Arc<Pipelines>,
+    /// Textures the kernels' flat copies share (shared by every clone).
+    pub(crate) textures: Arc<TexturePool>,
     /// Bytes allocated on this device, by category (shared by every clone).
     memory: Arc<MemoryLedger>,
     /// Shaders may write rg32uint storage textures (the matmul's packed bf16 texels).
@@ -275,6 +282,7 @@ impl Gpu {
         }));
         Ok(Gpu {
             pipelines: Arc::default(),
+            textures: Arc::default(),
             device,
             queue,
             info: adapter.get_info(),

@@ -1,13 +1,13 @@
 //! The kernels that read their tensors from texture copies on CPU adapters
 //! (`Gpu::texture_reads`) give, bit for bit, what the same kernels give reading the storage
 //! buffers: layernorm forward (plain and after the residual add), its backward (dinp, and
-//! dweight / dbias through the chunked partials), GELU forward and backward, the residual add
-//! and the bias gradient, in f32 and bf16. Shapes whose Quads fill several texel rows and end in
+//! dweight / dbias through the chunked partials), GELU forward and backward, the residual add,
+//! the bias gradient and (where subgroups are 8 lanes) attention, in f32 and bf16. Shapes whose Quads fill several texel rows and end in
 //! a partial one, and views at an offset into their buffer.
 mod common;
 use common::*;
 use triaxis::gpu::{Gpu, View};
-use triaxis::kernels::{elementwise as ke, matmul as km, norm as kn, Dispatch};
+use triaxis::kernels::{attention as ka, elementwise as ke, matmul as km, norm as kn, Dispatch};
 use triaxis::precision::Precision::{self, Bf16, F32};
 use triaxis::rng::Rng;
 
@@ -150,6 +150,51 @@ fn texture_reads_give_the_buffer_bits() {
                 &what("matmul_backward_weight"),
                 both(&g, &[&dweight, &db], &|| {
                     km::matmul_backward_weight(&g, layer, &dweight, Some(&db), &b, &a, n, c, c)
+                        .unwrap()
+                }),
+            );
+        }
+    }
+}
+
+/// The attention subgroup kernels reading copies (the forward qkv; the backward att, qkv, dout
+/// and dpre) against themselves reading buffers: out, att, rows, dqkv and dpre, on heads of 8
+/// and 4 channels, T past one subgroup's 32 tokens.
+#[test]
+fn attention_texture_reads_give_the_buffer_bits() {
+    let Some(g) = triaxis::gpu::test_gpu() else {
+        return;
+    };
+    if g.set_texture_reads(true).is_err() || g.subgroup_lanes() != Some(8) {
+        eprintln!(
+            "SKIP: {} has no texture reads or no 8-lane subgroups: the buffer kernels run",
+            g.adapter_name()
+        );
+        return;
+    }
+    let mut rng = Rng::new(24);
+    for p in [F32, Bf16] {
+        for (b, t, c, nh) in [(1, 34, 16, 2), (2, 40, 16, 4)] {
+            let x = |rng: &mut Rng, elems| operand(&g, rng, p, elems, 64);
+            let (qkv, dout, att) = (
+                x(&mut rng, b * t * 3 * c),
+                x(&mut rng, b * t * c),
+                x(&mut rng, b * nh * t * t),
+            );
+            let dqkv = x(&mut rng, b * t * 3 * c);
+            let rows = operand(&g, &mut rng, F32, b * nh * t * t, 64);
+            let out = x(&mut rng, b * t * c);
+            let probs = x(&mut rng, b * nh * t * t);
+            same(
+                &format!("attention_forward {p} b={b} t={t} c={c} nh={nh}"),
+                both(&g, &[&out, &probs, &rows], &|| {
+                    ka::attention_forward(&g, p, &out, &probs, &rows, &qkv, b, t, c, nh).unwrap()
+                }),
+            );
+            same(
+                &format!("attention_backward {p} b={b} t={t} c={c} nh={nh}"),
+                both(&g, &[&dqkv, &rows], &|| {
+                    ka::attention_backward(&g, p, &dqkv, &rows, &dout, &qkv, &att, b, t, c, nh)
                         .unwrap()
                 }),
             );

@@ -21,6 +21,7 @@
 //! lane fetches an eighth of them and the subgroup broadcasts, where a per-lane storage load is
 //! a loop over the lanes. Same sums in the same order: the same bits as the tiled kernels.
 
+use super::texels::{self, Bind};
 use super::{bf16, groups_1d, need, need_in, op, shader, Arg, Dispatch};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
@@ -222,27 +223,48 @@ pub fn attention_forward_with(
     };
     let path = Path::of(g, kernel, hs)?;
     let (entry, groups) = path.entry(&FORWARD, b, t, nh);
-    // the subgroup forward binds qkv in all three read slots of the family (see its shader)
-    let args = [
-        Arg::W(&out),
-        Arg::W(&probs),
-        Arg::R(&qkv),
-        Arg::R(&qkv),
-        Arg::R(&qkv),
-    ];
-    let args = if path == Path::Subgroup {
-        &args[..]
-    } else {
-        &args[..3]
+    let mut ops = Vec::new();
+    // the subgroup forward reading qkv from a flat copy ([`texels`]), bound in every texture
+    // slot of `attention_subgroup_t` (it reads only qkv's)
+    let t_qkv = match path {
+        Path::Subgroup => texels::flats(g, &mut ops, &[(p, &qkv, n_qkv)]),
+        _ => None,
     };
-    let mut ops = vec![op(
-        g,
-        path.shader(p),
-        entry,
-        &dims(b, t, c, nh, hs),
-        args,
-        groups,
-    )?];
+    if let Some([tq]) = t_qkv.as_deref() {
+        let mut binds = vec![Bind::Buffer(&out), Bind::Buffer(&probs)];
+        binds.extend([&qkv, &qkv, &qkv].map(Bind::Buffer));
+        binds.extend([tq; 4].map(Bind::Texture));
+        let shader = shader("attention_subgroup_t", p);
+        ops.push(texels::op(
+            g,
+            (shader, entry),
+            &dims(b, t, c, nh, hs),
+            &binds,
+            groups,
+        )?);
+    } else {
+        // the subgroup forward binds qkv in all three read slots of the family (see its shader)
+        let args = [
+            Arg::W(&out),
+            Arg::W(&probs),
+            Arg::R(&qkv),
+            Arg::R(&qkv),
+            Arg::R(&qkv),
+        ];
+        let args = if path == Path::Subgroup {
+            &args[..]
+        } else {
+            &args[..3]
+        };
+        ops.push(op(
+            g,
+            path.shader(p),
+            entry,
+            &dims(b, t, c, nh, hs),
+            args,
+            groups,
+        )?);
+    }
     if p == Precision::Bf16 {
         ops.push(bf16::pack(g, &att, &probs)?);
     }
@@ -313,8 +335,53 @@ pub fn attention_backward_with(
     let path = Path::of(g, kernel, hs)?;
     let (row_entry, row_groups) = path.entry(&ROWS, b, t, nh);
     let (col_entry, col_groups) = path.entry(&COLS, b, t, nh);
+    if path == Path::Subgroup {
+        let views = [&dqkv, &rows, &dout, &qkv, &att];
+        let kernels = [(row_entry, row_groups), (col_entry, col_groups)];
+        let sizes = (n_att, n_qkv, n_out);
+        if let Some(ops) = backward_texels(g, p, views, &d, kernels, sizes)? {
+            return Ok(ops);
+        }
+    }
     Ok(vec![
         op(g, path.shader(p), row_entry, &d, &args, row_groups)?,
         op(g, path.shader(p), col_entry, &d, &args, col_groups)?,
     ])
+}
+
+/// The subgroup backward with att, qkv, dout (both kernels) and dpre (the columns kernel) read
+/// from flat copies ([`texels`]; `attention_subgroup_t`): the inputs copied before the rows
+/// kernel, the dpre it writes after it. `None` where the copies cannot be made.
+fn backward_texels(
+    g: &Gpu,
+    p: Precision,
+    [dqkv, rows, dout, qkv, att]: [&View; 5],
+    d: &[u32; 8],
+    [(row_entry, row_groups), (col_entry, col_groups)]: [(&'static str, [u32; 3]); 2],
+    (n_att, n_qkv, n_out): (usize, usize, usize),
+) -> Result<Option<Vec<Dispatch>>> {
+    let (mut ops, mut after_rows) = (Vec::new(), Vec::new());
+    // places 0..3: att, qkv and dout, copied before the rows kernel; 3: the dpre it writes
+    let inputs = [(p, att, n_att), (p, qkv, n_qkv), (p, dout, n_out)];
+    let Some(t_in) = texels::flats(g, &mut ops, &inputs) else {
+        return Ok(None);
+    };
+    let dpre = [(Precision::F32, rows, n_att)];
+    let Some(t_rows) = texels::flats_from(g, &mut after_rows, &dpre, inputs.len()) else {
+        return Ok(None);
+    };
+    let mut binds = vec![
+        Bind::Buffer(dqkv),
+        Bind::Buffer(rows),
+        Bind::Buffer(dout),
+        Bind::Buffer(qkv),
+        Bind::Buffer(att),
+    ];
+    // bindings 6..: dpre, att, qkv, dout (shaders/reads_texels.wgsl)
+    binds.extend(t_rows.iter().chain(&t_in).map(Bind::Texture));
+    let shader = shader("attention_subgroup_t", p);
+    ops.push(texels::op(g, (shader, row_entry), d, &binds, row_groups)?);
+    ops.extend(after_rows);
+    ops.push(texels::op(g, (shader, col_entry), d, &binds, col_groups)?);
+    Ok(Some(ops))
 }

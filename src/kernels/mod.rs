@@ -47,6 +47,19 @@ macro_rules! family {
     };
 }
 
+/// The attention family behind a storage prelude and a reads prelude (`reads_buffers`, or
+/// `reads_texels`: att and dpre from texture copies), with the subgroup kernels when named.
+macro_rules! attention {
+    ($store:ident, $reads:ident $(, $more:ident)?) => {
+        concat!(
+            store!($store),
+            include_str!(concat!("../../shaders/", stringify!($reads), ".wgsl")),
+            include_str!("../../shaders/attention.wgsl")
+            $(, include_str!(concat!("../../shaders/", stringify!($more), ".wgsl")))?
+        )
+    };
+}
+
 /// The matmul family behind a storage prelude, a texel prelude (`texels_f32`: f32 texels;
 /// `texels_words`: packed bf16 texels, for products of two bf16 operands) and the texture
 /// kernels' store of C (`c_words`: element by element; `c_quads`: a Quad at a time).
@@ -89,21 +102,23 @@ macro_rules! subgroup {
 /// the bit rules of `bf16_bits.wgsl` (`<family>_bf16`); bf16 packing begins with the same bit
 /// rules, and `loss` works on f32 only.
 pub const SHADERS: &[(&str, &str)] = &[
-    ("attention", family!(store_f32, attention)),
-    ("attention_bf16", family!(store_bf16, attention)),
+    ("attention", attention!(store_f32, reads_buffers)),
+    ("attention_bf16", attention!(store_bf16, reads_buffers)),
     (
         "attention_subgroup",
-        concat!(
-            family!(store_f32, attention),
-            include_str!("../../shaders/attention_subgroup.wgsl")
-        ),
+        attention!(store_f32, reads_buffers, attention_subgroup),
     ),
     (
         "attention_subgroup_bf16",
-        concat!(
-            family!(store_bf16, attention),
-            include_str!("../../shaders/attention_subgroup.wgsl")
-        ),
+        attention!(store_bf16, reads_buffers, attention_subgroup),
+    ),
+    (
+        "attention_subgroup_t",
+        attention!(store_f32, reads_texels, attention_subgroup),
+    ),
+    (
+        "attention_subgroup_t_bf16",
+        attention!(store_bf16, reads_texels, attention_subgroup),
     ),
     (
         "bf16",

@@ -103,12 +103,16 @@ impl Texels {
 /// row), with the ops that copy them pushed onto `ops`; `None` where the kernel reads the
 /// buffer instead: texture reads off ([`Gpu::texture_reads`]), `elems` not whole Quads, a view
 /// not at a whole texel, or more texel rows than the adapter's texture limit.
-pub(crate) fn flat(
+///
+/// The texture is the device's for this format, height and `place` (the copy's index in its
+/// op's list), shared by every op: an op's copies are read only by its own dispatches, which
+/// the queue runs right after them, so the ops of every layer and microbatch can take turns
+/// with one texture, and a device holds a few copies' worth of workspace, not one per op.
+fn flat(
     g: &Gpu,
     ops: &mut Vec<Dispatch>,
-    p: Precision,
-    v: &View,
-    elems: usize,
+    (p, v, elems): (Precision, &View, usize),
+    place: usize,
 ) -> Option<Texels> {
     let (format, texel_bytes) = match p {
         Precision::F32 => (wgpu::TextureFormat::Rgba32Uint, 16),
@@ -131,7 +135,18 @@ pub(crate) fn flat(
     {
         return None;
     }
-    let t = Texels::new(g, "flat copy", format, (ROW, h), false);
+    let t = {
+        let mut pool = g.textures.lock().ok()?;
+        let (texture, held) = pool.entry((format, h, place)).or_insert_with(|| {
+            let t = Texels::new(g, "flat copy", format, (ROW, h), false);
+            (t.texture, t.held)
+        });
+        Texels {
+            view: texture.create_view(&Default::default()),
+            held: held.clone(),
+            texture: texture.clone(),
+        }
+    };
     let row_bytes = ROW * texel_bytes;
     let words = |q: usize| p.words(4 * q);
     if full > 0 {
@@ -152,10 +167,22 @@ pub(crate) fn flats(
     ops: &mut Vec<Dispatch>,
     list: &[(Precision, &View, usize)],
 ) -> Option<Vec<Texels>> {
+    flats_from(g, ops, list, 0)
+}
+
+/// [`flats`] from place `first` on: for an op that copies some of its tensors later than
+/// others (each call's places must not meet another's of the same op).
+pub(crate) fn flats_from(
+    g: &Gpu,
+    ops: &mut Vec<Dispatch>,
+    list: &[(Precision, &View, usize)],
+    first: usize,
+) -> Option<Vec<Texels>> {
     let before = ops.len();
     let all: Option<Vec<Texels>> = list
         .iter()
-        .map(|&(p, v, n)| flat(g, ops, p, v, n))
+        .enumerate()
+        .map(|(i, &x)| flat(g, ops, x, first + i))
         .collect();
     if all.is_none() {
         ops.truncate(before);
