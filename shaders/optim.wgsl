@@ -232,3 +232,61 @@ fn adamw_in_place4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
     p4_v[q] = ov;
     p4_params[q] = op;
 }
+
+// ---- the `_t` entries: AdamW reading the gradients, the moments and the master weights from
+//      flat texture copies (kernels/texels.rs), four elements a thread (n % 4 == 0); the same
+//      f32 steps as the entries above, writing the same words ----
+//   adamw_in_place_t (params, m, v | hp, norm_sq, decay, copies of params, grads, m, v)   f32
+//   adamw_t (params, m, v | hp, norm_sq, decay, copies of master, grads, m, v; master)     bf16
+@group(0) @binding(1) var<storage, read_write> t4_params: array<Quad>;
+@group(0) @binding(2) var<storage, read_write> t4_m: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read_write> t4_v: array<vec4<u32>>;
+@group(0) @binding(4) var<storage, read> t_hp: Hyper;
+@group(0) @binding(5) var<storage, read> t_norm_sq: array<u32>;
+@group(0) @binding(6) var<storage, read> t_decay: array<u32>;
+@group(0) @binding(7) var tx_master: texture_2d<u32>;   // f32: the parameters themselves
+@group(0) @binding(8) var tx_grads: texture_2d<u32>;
+@group(0) @binding(9) var tx_m: texture_2d<u32>;
+@group(0) @binding(10) var tx_v: texture_2d<u32>;
+@group(0) @binding(11) var<storage, read_write> t4_master: array<vec4<u32>>;
+
+// Quad q's step: stores its moments and returns its new master weights' words.
+fn adam_quad(q: u32) -> vec4<u32> {
+    let h = t_hp;
+    let k = step_constants(h, t_norm_sq[0]);
+    let g = quad(flat(tx_grads, q));
+    let m = texel(tx_m, q);
+    let v = texel(tx_v, q);
+    let p = texel(tx_master, q);
+    var om = vec4<u32>(0u);
+    var ov = vec4<u32>(0u);
+    var op = vec4<u32>(0u);
+    // a vec4 never straddles a 64-element mask block
+    let decay = decays(t_decay[q / 512u], 4u * q);
+    for (var j = 0u; j < 4u; j++) {
+        let r = adam(decay, g[j], f(m[j]), f(v[j]), f(p[j]), k, h);
+        om[j] = bitcast<u32>(r.x);
+        ov[j] = bitcast<u32>(r.y);
+        op[j] = bitcast<u32>(r.z);
+    }
+    t4_m[q] = om;
+    t4_v[q] = ov;
+    return op;
+}
+
+@compute @workgroup_size(256)
+fn adamw_in_place_t(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let q = gid.x + gid.y * nwg.x * WG;
+    if (q >= d.n / 4u) { return; }
+    t4_params[q] = quad_pack(bitcast<vec4<f32>>(adam_quad(q)));
+}
+
+@compute @workgroup_size(256)
+fn adamw_t(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let q = gid.x + gid.y * nwg.x * WG;
+    if (q >= d.n / 4u) { return; }
+    let p = adam_quad(q);
+    t4_master[q] = p;
+    // each element rounded to bf16 once, as `adamw` stores its words
+    t4_params[q] = quad_pack(bitcast<vec4<f32>>(p));
+}

@@ -2,12 +2,15 @@
 //! (`Gpu::texture_reads`) give, bit for bit, what the same kernels give reading the storage
 //! buffers: layernorm forward (plain and after the residual add), its backward (dinp, and
 //! dweight / dbias through the chunked partials), GELU forward and backward, the residual add,
-//! the bias gradient and (where subgroups are 8 lanes) attention, in f32 and bf16. Shapes whose Quads fill several texel rows and end in
+//! the bias gradient, AdamW (in place under f32, on master weights under bf16) and (where
+//! subgroups are 8 lanes) attention, in f32 and bf16. Shapes whose Quads fill several texel rows and end in
 //! a partial one, and views at an offset into their buffer.
 mod common;
 use common::*;
 use triaxis::gpu::{Gpu, View};
-use triaxis::kernels::{attention as ka, elementwise as ke, matmul as km, norm as kn, Dispatch};
+use triaxis::kernels::{
+    attention as ka, elementwise as ke, matmul as km, norm as kn, optim as ko, Dispatch,
+};
 use triaxis::precision::Precision::{self, Bf16, F32};
 use triaxis::rng::Rng;
 
@@ -154,6 +157,63 @@ fn texture_reads_give_the_buffer_bits() {
                 }),
             );
         }
+    }
+}
+
+/// AdamW over 5,100 Quads (several texel rows and a partial one), weight decay on part of
+/// them, clipping active.
+#[test]
+fn adamw_texture_reads_give_the_buffer_bits() {
+    let Some(g) = triaxis::gpu::test_gpu() else {
+        return;
+    };
+    if g.set_texture_reads(true).is_err() {
+        eprintln!(
+            "SKIP: {} is not a CPU adapter: no texture reads",
+            g.adapter_name()
+        );
+        return;
+    }
+    let mut rng = Rng::new(25);
+    let n = 20_400;
+    let h = triaxis::cpu::AdamW {
+        t: 3,
+        clip: 0.5,
+        lr: 1e-2,
+        weight_decay: 0.1,
+        ..Default::default()
+    };
+    let (hp, norm_sq) = (g.buffer("hp", 8), g.buffer("norm_sq", 1));
+    g.upload(&hp, &ko::hyper_words(&h)).unwrap();
+    g.upload(&norm_sq, &[4.0f32]).unwrap();
+    for p in [F32, Bf16] {
+        let (params, grads) = (
+            operand(&g, &mut rng, p, n, 64),
+            operand(&g, &mut rng, p, n, 64),
+        );
+        let f32s = |rng: &mut Rng| operand(&g, rng, F32, n, 64);
+        let (m, v, master) = (f32s(&mut rng), f32s(&mut rng), f32s(&mut rng));
+        let master = (p == Bf16).then_some(&master);
+        let mut outs = vec![&params, &m, &v];
+        outs.extend(master);
+        same(
+            &format!("adamw {p}"),
+            both(&g, &outs, &|| {
+                ko::adamw(
+                    &g,
+                    p,
+                    &params,
+                    master,
+                    &grads,
+                    &m,
+                    &v,
+                    &hp,
+                    &norm_sq,
+                    &[0..6400],
+                )
+                .unwrap()
+            }),
+        );
     }
 }
 

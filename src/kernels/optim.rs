@@ -20,6 +20,7 @@
 
 use std::ops::Range;
 
+use super::texels::{self, Bind};
 use super::{groups_1d, need, op, shader, Arg, Dispatch};
 use crate::cpu;
 use crate::error::{Error, Result};
@@ -241,6 +242,28 @@ pub fn adamw(
     let mask_view = g.scratch("adamw decay mask", mask.len());
     g.upload(&mask_view, &mask)?;
     let mut ops = Vec::new();
+    if let Some(t) = adamw_texels(g, p, [master.unwrap_or(params), grads, m, v], n) {
+        let mut binds = vec![Bind::Buffer(params), Bind::Buffer(m), Bind::Buffer(v)];
+        binds.extend([&hp, &norm_sq, &mask_view].map(Bind::Buffer));
+        binds.extend(t.1.iter().map(Bind::Texture));
+        let mut ops = t.0;
+        let entry = match master {
+            Some(w) => {
+                binds.push(Bind::Buffer(w));
+                "adamw_t"
+            }
+            None => "adamw_in_place_t",
+        };
+        let d = dims("adamw", n, 0)?;
+        ops.push(texels::op(
+            g,
+            (shader("optim", p), entry),
+            &d,
+            &binds,
+            groups_1d(n / 4),
+        )?);
+        return Ok(ops);
+    }
     if let Some(master) = master {
         if n > 0 {
             ops.push(op(
@@ -296,4 +319,26 @@ pub fn adamw(
         )?);
     }
     Ok(ops)
+}
+
+/// AdamW's inputs as flat copies ([`texels`]) for the `_t` entries, where `n % 4 == 0` and
+/// every copy can be made: the copy ops, and the copies of the master weights (under f32 the
+/// parameters), the gradients and the two moments.
+fn adamw_texels(
+    g: &Gpu,
+    p: Precision,
+    [master, grads, m, v]: [&View; 4],
+    n: usize,
+) -> Option<(Vec<Dispatch>, Vec<texels::Texels>)> {
+    if n == 0 || !n.is_multiple_of(4) {
+        return None;
+    }
+    let mut ops = Vec::new();
+    let list = [
+        (Precision::F32, master, n),
+        (p, grads, n),
+        (Precision::F32, m, n),
+        (Precision::F32, v, n),
+    ];
+    texels::flats(g, &mut ops, &list).map(|t| (ops, t))
 }
