@@ -209,7 +209,7 @@ fn adamw_texture_reads_give_the_buffer_bits() {
                     &v,
                     &hp,
                     &norm_sq,
-                    &[0..6400],
+                    &[0..3200, 6400..9600],
                 )
                 .unwrap()
             }),
