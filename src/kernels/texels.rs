@@ -4,8 +4,8 @@
 //! loop over the lanes, with a branch per lane and element; a texel fetch is one vector gather.
 //! Measured on lavapipe (2 cores, 2 MiB of f32, 2026-12-07): reading a buffer once costs about
 //! 2.2 ms, a queue copy of it into a texture 0.12 ms, and reading that texture 0.4 ms. So the
-//! row kernels (layernorm, GELU, the residual add, the bias gradient) read their inputs from a
-//! copy: the tensor's Quads (four elements: f32 words, or two words of packed bf16) row after
+//! row kernels (layernorm, GELU, the residual add, the bias gradient), attention's subgroup
+//! kernels and AdamW read their inputs from a copy: the tensor's Quads (four elements: f32 words, or two words of packed bf16) row after
 //! row in a texture [`ROW`] texels wide (`flat` in the shaders: Quad q at texel
 //! (q mod ROW, q / ROW)), rgba32uint or rg32uint texels holding the buffer's bits. The matmul's
 //! operand textures are made and copied by the same [`Texels`].
@@ -21,7 +21,8 @@ use crate::precision::Precision;
 /// Texels per row of a flat copy (`FLAT_ROW` in shaders/store_f32.wgsl and store_bf16.wgsl).
 pub(crate) const ROW: usize = 256;
 
-/// A texture and its bytes in the memory ledger (workspace, while the ops that read it live).
+/// A texture and its bytes in the memory ledger (workspace: a matmul operand's while the ops
+/// that read it live, a flat copy's for the device's life).
 pub(crate) struct Texels {
     pub view: wgpu::TextureView,
     pub held: Arc<Allocation>,
