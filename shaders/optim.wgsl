@@ -235,7 +235,9 @@ fn adamw_in_place4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
 
 // ---- the `_t` entries: AdamW reading the gradients, the moments and the master weights from
 //      flat texture copies (kernels/texels.rs), four elements a thread (n % 4 == 0); the same
-//      f32 steps as the entries above, writing the same words ----
+//      f32 steps as the entries above, writing the same words. They run over a slice: d.n
+//      elements from element d.start of the range (its buffers and copies bound from there;
+//      the decay mask is the whole range's) ----
 //   adamw_in_place_t (params, m, v | hp, norm_sq, decay, copies of params, grads, m, v)   f32
 //   adamw_t (params, m, v | hp, norm_sq, decay, copies of master, grads, m, v; master)     bf16
 @group(0) @binding(1) var<storage, read_write> t4_params: array<Quad>;
@@ -262,7 +264,8 @@ fn adam_quad(q: u32) -> vec4<u32> {
     var ov = vec4<u32>(0u);
     var op = vec4<u32>(0u);
     // a vec4 never straddles a 64-element mask block
-    let decay = decays(t_decay[q / 512u], 4u * q);
+    let e = d.start + 4u * q;
+    let decay = decays(t_decay[e / 2048u], e);
     for (var j = 0u; j < 4u; j++) {
         let r = adam(decay, g[j], f(m[j]), f(v[j]), f(p[j]), k, h);
         om[j] = bitcast<u32>(r.x);

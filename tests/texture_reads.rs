@@ -173,8 +173,32 @@ fn adamw_texture_reads_give_the_buffer_bits() {
     let Some(g) = texture_gpu() else {
         return;
     };
+    adamw_both(&g, 20_400, &[0..3200, 6400..9600]);
+}
+
+/// AdamW over more than two slices: the slices' decay ranges and copies line up with one
+/// dispatch over the range, and the copies' workspace is a slice's, not the range's.
+#[test]
+fn adamw_slices_give_the_buffer_bits_in_a_slice_of_workspace() {
+    let Some(g) = texture_gpu() else {
+        return;
+    };
+    let s = ko::ADAMW_SLICE;
+    let n = 2 * s + 20_400;
+    let before = g.memory().current.workspace;
+    adamw_both(&g, n, &[0..3200, s - 64..s + 6400, 2 * s + 64..n]);
+    let held = g.memory().current.workspace - before;
+    // four f32 copies of a slice, and a quarter more (a row of padding each, the bf16
+    // gradients' own texture); four of the whole range would be 16·n bytes
+    let bound = (16 * s + 4 * s) as u64;
+    assert!(held <= bound, "copies hold {held} bytes, over {bound}");
+}
+
+/// AdamW over `n` elements in both precisions (in place under f32, on master weights under
+/// bf16), clipping active, weight decay on `decay`: the same words with texture reads off and
+/// on, the latter in one dispatch per slice of `ko::ADAMW_SLICE`.
+fn adamw_both(g: &Gpu, n: usize, decay: &[std::ops::Range<usize>]) {
     let mut rng = Rng::new(25);
-    let n = 20_400;
     let h = triaxis::cpu::AdamW {
         t: 3,
         clip: 0.5,
@@ -187,30 +211,23 @@ fn adamw_texture_reads_give_the_buffer_bits() {
     g.upload(&norm_sq, &[4.0f32]).unwrap();
     for p in [F32, Bf16] {
         let (params, grads) = (
-            operand(&g, &mut rng, p, n, 64),
-            operand(&g, &mut rng, p, n, 64),
+            operand(g, &mut rng, p, n, 64),
+            operand(g, &mut rng, p, n, 64),
         );
-        let f32s = |rng: &mut Rng| operand(&g, rng, F32, n, 64);
+        let f32s = |rng: &mut Rng| operand(g, rng, F32, n, 64);
         let (m, v, master) = (f32s(&mut rng), f32s(&mut rng), f32s(&mut rng));
         let master = (p == Bf16).then_some(&master);
         let mut outs = vec![&params, &m, &v];
         outs.extend(master);
         same(
-            &format!("adamw {p}"),
-            both(&g, &outs, &|| {
-                ko::adamw(
-                    &g,
-                    p,
-                    &params,
-                    master,
-                    &grads,
-                    &m,
-                    &v,
-                    &hp,
-                    &norm_sq,
-                    &[0..3200, 6400..9600],
-                )
-                .unwrap()
+            &format!("adamw {p} over {n}"),
+            both(g, &outs, &|| {
+                let ops =
+                    ko::adamw(g, p, &params, master, &grads, &m, &v, &hp, &norm_sq, decay).unwrap();
+                if g.texture_reads() {
+                    assert_eq!(dispatches(&ops), n.div_ceil(ko::ADAMW_SLICE), "slices");
+                }
+                ops
             }),
         );
     }

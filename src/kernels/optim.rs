@@ -51,9 +51,10 @@ pub fn norm_scratch_len(p: Precision, parts: &[Range<usize>]) -> usize {
 
 /// Uniform: a count (elements, or norm parts), and where a tail entry starts.
 fn dims(what: &str, n: usize, start: usize) -> Result<[u32; 4]> {
-    let n32 =
-        u32::try_from(n).map_err(|_| Error::Config(format!("{what}: {n} elements exceed u32")))?;
-    Ok([n32, 0, 0, start as u32])
+    let word = |x: usize| {
+        u32::try_from(x).map_err(|_| Error::Config(format!("{what}: {x} elements exceed u32")))
+    };
+    Ok([word(n)?, 0, 0, word(start)?])
 }
 
 /// Checks that `v` is exactly the `n` elements of precision `p`.
@@ -241,29 +242,16 @@ pub fn adamw(
     let mask = decay_mask(n, decay)?;
     let mask_view = g.scratch("adamw decay mask", mask.len());
     g.upload(&mask_view, &mask)?;
-    let mut ops = Vec::new();
-    if let Some(t) = adamw_texels(g, p, [master.unwrap_or(params), grads, m, v], n) {
-        let mut binds = vec![Bind::Buffer(params), Bind::Buffer(m), Bind::Buffer(v)];
-        binds.extend([&hp, &norm_sq, &mask_view].map(Bind::Buffer));
-        binds.extend(t.1.iter().map(Bind::Texture));
-        let mut ops = t.0;
-        let entry = match master {
-            Some(w) => {
-                binds.push(Bind::Buffer(w));
-                "adamw_t"
-            }
-            None => "adamw_in_place_t",
-        };
-        let d = dims("adamw", n, 0)?;
-        ops.push(texels::op(
-            g,
-            (shader("optim", p), entry),
-            &d,
-            &binds,
-            groups_1d(n / 4),
-        )?);
-        return Ok(ops);
+    if let Some(ops) = adamw_sliced(
+        g,
+        p,
+        [params, grads, m, v],
+        master,
+        [&hp, &norm_sq, &mask_view],
+    ) {
+        return ops;
     }
+    let mut ops = Vec::new();
     if let Some(master) = master {
         if n > 0 {
             ops.push(op(
@@ -321,24 +309,65 @@ pub fn adamw(
     Ok(ops)
 }
 
-/// AdamW's inputs as flat copies ([`texels`]) for the `_t` entries, where `n % 4 == 0` and
-/// every copy can be made: the copy ops, and the copies of the master weights (under f32 the
-/// parameters), the gradients and the two moments.
-fn adamw_texels(
+/// Elements of one slice of AdamW reading copies: its four copies' textures hold this many
+/// elements (8 MiB in f32) however long the range, the slices taking turns with them.
+pub const ADAMW_SLICE: usize = 1 << 19;
+
+/// AdamW through the `_t` entries ([`texels`]), where `n % 4 == 0` and every copy can be
+/// made: per slice of [`ADAMW_SLICE`] elements, the copies of its master weights (under f32
+/// the parameters), gradients and two moments, then one dispatch. Elementwise, so the same
+/// words as one dispatch over the range. `None` where the buffer entries must run.
+fn adamw_sliced(
     g: &Gpu,
     p: Precision,
-    [master, grads, m, v]: [&View; 4],
-    n: usize,
-) -> Option<(Vec<Dispatch>, Vec<texels::Texels>)> {
+    [params, grads, m, v]: [&View; 4],
+    master: Option<&View>,
+    [hp, norm_sq, mask]: [&View; 3],
+) -> Option<Result<Vec<Dispatch>>> {
+    let n = m.len;
     if n == 0 || !n.is_multiple_of(4) {
         return None;
     }
+    let cap = n.min(ADAMW_SLICE);
     let mut ops = Vec::new();
-    let list = [
-        (Precision::F32, master, n),
-        (p, grads, n),
-        (Precision::F32, m, n),
-        (Precision::F32, v, n),
-    ];
-    texels::flats(g, &mut ops, &list).map(|t| (ops, t))
+    for start in (0..n).step_by(ADAMW_SLICE) {
+        let len = ADAMW_SLICE.min(n - start);
+        let words = |x: &View| x.slice(p.words(start), p.words(len));
+        let f32s = |x: &View| x.slice(start, len);
+        let (params, grads, m, v) = (words(params), words(grads), f32s(m), f32s(v));
+        let master = master.map(f32s);
+        let list = [
+            (Precision::F32, master.as_ref().unwrap_or(&params), len),
+            (p, &grads, len),
+            (Precision::F32, &m, len),
+            (Precision::F32, &v, len),
+        ];
+        // slices start on whole texels and share one texture height, so a copy fails for
+        // every slice or none; on failure nothing is kept and the buffer entries run
+        let t = texels::flats_held(g, &mut ops, &list, cap)?;
+        let mut binds = vec![Bind::Buffer(&params), Bind::Buffer(&m), Bind::Buffer(&v)];
+        binds.extend([hp, norm_sq, mask].map(Bind::Buffer));
+        binds.extend(t.iter().map(Bind::Texture));
+        let entry = match &master {
+            Some(w) => {
+                binds.push(Bind::Buffer(w));
+                "adamw_t"
+            }
+            None => "adamw_in_place_t",
+        };
+        let op = dims("adamw", len, start).and_then(|d| {
+            texels::op(
+                g,
+                (shader("optim", p), entry),
+                &d,
+                &binds,
+                groups_1d(len / 4),
+            )
+        });
+        match op {
+            Ok(op) => ops.push(op),
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    Some(Ok(ops))
 }

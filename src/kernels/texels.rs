@@ -108,12 +108,13 @@ impl Texels {
 /// The texture is the device's for this format, height and `place` (the copy's index in its
 /// op's list), shared by every op: an op's copies are read only by its own dispatches, which
 /// the queue runs right after them, so the ops of every layer and microbatch can take turns
-/// with one texture, and a device holds a few copies' worth of workspace, not one per op.
+/// with one texture, and a device holds a few copies' worth of workspace, not one per op. Its
+/// height holds `cap` elements where that is more than `elems`.
 fn flat(
     g: &Gpu,
     ops: &mut Vec<Dispatch>,
     (p, v, elems): (Precision, &View, usize),
-    place: usize,
+    (place, cap): (usize, usize),
 ) -> Option<Texels> {
     let (format, texel_bytes) = match p {
         Precision::F32 => (wgpu::TextureFormat::Rgba32Uint, 16),
@@ -124,7 +125,7 @@ fn flat(
     // a texel row more where the height is a power of two: llvmpipe compiles a kernel again
     // for textures whose sides change between powers of two and others, so every copy has a
     // side of each kind (the width is ROW)
-    let mut h = quads.div_ceil(ROW);
+    let mut h = quads.max(cap / 4).div_ceil(ROW);
     while h.is_power_of_two() {
         h += 1;
     }
@@ -168,7 +169,18 @@ pub(crate) fn flats(
     ops: &mut Vec<Dispatch>,
     list: &[(Precision, &View, usize)],
 ) -> Option<Vec<Texels>> {
-    flats_from(g, ops, list, 0)
+    flats_in(g, ops, list, (0, 0))
+}
+
+/// [`flats`] into textures that hold `cap` elements each, whatever their own length: the
+/// slices of an op split to bound its copies' workspace share one set of textures.
+pub(crate) fn flats_held(
+    g: &Gpu,
+    ops: &mut Vec<Dispatch>,
+    list: &[(Precision, &View, usize)],
+    cap: usize,
+) -> Option<Vec<Texels>> {
+    flats_in(g, ops, list, (0, cap))
 }
 
 /// [`flats`] from place `first` on: for an op that copies some of its tensors later than
@@ -179,11 +191,21 @@ pub(crate) fn flats_from(
     list: &[(Precision, &View, usize)],
     first: usize,
 ) -> Option<Vec<Texels>> {
+    flats_in(g, ops, list, (first, 0))
+}
+
+/// The copies of `list` at places `first`.. in textures that hold `cap` elements or more.
+fn flats_in(
+    g: &Gpu,
+    ops: &mut Vec<Dispatch>,
+    list: &[(Precision, &View, usize)],
+    (first, cap): (usize, usize),
+) -> Option<Vec<Texels>> {
     let before = ops.len();
     let all: Option<Vec<Texels>> = list
         .iter()
         .enumerate()
-        .map(|(i, &x)| flat(g, ops, x, first + i))
+        .map(|(i, &x)| flat(g, ops, x, (first + i, cap)))
         .collect();
     if all.is_none() {
         ops.truncate(before);
