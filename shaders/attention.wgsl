@@ -51,6 +51,14 @@ fn n_rows() -> u32 {
 @group(0) @binding(3) var<storage, read> dout_q: array<Quad>;
 @group(0) @binding(4) var<storage, read> bqkv_q: array<Quad>;
 
+// The forward's Quad q of qkv (from its texture copy under TEXELS).
+fn fqkv(q: u32) -> vec4<f32> {
+    if (TEXELS) {
+        return quad(flat_in(0u, q));
+    }
+    return quad(qkv_q[q]);
+}
+
 // The backward's Quad q of qkv and of dout (from their texture copies under TEXELS).
 fn bqkv(q: u32) -> vec4<f32> {
     if (TEXELS) {
@@ -71,6 +79,14 @@ fn att_at(e: u32) -> f32 {
         return att_texel(e);
     }
     return lanes(att[e / LANES])[e % LANES];
+}
+
+// Element e of the rows kernel's dpre, read by the columns kernel (from its copy under TEXELS).
+fn dpre_at(e: u32) -> f32 {
+    if (TEXELS) {
+        return rows_texel(e);
+    }
+    return rows[e];
 }
 
 // s + Σ x·y over a word's lanes, in element order.
@@ -251,7 +267,7 @@ fn btc_at(b: u32, h: u32, tk: vec4<u32>) -> vec4<u32> {
 
 // Channel chunk j of 4 tokens (columns = tokens).
 fn tok_qkv(o: vec4<u32>, j: u32) -> mat4x4<f32> {
-    return mat4x4<f32>(quad(qkv_q[o.x + j]), quad(qkv_q[o.y + j]), quad(qkv_q[o.z + j]), quad(qkv_q[o.w + j]));
+    return mat4x4<f32>(fqkv(o.x + j), fqkv(o.y + j), fqkv(o.z + j), fqkv(o.w + j));
 }
 fn tok_bqkv(o: vec4<u32>, j: u32) -> mat4x4<f32> {
     return mat4x4<f32>(bqkv(o.x + j), bqkv(o.y + j), bqkv(o.z + j), bqkv(o.w + j));
@@ -262,7 +278,7 @@ fn tok_dout(o: vec4<u32>, j: u32) -> mat4x4<f32> {
 
 // Channel chunks jc of one token at o (columns = chunks).
 fn chunks_qkv(o: u32, jc: vec4<u32>) -> mat4x4<f32> {
-    return mat4x4<f32>(quad(qkv_q[o + jc.x]), quad(qkv_q[o + jc.y]), quad(qkv_q[o + jc.z]), quad(qkv_q[o + jc.w]));
+    return mat4x4<f32>(fqkv(o + jc.x), fqkv(o + jc.y), fqkv(o + jc.z), fqkv(o + jc.w));
 }
 fn chunks_bqkv(o: u32, jc: vec4<u32>) -> mat4x4<f32> {
     return mat4x4<f32>(bqkv(o + jc.x), bqkv(o + jc.y), bqkv(o + jc.z), bqkv(o + jc.w));
@@ -433,7 +449,7 @@ fn attention_backward_cols_vec4(@builtin(global_invocation_id) gid: vec3<u32>, @
         for (var t = tl.t0; t < d.t; t++) {
             let e = vec4<u32>(tl.a_head + t * d.t) + tk;
             let live = tk <= vec4<u32>(t);
-            let p = select(vec4<f32>(0.0), vec4<f32>(rows[e.x], rows[e.y], rows[e.z], rows[e.w]), live);
+            let p = select(vec4<f32>(0.0), vec4<f32>(dpre_at(e.x), dpre_at(e.y), dpre_at(e.z), dpre_at(e.w)), live);
             let q = chunks_bqkv(qb + t * 3u * c4, jc);
             a0 += p.x * q;
             a1 += p.y * q;

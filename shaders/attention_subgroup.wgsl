@@ -73,12 +73,7 @@ fn weights(mode: u32, bk: Block, u: u32) -> vec4<f32> {
         }
         case 2u: {
             let e = vec4<u32>(tl.a_head + u * d.t) + tk;
-            var dpre: vec4<f32>;
-            if (TEXELS) {
-                dpre = vec4<f32>(rows_texel(e.x), rows_texel(e.y), rows_texel(e.z), rows_texel(e.w));
-            } else {
-                dpre = vec4<f32>(rows[e.x], rows[e.y], rows[e.z], rows[e.w]);
-            }
+            let dpre = vec4<f32>(dpre_at(e.x), dpre_at(e.y), dpre_at(e.z), dpre_at(e.w));
             return select(vec4<f32>(0.0), dpre, tk <= vec4<u32>(u));
         }
         default: {

@@ -1,6 +1,6 @@
-// Reads prelude of the attention family, texels: the backward kernels read att, qkv, dout and
-// (the columns kernel) the rows kernel's dpre from flat texture copies (kernels/texels.rs),
-// bound after the family's buffers.
+// Reads prelude of the attention family, texels: the forward reads qkv, the backward kernels
+// att, qkv, dout and (the columns kernel) the rows kernel's dpre from flat texture copies
+// (kernels/texels.rs), bound after the family's buffers; an entry binds only those it reads.
 
 const TEXELS: bool = true;
 

@@ -233,23 +233,25 @@ fn adamw_both(g: &Gpu, n: usize, decay: &[std::ops::Range<usize>]) {
     }
 }
 
-/// The attention subgroup kernels reading copies (the forward qkv; the backward att, qkv, dout
-/// and dpre) against themselves reading buffers: out, att, rows, dqkv and dpre, on heads of 8
-/// and 4 channels, T past one subgroup's 32 tokens.
+/// The attention kernels reading copies (the forward qkv; the backward att, qkv, dout and dpre)
+/// against themselves reading buffers: out, att, rows, dqkv and dpre, on heads of 8 and 4
+/// channels, T past one subgroup's 32 tokens; the tiled kernels everywhere, the subgroup ones
+/// where subgroups are 8 lanes.
 #[test]
 fn attention_texture_reads_give_the_buffer_bits() {
     let Some(g) = texture_gpu() else {
         return;
     };
-    if g.subgroup_lanes() != Some(8) {
-        eprintln!(
-            "SKIP: {} has no 8-lane subgroups: the buffer attention kernels run",
+    let mut kernels = vec![ka::Kernel::Tiled];
+    match g.subgroup_lanes() {
+        Some(8) => kernels.push(ka::Kernel::Subgroup),
+        _ => eprintln!(
+            "SKIP (subgroup kernels only): {} has no 8-lane subgroups",
             g.adapter_name()
-        );
-        return;
+        ),
     }
     let mut rng = Rng::new(24);
-    for p in [F32, Bf16] {
+    for (k, p) in kernels.into_iter().flat_map(|k| [(k, F32), (k, Bf16)]) {
         for (b, t, c, nh) in [(1, 34, 16, 2), (2, 40, 16, 4)] {
             let x = |rng: &mut Rng, elems| operand(&g, rng, p, elems, 64);
             let (qkv, dout, att) = (
@@ -261,17 +263,21 @@ fn attention_texture_reads_give_the_buffer_bits() {
             let rows = operand(&g, &mut rng, F32, b * nh * t * t, 64);
             let out = x(&mut rng, b * t * c);
             let probs = x(&mut rng, b * nh * t * t);
+            let shape = format!("{k:?} {p} b={b} t={t} c={c} nh={nh}");
             same(
-                &format!("attention_forward {p} b={b} t={t} c={c} nh={nh}"),
+                &format!("attention_forward {shape}"),
                 both(&g, &[&out, &probs, &rows], &|| {
-                    ka::attention_forward(&g, p, &out, &probs, &rows, &qkv, b, t, c, nh).unwrap()
+                    ka::attention_forward_with(&g, k, p, &out, &probs, &rows, &qkv, b, t, c, nh)
+                        .unwrap()
                 }),
             );
             same(
-                &format!("attention_backward {p} b={b} t={t} c={c} nh={nh}"),
+                &format!("attention_backward {shape}"),
                 both(&g, &[&dqkv, &rows], &|| {
-                    ka::attention_backward(&g, p, &dqkv, &rows, &dout, &qkv, &att, b, t, c, nh)
-                        .unwrap()
+                    ka::attention_backward_with(
+                        &g, k, p, &dqkv, &rows, &dout, &qkv, &att, b, t, c, nh,
+                    )
+                    .unwrap()
                 }),
             );
         }

@@ -131,6 +131,16 @@ impl Path {
         }
     }
 
+    /// The module of this path that reads its inputs from flat copies ([`texels`]: the
+    /// `reads_texels` prelude, the copies at bindings 6..9), where it has one.
+    fn texels_shader(self, p: Precision) -> Option<&'static str> {
+        match self {
+            Path::Subgroup => Some(shader("attention_subgroup_t", p)),
+            Path::Tiled => Some(shader("attention_t", p)),
+            Path::Scalar => None,
+        }
+    }
+
     /// This path's entry of `names` (scalar, tiled, subgroup) and its workgroups.
     fn entry(
         self,
@@ -224,17 +234,25 @@ pub fn attention_forward_with(
     let path = Path::of(g, kernel, hs)?;
     let (entry, groups) = path.entry(&FORWARD, b, t, nh);
     let mut ops = Vec::new();
-    // the subgroup forward reading qkv from a flat copy ([`texels`]), bound in every texture
-    // slot of `attention_subgroup_t` (it reads only qkv's)
-    let t_qkv = match path {
-        Path::Subgroup => texels::flats(g, &mut ops, &[(p, &qkv, n_qkv)]),
-        _ => None,
+    // the forward reading qkv from a flat copy ([`texels`]): the subgroup kernel binds it in
+    // every texture slot and qkv in every buffer slot of the family (it reads only qkv's), the
+    // tiled one only where it reads the copy (the reads prelude's qkv and dout slots)
+    let t_qkv = match path.texels_shader(p) {
+        Some(_) => texels::flats(g, &mut ops, &[(p, &qkv, n_qkv)]),
+        None => None,
     };
-    if let Some([tq]) = t_qkv.as_deref() {
-        let mut binds = vec![Bind::Buffer(&out), Bind::Buffer(&probs)];
-        binds.extend([&qkv, &qkv, &qkv].map(Bind::Buffer));
-        binds.extend([tq; 4].map(Bind::Texture));
-        let shader = shader("attention_subgroup_t", p);
+    if let (Some([tq]), Some(shader)) = (t_qkv.as_deref(), path.texels_shader(p)) {
+        let mut binds = vec![Bind::Buffer(&out), Bind::Buffer(&probs), Bind::Buffer(&qkv)];
+        match path {
+            Path::Subgroup => {
+                binds.extend([&qkv, &qkv].map(Bind::Buffer));
+                binds.extend([tq; 4].map(Bind::Texture));
+            }
+            _ => {
+                binds.extend([0; 4].map(|_| Bind::Skip));
+                binds.extend([tq; 2].map(Bind::Texture));
+            }
+        }
         ops.push(texels::op(
             g,
             (shader, entry),
@@ -335,11 +353,12 @@ pub fn attention_backward_with(
     let path = Path::of(g, kernel, hs)?;
     let (row_entry, row_groups) = path.entry(&ROWS, b, t, nh);
     let (col_entry, col_groups) = path.entry(&COLS, b, t, nh);
-    if path == Path::Subgroup {
+    if let Some(shader) = path.texels_shader(p) {
         let views = [&dqkv, &rows, &dout, &qkv, &att];
         let kernels = [(row_entry, row_groups), (col_entry, col_groups)];
         let sizes = (n_att, n_qkv, n_out);
-        if let Some(ops) = backward_texels(g, p, views, &d, kernels, sizes)? {
+        let tiled = path == Path::Tiled;
+        if let Some(ops) = backward_texels(g, (p, shader, tiled), views, &d, kernels, sizes)? {
             return Ok(ops);
         }
     }
@@ -349,12 +368,13 @@ pub fn attention_backward_with(
     ])
 }
 
-/// The subgroup backward with att, qkv, dout (both kernels) and dpre (the columns kernel) read
-/// from flat copies ([`texels`]; `attention_subgroup_t`): the inputs copied before the rows
-/// kernel, the dpre it writes after it. `None` where the copies cannot be made.
+/// The backward with att, qkv, dout (both kernels) and dpre (the columns kernel) read from flat
+/// copies ([`texels`]; `shader`, the subgroup or, where `tiled`, the tiled kernels' reads
+/// module): the inputs copied before the rows kernel, the dpre it writes after it. `None`
+/// where the copies cannot be made.
 fn backward_texels(
     g: &Gpu,
-    p: Precision,
+    (p, shader, tiled): (Precision, &'static str, bool),
     [dqkv, rows, dout, qkv, att]: [&View; 5],
     d: &[u32; 8],
     [(row_entry, row_groups), (col_entry, col_groups)]: [(&'static str, [u32; 3]); 2],
@@ -370,18 +390,33 @@ fn backward_texels(
     let Some(t_rows) = texels::flats_from(g, &mut after_rows, &dpre, inputs.len()) else {
         return Ok(None);
     };
-    let mut binds = vec![
-        Bind::Buffer(dqkv),
-        Bind::Buffer(rows),
-        Bind::Buffer(dout),
-        Bind::Buffer(qkv),
-        Bind::Buffer(att),
-    ];
-    // bindings 6..: dpre, att, qkv, dout (shaders/reads_texels.wgsl)
-    binds.extend(t_rows.iter().chain(&t_in).map(Bind::Texture));
-    let shader = shader("attention_subgroup_t", p);
-    ops.push(texels::op(g, (shader, row_entry), d, &binds, row_groups)?);
+    // bindings 1..5: the family's buffers; 6..: dpre, att, qkv, dout (shaders/reads_texels.wgsl)
+    let binds = |dpre| {
+        let mut b = Vec::from([dqkv, rows, dout, qkv, att].map(Bind::Buffer));
+        b.push(dpre);
+        b.extend(t_in.iter().map(Bind::Texture));
+        b
+    };
+    // the tiled rows kernel reads no dpre copy: its binding stays empty
+    let row_dpre = match tiled {
+        true => Bind::Skip,
+        false => Bind::Texture(&t_rows[0]),
+    };
+    ops.push(texels::op(
+        g,
+        (shader, row_entry),
+        d,
+        &binds(row_dpre),
+        row_groups,
+    )?);
     ops.extend(after_rows);
-    ops.push(texels::op(g, (shader, col_entry), d, &binds, col_groups)?);
+    let col_binds = binds(Bind::Texture(&t_rows[0]));
+    ops.push(texels::op(
+        g,
+        (shader, col_entry),
+        d,
+        &col_binds,
+        col_groups,
+    )?);
     Ok(Some(ops))
 }

@@ -104,6 +104,8 @@ macro_rules! subgroup {
 pub const SHADERS: &[(&str, &str)] = &[
     ("attention", attention!(store_f32, reads_buffers)),
     ("attention_bf16", attention!(store_bf16, reads_buffers)),
+    ("attention_t", attention!(store_f32, reads_texels)),
+    ("attention_t_bf16", attention!(store_bf16, reads_texels)),
     (
         "attention_subgroup",
         attention!(store_f32, reads_buffers, attention_subgroup),
@@ -432,7 +434,7 @@ pub fn op(
 ) -> Result<Dispatch> {
     let resources = args
         .iter()
-        .map(|a| buffer_binding(entry, a.view()))
+        .map(|a| buffer_binding(entry, a.view()).map(Some))
         .collect::<Result<Vec<_>>>()?;
     let views = args.iter().map(|a| a.view().clone()).collect();
     dispatch(
@@ -464,8 +466,8 @@ pub(crate) fn buffer_binding<'a>(what: &str, v: &'a View) -> Result<wgpu::Bindin
 }
 
 /// One dispatch of `shader::entry`: `dims` (u32 words, padded to whole vec4s) at binding 0 and
-/// `resources` at bindings 1, 2, …, on the layout of [`pipeline`] for `args`; `views` are the
-/// buffers it keeps alive.
+/// `resources` at bindings 1, 2, … (a `None` leaves its binding out: one the entry does not
+/// use), on the layout of [`pipeline`] for `args`; `views` are the buffers it keeps alive.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dispatch(
     gpu: &Gpu,
@@ -473,7 +475,7 @@ pub(crate) fn dispatch(
     entry: &'static str,
     args: Option<&[Arg]>,
     dims: &[u32],
-    resources: Vec<wgpu::BindingResource>,
+    resources: Vec<Option<wgpu::BindingResource>>,
     groups: [u32; 3],
     views: Vec<View>,
 ) -> Result<Dispatch> {
@@ -498,10 +500,12 @@ pub(crate) fn dispatch(
         resource: uniform.as_entire_binding(),
     }];
     for (i, resource) in resources.into_iter().enumerate() {
-        entries.push(wgpu::BindGroupEntry {
-            binding: i as u32 + 1,
-            resource,
-        });
+        if let Some(resource) = resource {
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32 + 1,
+                resource,
+            });
+        }
     }
     let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: Some(entry),

@@ -4,10 +4,11 @@
 //! loop over the lanes, with a branch per lane and element; a texel fetch is one vector gather.
 //! Measured on lavapipe (2 cores, 2 MiB of f32, 2026-12-07): reading a buffer once costs about
 //! 2.2 ms, a queue copy of it into a texture 0.12 ms, and reading that texture 0.4 ms. So the
-//! row kernels (layernorm, GELU, the residual add, the bias gradient), attention's subgroup
-//! kernels and AdamW read their inputs from a copy: the tensor's Quads (four elements: f32 words, or two words of packed bf16) row after
-//! row in a texture [`ROW`] texels wide (`flat` in the shaders: Quad q at texel
-//! (q mod ROW, q / ROW)), rgba32uint or rg32uint texels holding the buffer's bits. The matmul's
+//! row kernels (layernorm, GELU, the residual add, the bias gradient), attention's tiled and
+//! subgroup kernels and AdamW read their inputs from a copy: the tensor's Quads (four elements:
+//! f32 words, or two words of packed bf16) row after row in a texture [`ROW`] texels wide
+//! (`flat` in the shaders: Quad q at texel (q mod ROW, q / ROW)), rgba32uint or rg32uint texels
+//! holding the buffer's bits. The matmul's
 //! operand textures are made and copied by the same [`Texels`].
 
 use std::sync::Arc;
@@ -213,14 +214,17 @@ fn flats_in(
     all
 }
 
-/// A binding of a kernel that reads copies: a storage buffer, or a texture.
+/// A binding of a kernel that reads copies: a storage buffer, a texture, or none (a binding of
+/// its module this entry does not use).
 pub(crate) enum Bind<'a> {
     Buffer(&'a View),
     Texture(&'a Texels),
+    Skip,
 }
 
 /// One dispatch of `shader::entry` with `dims` at binding 0 and `binds` at 1, 2, … (the layout
-/// wgpu derives from the shader); it keeps the buffers and the textures' ledger entries alive.
+/// wgpu derives from the shader; a [`Bind::Skip`] binds nothing); it keeps the buffers and the
+/// textures' ledger entries alive.
 pub(crate) fn op(
     g: &Gpu,
     (shader, entry): (&'static str, &'static str),
@@ -235,12 +239,13 @@ pub(crate) fn op(
         resources.push(match b {
             Bind::Buffer(v) => {
                 views.push((*v).clone());
-                super::buffer_binding(entry, v)?
+                Some(super::buffer_binding(entry, v)?)
             }
             Bind::Texture(t) => {
                 memory.push(t.held.clone());
-                wgpu::BindingResource::TextureView(&t.view)
+                Some(wgpu::BindingResource::TextureView(&t.view))
             }
+            Bind::Skip => None,
         });
     }
     let mut op = super::dispatch(g, shader, entry, None, dims, resources, groups, views)?;

@@ -158,6 +158,7 @@ fn tex_op(
     resources: Vec<wgpu::BindingResource>,
     groups: [u32; 3],
 ) -> Result<Dispatch> {
+    let resources = resources.into_iter().map(Some).collect();
     crate::kernels::dispatch(g, shader, entry, None, dims, resources, groups, Vec::new())
 }
 
