@@ -387,7 +387,7 @@ fn backward_texels(
         return Ok(None);
     };
     let dpre = [(Precision::F32, rows, n_att)];
-    let Some(t_rows) = texels::flats_from(g, &mut after_rows, &dpre, inputs.len()) else {
+    let Some(t_rows) = texels::flats_in(g, &mut after_rows, &dpre, (inputs.len(), 0)) else {
         return Ok(None);
     };
     // bindings 1..5: the family's buffers; 6..: dpre, att, qkv, dout (shaders/reads_texels.wgsl)

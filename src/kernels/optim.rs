@@ -344,7 +344,7 @@ fn adamw_sliced(
         ];
         // slices start on whole texels and share one texture height, so a copy fails for
         // every slice or none; on failure nothing is kept and the buffer entries run
-        let t = texels::flats_held(g, &mut ops, &list, cap)?;
+        let t = texels::flats_in(g, &mut ops, &list, (0, cap))?;
         let mut binds = vec![Bind::Buffer(&params), Bind::Buffer(&m), Bind::Buffer(&v)];
         binds.extend([hp, norm_sq, mask].map(Bind::Buffer));
         binds.extend(t.iter().map(Bind::Texture));

@@ -173,30 +173,10 @@ pub(crate) fn flats(
     flats_in(g, ops, list, (0, 0))
 }
 
-/// [`flats`] into textures that hold `cap` elements each, whatever their own length: the
-/// slices of an op split to bound its copies' workspace share one set of textures.
-pub(crate) fn flats_held(
-    g: &Gpu,
-    ops: &mut Vec<Dispatch>,
-    list: &[(Precision, &View, usize)],
-    cap: usize,
-) -> Option<Vec<Texels>> {
-    flats_in(g, ops, list, (0, cap))
-}
-
-/// [`flats`] from place `first` on: for an op that copies some of its tensors later than
-/// others (each call's places must not meet another's of the same op).
-pub(crate) fn flats_from(
-    g: &Gpu,
-    ops: &mut Vec<Dispatch>,
-    list: &[(Precision, &View, usize)],
-    first: usize,
-) -> Option<Vec<Texels>> {
-    flats_in(g, ops, list, (first, 0))
-}
-
-/// The copies of `list` at places `first`.. in textures that hold `cap` elements or more.
-fn flats_in(
+/// [`flats`] at places `first`.. (for an op that copies some of its tensors later than others:
+/// each call's places must not meet another's of the same op) in textures that hold `cap`
+/// elements or more (the slices of an op split to bound its copies' workspace share one set).
+pub(crate) fn flats_in(
     g: &Gpu,
     ops: &mut Vec<Dispatch>,
     list: &[(Precision, &View, usize)],
