@@ -367,6 +367,29 @@ fn matmul_pack4(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 // matmul_tex(c, ta, tb, bias): C[M,N] (= or +=) A'·B' (+ bias); d.k counts texels (⌈K/4⌉).
 // The texel prelude (texels_f32.wgsl or texels_words.wgsl) declares the textures and fetches.
+// An invocation owns the 16×16 tile of C at (m0, n0); per k-step of 4 it fetches 16 texels of
+// each operand. The module's constants A_ROWS and B_ROWS pick each operand's layout (as for
+// matmul_tex_sg8): packed, A'(t, m) = A(m, 4t .. 4t+3) and B'(q, k) = B(k, 4q .. 4q+3); or the
+// rows layouts a transposed operand's stored rows are copied into, A'(q, k) = A(4q .. 4q+3, k)
+// and B'(t, n) = B(4t .. 4t+3, n), transposed 4×4 at a time as they are fetched. The same
+// values either way, so the same sums and bits.
+
+// Rows m .. m+3 of A at k .. k+3 (row i = column i), packed layout.
+fn a_packed(t: u32, m: u32) -> mat4x4<f32> {
+    return mat4x4<f32>(fa(vec2<u32>(t, m)), fa(vec2<u32>(t, m + 1u)), fa(vec2<u32>(t, m + 2u)), fa(vec2<u32>(t, m + 3u)));
+}
+// The same block from the rows layout, transposed: column c = rows 4q .. 4q+3 at k + c.
+fn a_rows(q: u32, k: u32) -> mat4x4<f32> {
+    return mat4x4<f32>(fa(vec2<u32>(q, k)), fa(vec2<u32>(q, k + 1u)), fa(vec2<u32>(q, k + 2u)), fa(vec2<u32>(q, k + 3u)));
+}
+// Columns 4q .. 4q+3 of B at k .. k+3 (column c = B(k + c, 4q ..)), packed layout.
+fn b_packed(q: u32, k: u32) -> mat4x4<f32> {
+    return mat4x4<f32>(fb(vec2<u32>(q, k)), fb(vec2<u32>(q, k + 1u)), fb(vec2<u32>(q, k + 2u)), fb(vec2<u32>(q, k + 3u)));
+}
+// The same block from the rows layout, transposed: column i = B(4t .. 4t+3, n + i).
+fn b_rows(t: u32, n: u32) -> mat4x4<f32> {
+    return mat4x4<f32>(fb(vec2<u32>(t, n)), fb(vec2<u32>(t, n + 1u)), fb(vec2<u32>(t, n + 2u)), fb(vec2<u32>(t, n + 3u)));
+}
 
 @compute @workgroup_size(8, 8)
 fn matmul_tex(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -395,19 +418,27 @@ fn matmul_tex(@builtin(global_invocation_id) gid: vec3<u32>) {
     var c14_0 = z0; var c14_1 = z1; var c14_2 = z2; var c14_3 = z3;
     var c15_0 = z0; var c15_1 = z1; var c15_2 = z2; var c15_3 = z3;
     for (var t = 0u; t < d.k; t++) {
-        let a0 = fa(vec2<u32>(t, m0 + 0u)); let a1 = fa(vec2<u32>(t, m0 + 1u));
-        let a2 = fa(vec2<u32>(t, m0 + 2u)); let a3 = fa(vec2<u32>(t, m0 + 3u));
-        let a4 = fa(vec2<u32>(t, m0 + 4u)); let a5 = fa(vec2<u32>(t, m0 + 5u));
-        let a6 = fa(vec2<u32>(t, m0 + 6u)); let a7 = fa(vec2<u32>(t, m0 + 7u));
-        let a8 = fa(vec2<u32>(t, m0 + 8u)); let a9 = fa(vec2<u32>(t, m0 + 9u));
-        let a10 = fa(vec2<u32>(t, m0 + 10u)); let a11 = fa(vec2<u32>(t, m0 + 11u));
-        let a12 = fa(vec2<u32>(t, m0 + 12u)); let a13 = fa(vec2<u32>(t, m0 + 13u));
-        let a14 = fa(vec2<u32>(t, m0 + 14u)); let a15 = fa(vec2<u32>(t, m0 + 15u));
         let k = t * 4u;
-        let B0 = mat4x4<f32>(fb(vec2<u32>(q0 + 0u, k + 0u)), fb(vec2<u32>(q0 + 0u, k + 1u)), fb(vec2<u32>(q0 + 0u, k + 2u)), fb(vec2<u32>(q0 + 0u, k + 3u)));
-        let B1 = mat4x4<f32>(fb(vec2<u32>(q0 + 1u, k + 0u)), fb(vec2<u32>(q0 + 1u, k + 1u)), fb(vec2<u32>(q0 + 1u, k + 2u)), fb(vec2<u32>(q0 + 1u, k + 3u)));
-        let B2 = mat4x4<f32>(fb(vec2<u32>(q0 + 2u, k + 0u)), fb(vec2<u32>(q0 + 2u, k + 1u)), fb(vec2<u32>(q0 + 2u, k + 2u)), fb(vec2<u32>(q0 + 2u, k + 3u)));
-        let B3 = mat4x4<f32>(fb(vec2<u32>(q0 + 3u, k + 0u)), fb(vec2<u32>(q0 + 3u, k + 1u)), fb(vec2<u32>(q0 + 3u, k + 2u)), fb(vec2<u32>(q0 + 3u, k + 3u)));
+        var A0: mat4x4<f32>; var A1: mat4x4<f32>; var A2: mat4x4<f32>; var A3: mat4x4<f32>;
+        if (A_ROWS) {
+            A0 = transpose(a_rows(m0 / 4u + 0u, k)); A1 = transpose(a_rows(m0 / 4u + 1u, k));
+            A2 = transpose(a_rows(m0 / 4u + 2u, k)); A3 = transpose(a_rows(m0 / 4u + 3u, k));
+        } else {
+            A0 = a_packed(t, m0 + 0u); A1 = a_packed(t, m0 + 4u);
+            A2 = a_packed(t, m0 + 8u); A3 = a_packed(t, m0 + 12u);
+        }
+        let a0 = A0[0]; let a1 = A0[1]; let a2 = A0[2]; let a3 = A0[3];
+        let a4 = A1[0]; let a5 = A1[1]; let a6 = A1[2]; let a7 = A1[3];
+        let a8 = A2[0]; let a9 = A2[1]; let a10 = A2[2]; let a11 = A2[3];
+        let a12 = A3[0]; let a13 = A3[1]; let a14 = A3[2]; let a15 = A3[3];
+        var B0: mat4x4<f32>; var B1: mat4x4<f32>; var B2: mat4x4<f32>; var B3: mat4x4<f32>;
+        if (B_ROWS) {
+            B0 = transpose(b_rows(t, n0 + 0u)); B1 = transpose(b_rows(t, n0 + 4u));
+            B2 = transpose(b_rows(t, n0 + 8u)); B3 = transpose(b_rows(t, n0 + 12u));
+        } else {
+            B0 = b_packed(q0 + 0u, k); B1 = b_packed(q0 + 1u, k);
+            B2 = b_packed(q0 + 2u, k); B3 = b_packed(q0 + 3u, k);
+        }
         c0_0 = mac(c0_0, a0, B0); c0_1 = mac(c0_1, a0, B1); c0_2 = mac(c0_2, a0, B2); c0_3 = mac(c0_3, a0, B3);
         c1_0 = mac(c1_0, a1, B0); c1_1 = mac(c1_1, a1, B1); c1_2 = mac(c1_2, a1, B2); c1_3 = mac(c1_3, a1, B3);
         c2_0 = mac(c2_0, a2, B0); c2_1 = mac(c2_1, a2, B1); c2_2 = mac(c2_2, a2, B2); c2_3 = mac(c2_3, a2, B3);

@@ -427,11 +427,11 @@ fn texture_operands_are_in_the_memory_ledger() {
 }
 
 /// An f32 operand whose stored rows are whole texel rows (rows of a multiple of 64 elements) is
-/// copied into its texture, not packed by a shader: untransposed for every texture kernel (the
-/// forward's input, both operands of the input gradient, the weight gradient's input), and
-/// transposed (wᵀ of the forward, doutᵀ of the weight gradient) for the subgroup kernel, which
-/// reads those rows layouts. The products match the twins, every layout gives the portable
-/// kernel's bits, and a timed pass that starts with a copy still reads its duration.
+/// copied into its texture, not packed by a shader, by every texture kernel: untransposed (the
+/// forward's input, both operands of the input gradient, the weight gradient's input) in the
+/// packed layout, transposed (wᵀ of the forward, doutᵀ of the weight gradient) in a rows
+/// layout. The products match the twins, every layout gives the buffer kernel's bits, and a
+/// timed pass that starts with a copy still reads its duration.
 #[test]
 fn row_operands_are_copied_into_textures() {
     let Some(g) = gpu::test_gpu() else { return };
@@ -451,7 +451,7 @@ fn row_operands_are_copied_into_textures() {
             let mut ops = k::matmul_forward(&g, l, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
             let back = k::matmul_backward(&g, l, &dinp, &dw, Some(&db), &dyb, &xb, &wb, n, c, oc);
             ops.extend(back.unwrap());
-            let copied = copied_operands(l.kernel, c, oc, 64);
+            let copied = copied_operands(c, oc, 64);
             let count = |label: &str| ops.iter().filter(|o| o.label.starts_with(label)).count();
             let what = format!("{:?} ({n}, {c}, {oc})", l.kernel);
             assert_eq!(count("matmul_copy"), copied, "{what}");
@@ -469,10 +469,21 @@ fn row_operands_are_copied_into_textures() {
             check(&what, &g.download::<f32>(&dw).unwrap(), &wdw, TOL);
             bits.push([&out, &dinp, &dw, &db].map(|v| g.download::<u32>(v).unwrap()));
         }
-        assert!(
-            bits.iter().all(|b| *b == bits[0]),
-            "({n}, {c}, {oc}): the subgroup kernel's bits differ from the portable one's"
-        );
+        let buffer = F32.with(Kernel::Buffer);
+        let (out, dinp) = (poisoned(&g, n * oc), poisoned(&g, n * c));
+        let (dw, db) = (buf(&g, &vec![0.5; oc * c]), buf(&g, &vec![0.5; oc]));
+        let mut ops = k::matmul_forward(&g, buffer, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
+        let back = k::matmul_backward(&g, buffer, &dinp, &dw, Some(&db), &dyb, &xb, &wb, n, c, oc);
+        ops.extend(back.unwrap());
+        g.run(&ops).unwrap();
+        let want = [&out, &dinp, &dw, &db].map(|v| g.download::<u32>(v).unwrap());
+        for (b, l) in bits.iter().zip(&kernels) {
+            assert!(
+                *b == want,
+                "({n}, {c}, {oc}): the {:?} kernel's bits differ from the buffer kernel's",
+                l.kernel
+            );
+        }
     }
 }
 

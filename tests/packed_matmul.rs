@@ -423,7 +423,7 @@ fn texture_kernels_match_twin() {
 
 /// A bf16 operand whose rows are whole texel rows of a copy (256 bytes) is copied into its
 /// texture instead of packed by a shader; transposed (wᵀ of the forward, doutᵀ of the weight
-/// gradient) only for the subgroup kernel. Where the device writes rg32uint textures the texels
+/// gradient) into a rows layout. Where the device writes rg32uint textures the texels
 /// are packed bf16, so rows of 128 elements or a multiple are copied as stored; elsewhere (GL)
 /// the texels are f32 and rows of 64 or a multiple are widened into f32 rows (`unpack`) first.
 /// The bits are `texture_kernels_match_twin`'s.
@@ -442,7 +442,7 @@ fn bf16_row_operands_are_copied() {
         let mut ops = k::matmul_forward(&g, l, &out, &x, &w, None, n, c, oc).unwrap();
         let back = k::matmul_backward(&g, l, &dinp, &dw, None, &dout, &x, &w, n, c, oc);
         ops.extend(back.unwrap());
-        let copied = copied_operands(kernel, c, oc, per_row);
+        let copied = copied_operands(c, oc, per_row);
         let count = |label: &str| ops.iter().filter(|o| o.label == label).count();
         assert_eq!(count("matmul_copy"), copied, "{kernel:?}");
         let widened = if words { 0 } else { copied };

@@ -62,13 +62,26 @@ macro_rules! attention {
 
 /// The matmul family behind a storage prelude, a texel prelude (`texels_f32`: f32 texels;
 /// `texels_words`: packed bf16 texels, for products of two bf16 operands) and the texture
-/// kernels' store of C (`c_words`: element by element; `c_quads`: a Quad at a time).
+/// kernels' store of C (`c_words`: element by element; `c_quads`: a Quad at a time), with the
+/// texture kernels' operand layouts fixed (A_ROWS, B_ROWS: rows layouts; both false unless
+/// named).
 macro_rules! matmul {
     ($store:ident, $texels:ident) => {
-        matmul!($store, $texels, c_words)
+        matmul!(false, false, $store, $texels, c_words)
     };
     ($store:ident, $texels:ident, $c:ident) => {
+        matmul!(false, false, $store, $texels, $c)
+    };
+    ($a:literal, $b:literal, $store:ident, $texels:ident) => {
+        matmul!($a, $b, $store, $texels, c_words)
+    };
+    ($a:literal, $b:literal, $store:ident, $texels:ident, $c:ident) => {
         concat!(
+            "const A_ROWS: bool = ",
+            stringify!($a),
+            ";\nconst B_ROWS: bool = ",
+            stringify!($b),
+            ";\n",
             store!($store),
             include_str!(concat!("../../shaders/", stringify!($texels), ".wgsl")),
             include_str!(concat!("../../shaders/", stringify!($c), ".wgsl")),
@@ -85,12 +98,7 @@ macro_rules! subgroup {
     };
     ($a:literal, $b:literal, $store:ident, $texels:ident, $c:ident) => {
         concat!(
-            "const A_ROWS: bool = ",
-            stringify!($a),
-            ";\nconst B_ROWS: bool = ",
-            stringify!($b),
-            ";\n",
-            matmul!($store, $texels, $c),
+            matmul!($a, $b, $store, $texels, $c),
             include_str!("../../shaders/matmul_subgroup.wgsl")
         )
     };
@@ -135,13 +143,55 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("encoder_bf16", family!(store_bf16, encoder)),
     ("loss", include_str!("../../shaders/loss.wgsl")),
     ("matmul", matmul!(store_f32, texels_f32)),
+    ("matmul_a_rows", matmul!(true, false, store_f32, texels_f32)),
+    ("matmul_b_rows", matmul!(false, true, store_f32, texels_f32)),
     ("matmul_bf16", matmul!(store_bf16, texels_f32)),
+    (
+        "matmul_bf16_a_rows",
+        matmul!(true, false, store_bf16, texels_f32),
+    ),
+    (
+        "matmul_bf16_b_rows",
+        matmul!(false, true, store_bf16, texels_f32),
+    ),
     ("matmul_bf16_words", matmul!(store_bf16, texels_words)),
+    (
+        "matmul_bf16_words_a_rows",
+        matmul!(true, false, store_bf16, texels_words),
+    ),
+    (
+        "matmul_bf16_words_b_rows",
+        matmul!(false, true, store_bf16, texels_words),
+    ),
     ("matmul_q", matmul!(store_f32, texels_f32, c_quads)),
+    (
+        "matmul_q_a_rows",
+        matmul!(true, false, store_f32, texels_f32, c_quads),
+    ),
+    (
+        "matmul_q_b_rows",
+        matmul!(false, true, store_f32, texels_f32, c_quads),
+    ),
     ("matmul_bf16_q", matmul!(store_bf16, texels_f32, c_quads)),
+    (
+        "matmul_bf16_q_a_rows",
+        matmul!(true, false, store_bf16, texels_f32, c_quads),
+    ),
+    (
+        "matmul_bf16_q_b_rows",
+        matmul!(false, true, store_bf16, texels_f32, c_quads),
+    ),
     (
         "matmul_bf16_words_q",
         matmul!(store_bf16, texels_words, c_quads),
+    ),
+    (
+        "matmul_bf16_words_q_a_rows",
+        matmul!(true, false, store_bf16, texels_words, c_quads),
+    ),
+    (
+        "matmul_bf16_words_q_b_rows",
+        matmul!(false, true, store_bf16, texels_words, c_quads),
     ),
     (
         "matmul_subgroup",

@@ -81,11 +81,11 @@ pub fn textured_kernels(g: &Gpu) -> Vec<Kernel> {
 }
 
 /// How many of a matmul's six texture operands (forward: inp, wᵀ; input gradient: dout, w;
-/// weight gradient: doutᵀ, inp) `kernel` copies instead of packing, for inputs of `c`
+/// weight gradient: doutᵀ, inp) a texture kernel copies instead of packing, for inputs of `c`
 /// channels and outputs of `oc`: those whose rows are whole texel rows (a multiple of
 /// `per_row` elements: 64 f32 or widened bf16 ones, 128 bf16 ones as stored), transposed ones
-/// only for the subgroup kernel, which reads rows layouts.
-pub fn copied_operands(kernel: Kernel, c: usize, oc: usize, per_row: usize) -> usize {
+/// in a rows layout (one operand of a product at most: here never both).
+pub fn copied_operands(c: usize, oc: usize, per_row: usize) -> usize {
     let rows = [
         (c, false),
         (c, true),
@@ -94,10 +94,7 @@ pub fn copied_operands(kernel: Kernel, c: usize, oc: usize, per_row: usize) -> u
         (oc, true),
         (c, false),
     ];
-    let sub = kernel == Kernel::Subgroup;
-    rows.iter()
-        .filter(|&&(len, t)| len % per_row == 0 && (!t || sub))
-        .count()
+    rows.iter().filter(|&&(len, _)| len % per_row == 0).count()
 }
 
 pub fn rand(rng: &mut Rng, n: usize) -> Vec<f32> {

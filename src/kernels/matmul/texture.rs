@@ -4,7 +4,7 @@
 //! the bytes; the same values, so the same bits). Packed by `matmul_pack4` from whole vec4 rows,
 //! else `matmul_pack`, transposing when the operand is used transposed; or a plain copy where an
 //! operand's stored rows are whole texel rows (`copy_rows`; a bf16 one for f32 texels widened
-//! into f32 rows first), which for a transposed operand only the subgroup kernel reads. Then one
+//! into f32 rows first), which for a transposed operand the kernel reads in a rows layout. Then one
 //! kernel computes C from texel fetches: the portable `matmul_tex` (a 16×16 tile per
 //! invocation), or `matmul_tex_sg8` (32×8 per lane, A's texels shared across an 8-lane
 //! subgroup; same bits) where the device's subgroups are exactly 8 lanes. The textures are
@@ -54,31 +54,31 @@ impl Tex {
         }
     }
     /// The shader holding the kernel, for C and the bias stored in the layer's precision `p`,
-    /// texels of `words` (packed bf16) or f32, (subgroup kernel) operands in the rows layouts
-    /// `rows`, and C stored a Quad at a time where `quads` ([`super::quad_stores`]).
+    /// texels of `words` (packed bf16) or f32, operands in the rows layouts `rows`, and C
+    /// stored a Quad at a time where `quads` ([`super::quad_stores`]).
     fn shader(self, p: Precision, words: bool, rows: Rows, quads: bool) -> &'static str {
-        if self == Tex::Portable {
-            return shader(p, words, quads);
-        }
-        let texels = match (p, words) {
-            (Precision::F32, _) => "",
-            (Precision::Bf16, false) => "_bf16",
-            (Precision::Bf16, true) => "_words",
-        };
         let layout = match rows {
             (false, false) => "",
             (true, _) => "_a_rows",
             (false, true) => "_b_rows",
         };
-        let name = format!(
-            "matmul_subgroup{texels}{layout}{}",
-            if quads { "_q" } else { "" }
-        );
+        let name = match self {
+            Tex::Portable => format!("{}{layout}", shader(p, words, quads)),
+            Tex::Subgroup8 => {
+                let texels = match (p, words) {
+                    (Precision::F32, _) => "",
+                    (Precision::Bf16, false) => "_bf16",
+                    (Precision::Bf16, true) => "_words",
+                };
+                let q = if quads { "_q" } else { "" };
+                format!("matmul_subgroup{texels}{layout}{q}")
+            }
+        };
         crate::kernels::SHADERS
             .iter()
             .map(|(n, _)| *n)
             .find(|n| *n == name)
-            .unwrap_or("(a subgroup matmul shader not in the registry)")
+            .unwrap_or("(a matmul shader not in the registry)")
     }
     fn entry(self) -> &'static str {
         match self {
@@ -115,25 +115,30 @@ fn texture_sizes(kernel: Tex, m: usize, n: usize, k: usize) -> [(usize, usize); 
     ]
 }
 
-/// Which operands of the subgroup kernel come as a copy of their stored rows although used
-/// transposed: (A, B). `A_ROWS`: A'(q, k) = A(4q .. 4q+3, k); `B_ROWS`: B'(t, n) =
-/// B(4t .. 4t+3, n) (shaders/matmul_subgroup.wgsl). Each combination is its own shader module,
-/// so the kernel's choice is made when it is compiled, not in its loop.
+/// Which operands come as a copy of their stored rows although used transposed: (A, B).
+/// `A_ROWS`: A'(q, k) = A(4q .. 4q+3, k); `B_ROWS`: B'(t, n) = B(4t .. 4t+3, n)
+/// (shaders/matmul.wgsl, matmul_subgroup.wgsl). Each combination is its own shader module, so
+/// the kernel's choice is made when it is compiled, not in its loop.
 type Rows = (bool, bool);
 
-/// The subgroup kernel's texture sizes under `rows`; a side without its flag keeps its size from
-/// [`texture_sizes`]. The pads cover every fetch of the 32 × 64 workgroup tile.
-fn rows_sizes(m: usize, n: usize, k: usize, (a_rows, b_rows): Rows) -> [(usize, usize); 2] {
-    let [sa, sb] = texture_sizes(Tex::Subgroup8, m, n, k);
+/// The kernel's texture sizes under `rows`; a side without its flag keeps its size from
+/// [`texture_sizes`]. The pads cover every fetch of a tile: rows of C per invocation (16) or
+/// workgroup (32), columns per invocation (16) or workgroup (64).
+fn rows_sizes(kernel: Tex, m: usize, n: usize, k: usize, rows: Rows) -> [(usize, usize); 2] {
+    let [sa, sb] = texture_sizes(kernel, m, n, k);
+    let (tile_m, tile_n) = match kernel {
+        Tex::Portable => (16, 16),
+        Tex::Subgroup8 => (32, 64),
+    };
     let kt = k.div_ceil(4);
     [
-        if a_rows {
-            (m.next_multiple_of(32) / 4, 4 * kt)
+        if rows.0 {
+            (m.next_multiple_of(tile_m) / 4, 4 * kt)
         } else {
             sa
         },
-        if b_rows {
-            (kt, n.next_multiple_of(64))
+        if rows.1 {
+            (kt, n.next_multiple_of(tile_n))
         } else {
             sb
         },
@@ -223,7 +228,7 @@ impl Packs {
 /// Packs `m` into a fresh `w × h`-texel texture (texel (x, y) = m(y, 4x .. 4x+3), zero outside):
 /// packed bf16 texels where `words` (`m` is bf16), else f32 ones (bf16 elements widened
 /// exactly); or copies its stored rows where [`copy_rows`] allows and `m` is not transposed
-/// (or, `rows`, the subgroup kernel reads the transposed operand's rows layout). Its bytes per
+/// (or, `rows`, the kernel reads the transposed operand's rows layout). Its bytes per
 /// texel (16, or 8 for words), and a bf16 copy's widened rows (4 bytes per element), are in the
 /// memory ledger (workspace) while the returned entry or the ops live.
 fn pack(
@@ -296,7 +301,7 @@ fn pack(
 /// operand's widened f32 rows for f32 texels): rows contiguous, and a row length wgpu copies
 /// from (a multiple of 256 bytes: 64 f32 elements, 128 bf16 ones) at an offset of whole texels.
 /// Not transposed, that is the packed layout every kernel reads; transposed, the rows layouts
-/// only the subgroup kernel reads ([`Rows`]). On lavapipe a copy of a 512×64 operand takes
+/// ([`Rows`]). On lavapipe a copy of a 512×64 operand takes
 /// ~5 µs where the pack shader takes ~0.2 ms.
 fn copy_rows(m: &Mat, words: bool) -> Option<u32> {
     let (row_bytes, texel_bytes, offset) = match (m.ty, words) {
@@ -353,22 +358,19 @@ pub(super) fn product(
             g.limits.max_texture_dimension_2d
         )));
     }
-    // transposed f32 operands the subgroup kernel takes as copies of their rows (one side at a
-    // time, and where the rows layout fits the texture limit)
+    // transposed operands taken as copies of their rows (one side at a time, and where the
+    // rows layout fits the texture limit)
     let max = g.limits.max_texture_dimension_2d as usize;
     // two bf16 operands as packed bf16 texels, where the device can write them
     let words = a.ty == Precision::Bf16 && b.ty == Precision::Bf16 && g.has_word_textures();
-    let rows_of = |x: &Mat| kernel == Tex::Subgroup8 && x.t && copy_rows(x, words).is_some();
+    let rows_of = |x: &Mat| x.t && copy_rows(x, words).is_some();
     let (ra, rb) = (rows_of(&a), rows_of(&b));
     let rows = (ra, rb && !ra);
-    let rows = match rows_sizes(m, n, k, rows) {
+    let rows = match rows_sizes(kernel, m, n, k, rows) {
         s if s.iter().all(|&(w, h)| w <= max && h <= max) => rows,
         _ => (false, false),
     };
-    let [sa, sb] = match kernel {
-        Tex::Subgroup8 => rows_sizes(m, n, k, rows),
-        Tex::Portable => texture_sizes(kernel, m, n, k),
-    };
+    let [sa, sb] = rows_sizes(kernel, m, n, k, rows);
     let pa = pack(g, ops, &a, sa, rows.0, words)?;
     let kept = match &reuse {
         Reuse::TakeB(packs) => packs.find(&b, sb, words).cloned(),
