@@ -234,32 +234,23 @@ pub fn attention_forward_with(
     let path = Path::of(g, kernel, hs)?;
     let (entry, groups) = path.entry(&FORWARD, b, t, nh);
     let mut ops = Vec::new();
-    // the forward reading qkv from a flat copy ([`texels`]): the subgroup kernel binds it in
-    // every texture slot and qkv in every buffer slot of the family (it reads only qkv's), the
-    // tiled one only where it reads the copy (the reads prelude's qkv and dout slots)
-    let t_qkv = match path.texels_shader(p) {
-        Some(_) => texels::flats(g, &mut ops, &[(p, &qkv, n_qkv)]),
-        None => None,
-    };
-    if let (Some([tq]), Some(shader)) = (t_qkv.as_deref(), path.texels_shader(p)) {
-        let mut binds = vec![Bind::Buffer(&out), Bind::Buffer(&probs), Bind::Buffer(&qkv)];
-        match path {
-            Path::Subgroup => {
-                binds.extend([&qkv, &qkv].map(Bind::Buffer));
-                binds.extend([tq; 4].map(Bind::Texture));
-            }
-            _ => {
-                binds.extend([0; 4].map(|_| Bind::Skip));
-                binds.extend([tq; 2].map(Bind::Texture));
-            }
-        }
-        ops.push(texels::op(
-            g,
-            (shader, entry),
-            &dims(b, t, c, nh, hs),
-            &binds,
-            groups,
-        )?);
+    let d = dims(b, t, c, nh, hs);
+    // the forward reading qkv from a flat copy ([`texels`]) where its path has a reads module
+    let copy = |ops: &mut Vec<Dispatch>| texels::flats(g, ops, &[(p, &qkv, n_qkv)]);
+    if let Some((shader, t)) = path
+        .texels_shader(p)
+        .and_then(|s| Some((s, copy(&mut ops)?)))
+    {
+        use Bind::Skip;
+        let (o, pr) = (Bind::Buffer(&out), Bind::Buffer(&probs));
+        let (qb, tq) = (Bind::Buffer(&qkv), Bind::Texture(&t[0]));
+        // the subgroup kernel uses every buffer and texture slot of the family (reading only
+        // qkv's data), the tiled one qkv's buffer slot and the prelude's qkv and dout slots
+        let binds = match path {
+            Path::Subgroup => vec![o, pr, qb, qb, qb, tq, tq, tq, tq],
+            _ => vec![o, pr, qb, Skip, Skip, Skip, Skip, tq, tq],
+        };
+        ops.push(texels::op(g, (shader, entry), &d, &binds, groups)?);
     } else {
         // the subgroup forward binds qkv in all three read slots of the family (see its shader)
         let args = [
@@ -269,19 +260,8 @@ pub fn attention_forward_with(
             Arg::R(&qkv),
             Arg::R(&qkv),
         ];
-        let args = if path == Path::Subgroup {
-            &args[..]
-        } else {
-            &args[..3]
-        };
-        ops.push(op(
-            g,
-            path.shader(p),
-            entry,
-            &dims(b, t, c, nh, hs),
-            args,
-            groups,
-        )?);
+        let used = if path == Path::Subgroup { 5 } else { 3 };
+        ops.push(op(g, path.shader(p), entry, &d, &args[..used], groups)?);
     }
     if p == Precision::Bf16 {
         ops.push(bf16::pack(g, &att, &probs)?);
@@ -398,25 +378,11 @@ fn backward_texels(
         b
     };
     // the tiled rows kernel reads no dpre copy: its binding stays empty
-    let row_dpre = match tiled {
-        true => Bind::Skip,
-        false => Bind::Texture(&t_rows[0]),
-    };
-    ops.push(texels::op(
-        g,
-        (shader, row_entry),
-        d,
-        &binds(row_dpre),
-        row_groups,
-    )?);
+    let td = Bind::Texture(&t_rows[0]);
+    let row_binds = binds(if tiled { Bind::Skip } else { td });
+    let (rows_op, cols_op) = ((shader, row_entry), (shader, col_entry));
+    ops.push(texels::op(g, rows_op, d, &row_binds, row_groups)?);
     ops.extend(after_rows);
-    let col_binds = binds(Bind::Texture(&t_rows[0]));
-    ops.push(texels::op(
-        g,
-        (shader, col_entry),
-        d,
-        &col_binds,
-        col_groups,
-    )?);
+    ops.push(texels::op(g, cols_op, d, &binds(td), col_groups)?);
     Ok(Some(ops))
 }

@@ -8,8 +8,8 @@
 //! subgroup kernels and AdamW read their inputs from a copy: the tensor's Quads (four elements:
 //! f32 words, or two words of packed bf16) row after row in a texture [`ROW`] texels wide
 //! (`flat` in the shaders: Quad q at texel (q mod ROW, q / ROW)), rgba32uint or rg32uint texels
-//! holding the buffer's bits. The matmul's
-//! operand textures are made and copied by the same [`Texels`].
+//! holding the buffer's bits. The matmul's operand textures are made and copied by the same
+//! [`Texels`].
 
 use std::sync::Arc;
 
@@ -196,6 +196,7 @@ pub(crate) fn flats_in(
 
 /// A binding of a kernel that reads copies: a storage buffer, a texture, or none (a binding of
 /// its module this entry does not use).
+#[derive(Clone, Copy)]
 pub(crate) enum Bind<'a> {
     Buffer(&'a View),
     Texture(&'a Texels),
