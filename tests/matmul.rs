@@ -444,13 +444,20 @@ fn row_operands_are_copied_into_textures() {
     // oc not a multiple of 64 (dout and doutᵀ packed)
     for (n, c, oc) in [(40, 64, 128), (37, 128, 64), (130, 64, 72)] {
         let ([dy, x, w, b], [dyb, xb, wb, bb]) = operands(&g, &mut rng, (n, c, oc));
-        let mut bits = Vec::new();
-        for &l in &kernels {
+        // the forward and backward ops of `l` and their outputs: out, dinp, dw, db
+        let build = |l: Linear| {
             let (out, dinp) = (poisoned(&g, n * oc), poisoned(&g, n * c));
             let (dw, db) = (buf(&g, &vec![0.5; oc * c]), buf(&g, &vec![0.5; oc]));
             let mut ops = k::matmul_forward(&g, l, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
             let back = k::matmul_backward(&g, l, &dinp, &dw, Some(&db), &dyb, &xb, &wb, n, c, oc);
             ops.extend(back.unwrap());
+            (ops, [out, dinp, dw, db])
+        };
+        let words = |outs: &[View; 4]| outs.each_ref().map(|v| g.download::<u32>(v).unwrap());
+        let mut bits = Vec::new();
+        for &l in &kernels {
+            let (ops, outs) = build(l);
+            let [out, dinp, dw, _] = &outs;
             let copied = copied_operands(c, oc, 64);
             let count = |label: &str| ops.iter().filter(|o| o.label.starts_with(label)).count();
             let what = format!("{:?} ({n}, {c}, {oc})", l.kernel);
@@ -460,23 +467,18 @@ fn row_operands_are_copied_into_textures() {
             g.run_timed(&ops).unwrap();
             let mut want = vec![0.0; n * oc];
             cpu::matmul_forward(&mut want, &x, &w, Some(&b), n, c, oc);
-            check(&what, &g.download::<f32>(&out).unwrap(), &want, TOL);
+            check(&what, &g.download::<f32>(out).unwrap(), &want, TOL);
             let (mut wdinp, mut wdw, mut wdb) =
                 (vec![0.0; n * c], vec![0.5; oc * c], vec![0.5; oc]);
             let wdb_ = Some(&mut wdb[..]);
             cpu::matmul_backward(&mut wdinp, &mut wdw, wdb_, &dy, &x, &w, n, c, oc);
-            check(&what, &g.download::<f32>(&dinp).unwrap(), &wdinp, TOL);
-            check(&what, &g.download::<f32>(&dw).unwrap(), &wdw, TOL);
-            bits.push([&out, &dinp, &dw, &db].map(|v| g.download::<u32>(v).unwrap()));
+            check(&what, &g.download::<f32>(dinp).unwrap(), &wdinp, TOL);
+            check(&what, &g.download::<f32>(dw).unwrap(), &wdw, TOL);
+            bits.push(words(&outs));
         }
-        let buffer = F32.with(Kernel::Buffer);
-        let (out, dinp) = (poisoned(&g, n * oc), poisoned(&g, n * c));
-        let (dw, db) = (buf(&g, &vec![0.5; oc * c]), buf(&g, &vec![0.5; oc]));
-        let mut ops = k::matmul_forward(&g, buffer, &out, &xb, &wb, Some(&bb), n, c, oc).unwrap();
-        let back = k::matmul_backward(&g, buffer, &dinp, &dw, Some(&db), &dyb, &xb, &wb, n, c, oc);
-        ops.extend(back.unwrap());
+        let (ops, outs) = build(F32.with(Kernel::Buffer));
         g.run(&ops).unwrap();
-        let want = [&out, &dinp, &dw, &db].map(|v| g.download::<u32>(v).unwrap());
+        let want = words(&outs);
         for (b, l) in bits.iter().zip(&kernels) {
             assert!(
                 *b == want,
