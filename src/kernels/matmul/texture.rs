@@ -12,7 +12,8 @@
 //! groups hold textures, so its pipelines take the layout wgpu derives from the shader instead
 //! of the buffer convention of [`op`](crate::kernels::op).
 
-use super::{Mat, WG_SIDE};
+use super::product::Mat;
+use super::WG_SIDE;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::texels::Texels;
@@ -399,7 +400,7 @@ pub(super) fn product(
     ];
     let mut op = tex_op(
         g,
-        kernel.shader(p, words, rows, super::quad_stores(n, flags)),
+        kernel.shader(p, words, rows, super::product::quad_stores(n, flags)),
         kernel.entry(),
         &dims,
         resources,
