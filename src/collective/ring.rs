@@ -39,65 +39,18 @@
 //! waits on another (a slice's rounds run on one thread), so nothing can hang and there is
 //! nothing for `Opts::recv_timeout` to time out.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
-use std::time::Instant;
 
 use super::ledger::{chunk, Entry, EntryKind, Stamp};
 use super::Opts;
 use crate::error::{Error, Result};
 use crate::rng::Rng;
 
-/// Which halves of the all-reduce a ring runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phases {
-    ReduceScatter,
-    AllGather,
-    Both,
-}
-
-/// One round of one rank: send chunk `send` right, receive chunk `recv` from the left and add
-/// it into the own copy (`add`, reduce-scatter) or copy it (all-gather).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Round {
-    pub round: usize,
-    pub send: usize,
-    pub recv: usize,
-    pub add: bool,
-}
-
-/// The rounds rank `r` of `d` runs. Reduce-scatter round s: send `(r−s−1) mod d`, receive and
-/// add `(r−s−2) mod d`; all-gather round s: send `(r−s) mod d`, receive `(r−s−1) mod d`.
-pub fn rounds(r: usize, d: usize, phases: Phases) -> Vec<Round> {
-    let m = |x: isize| x.rem_euclid(d as isize) as usize;
-    let r = r as isize;
-    let steps = d.saturating_sub(1);
-    let mut out = Vec::with_capacity(2 * steps);
-    if phases != Phases::AllGather {
-        for s in 0..steps {
-            let si = s as isize;
-            out.push(Round {
-                round: s,
-                send: m(r - si - 1),
-                recv: m(r - si - 2),
-                add: true,
-            });
-        }
-    }
-    if phases != Phases::ReduceScatter {
-        let base = if phases == Phases::Both { steps } else { 0 };
-        for s in 0..steps {
-            let si = s as isize;
-            out.push(Round {
-                round: base + s,
-                send: m(r - si),
-                recv: m(r - si - 1),
-                add: false,
-            });
-        }
-    }
-    out
-}
+mod clock;
+mod rounds;
+use clock::Clock;
+pub use rounds::{rounds, Phases, Round};
 
 /// Target size of one slice (an item of the queue) over all ranks, d pieces of
 /// `SLICE_BYTES / d`: long runs for the memory prefetchers, yet enough items to share out.
@@ -157,48 +110,6 @@ pub fn even_bounds(n: usize, d: usize) -> Vec<usize> {
 fn cores() -> usize {
     static CORES: OnceLock<usize> = OnceLock::new();
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
-/// When each hop (chunk k, round t) ran, over all its slices: the first moment a slice's data
-/// was ready at the sender and the last moment a slice was taken by the receiver, in ns since
-/// `base`.
-struct Clock {
-    base: Instant,
-    rounds: usize,
-    first: Vec<AtomicU64>,
-    last: Vec<AtomicU64>,
-}
-
-impl Clock {
-    fn new(d: usize, rounds: usize) -> Self {
-        Clock {
-            base: Instant::now(),
-            rounds,
-            first: (0..d * rounds).map(|_| AtomicU64::new(u64::MAX)).collect(),
-            last: (0..d * rounds).map(|_| AtomicU64::new(0)).collect(),
-        }
-    }
-    fn now(&self) -> u64 {
-        self.base.elapsed().as_nanos() as u64
-    }
-    fn record(&self, k: usize, t: usize, ready: u64, taken: u64) {
-        let i = k * self.rounds + t;
-        self.first[i].fetch_min(ready, Ordering::Relaxed);
-        self.last[i].fetch_max(taken, Ordering::Relaxed);
-    }
-    /// Seconds hop (k, t) took from first data ready to last slice taken; 0 for empty chunks.
-    fn wall(&self, k: usize, t: usize) -> f64 {
-        let i = k * self.rounds + t;
-        let (a, b) = (
-            self.first[i].load(Ordering::Relaxed),
-            self.last[i].load(Ordering::Relaxed),
-        );
-        if a == u64::MAX {
-            0.0
-        } else {
-            b.saturating_sub(a) as f64 * 1e-9
-        }
-    }
 }
 
 impl Ring<'_> {
