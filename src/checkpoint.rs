@@ -216,22 +216,12 @@ impl Checkpoint {
         decode(path, &bytes)
     }
 
-    /// [`Checkpoint::load`], then [`Checkpoint::check_model`] against `model`, naming the file.
+    /// [`Checkpoint::load`], then a check that it holds `model` (the same GptConfig), naming the
+    /// file and every differing field.
     pub fn load_for(path: &Path, model: &GptConfig) -> Result<Checkpoint> {
         let ck = Checkpoint::load(path)?;
         ck.model_mismatch(model)
             .map_or(Ok(ck), |msg| Err(fail(path, msg)))
-    }
-
-    /// Checks the checkpoint fits `model` (same GptConfig), naming every differing field.
-    pub fn check_model(&self, model: &GptConfig) -> Result<()> {
-        match self.model_mismatch(model) {
-            None => Ok(()),
-            Some(msg) => Err(Error::Checkpoint {
-                path: format!("at step {}", self.step),
-                msg,
-            }),
-        }
     }
 
     fn model_mismatch(&self, model: &GptConfig) -> Option<String> {

@@ -224,25 +224,3 @@ impl Drop for Allocation {
         self.ledger.free(self.category, self.bytes);
     }
 }
-
-/// Per-device usage of a group of devices, as a table (MiB with 3 decimals).
-pub fn table(usages: &[Usage]) -> String {
-    let mib = |b: u64| format!("{:.3}", b as f64 / (1 << 20) as f64);
-    let mut s = String::from(
-        "device   peak MiB: parameters  gradients  optimizer  activations  staging  workspace   model state now\n",
-    );
-    for u in usages {
-        s.push_str(&format!(
-            "{:<8} {:>21} {:>10} {:>10} {:>12} {:>8} {:>10} {:>17}\n",
-            u.device,
-            mib(u.peak.parameters),
-            mib(u.peak.gradients),
-            mib(u.peak.optimizer_state),
-            mib(u.peak.activations),
-            mib(u.peak.staging),
-            mib(u.peak.workspace),
-            mib(u.current.model_state()),
-        ));
-    }
-    s
-}

@@ -356,12 +356,6 @@ fn another_model_or_dataset_is_refused_by_name() {
         ],
     );
     let loaded = Checkpoint::load_for(&path, &small()).unwrap();
-    loaded.check_model(&small()).unwrap();
-    let e = loaded.check_model(&other).unwrap_err().to_string();
-    assert!(
-        e.contains("at step 23") && e.contains("channels") && !e.contains("vocab"),
-        "{e}"
-    );
     loaded.check_dataset(&ck.dataset_version).unwrap();
     let e = loaded
         .check_dataset("sha256:other")

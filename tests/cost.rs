@@ -2,8 +2,8 @@
 //! four situations of docs/design.md's table, monotonicity properties, and bad-input errors.
 
 use triaxis::cost::comm::{
-    allreduce_bytes, fraction_lost, large_p_allreduce_bytes, ring_allreduce_bytes,
-    ring_allreduce_time, tp_block_traffic,
+    fraction_lost, large_p_allreduce_bytes, ring_allreduce_bytes, ring_allreduce_time,
+    tp_block_traffic,
 };
 use triaxis::cost::divisors;
 use triaxis::cost::memory::{activation_bytes_per_layer, zero_state_bytes};
@@ -69,9 +69,8 @@ fn golden_allreduce_volume_time_and_fraction() {
     // Ring 2(p−1)/p·S at p = 8: 24.5 GB; large-p 2·S: 28 GB.
     assert!(close(ring_allreduce_bytes(s, 8), 24.5e9, 1e-12));
     assert_eq!(large_p_allreduce_bytes(s), 28e9);
-    assert_eq!(allreduce_bytes(s, 8, Convention::LargeP), 28e9);
     assert!(
-        close(allreduce_bytes(s, 1 << 20, Convention::Ring), 28e9, 1e-5),
+        close(ring_allreduce_bytes(s, 1 << 20), 28e9, 1e-5),
         "ring → 2·S as p grows"
     );
     assert_eq!(ring_allreduce_bytes(s, 1), 0.0);

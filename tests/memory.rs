@@ -156,5 +156,4 @@ fn data_parallel_steps_report_peaks_per_device() {
         assert!(u.peak.activations > 0 && u.peak.staging > 0);
         assert!(u.peak_total >= u.current.total());
     }
-    print!("{}", triaxis::memory::table(&r.memory));
 }

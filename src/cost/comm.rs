@@ -34,14 +34,6 @@ impl fmt::Display for Convention {
     }
 }
 
-/// All-reduce bytes sent per device under `convention` (0 when p ≤ 1 under the ring one).
-pub fn allreduce_bytes(s: f64, p: usize, convention: Convention) -> f64 {
-    match convention {
-        Convention::Ring => ring_allreduce_bytes(s, p),
-        Convention::LargeP => large_p_allreduce_bytes(s),
-    }
-}
-
 /// Ring all-reduce volume per device: `2(p−1)/p·S`; 0 for p ≤ 1.
 pub fn ring_allreduce_bytes(s: f64, p: usize) -> f64 {
     2.0 * ring_collective_bytes(s, p)

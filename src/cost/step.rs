@@ -63,13 +63,6 @@ pub struct StepEstimate {
     pub step: f64,
 }
 
-impl StepEstimate {
-    /// Fraction of the step not spent computing: `1 − C / step`.
-    pub fn overhead(&self) -> f64 {
-        1.0 - self.compute / self.step
-    }
-}
-
 /// Predicts the step time of `layout` for `global_batch` sequences; validates every input.
 pub fn estimate(
     model: &ModelShape,

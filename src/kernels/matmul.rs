@@ -69,12 +69,13 @@ use crate::error::Result;
 use crate::gpu::{Gpu, View};
 use crate::precision::Precision;
 
+mod pack;
 mod product;
 mod texture;
+pub use pack::Packs;
+use pack::Reuse;
 pub use product::texture_min_flops;
 use product::{check_dims, even_rows, need, product, Mat};
-pub use texture::Packs;
-use texture::Reuse;
 
 /// Outputs per invocation (rows × columns of C) of the buffer kernel; must match the shader.
 const BUF_TILE: (usize, usize) = (8, 16);

@@ -34,6 +34,7 @@ mod checks;
 mod forward;
 mod options;
 mod recompute;
+mod state;
 
 pub use checks::check_contiguous;
 use checks::check_precision;
@@ -340,44 +341,6 @@ impl GpuModel {
             (bw.ops, bw.ranges, bw.weight, bw.ready);
         m.backward_cuts = bw.cuts;
         Ok(m)
-    }
-
-    /// Uploads a host copy of the flat parameters (bf16: the master weights, and rounded).
-    pub fn set_params(&self, flat: &[f32]) -> Result<()> {
-        self.buffers.upload_params(&self.gpu, flat)
-    }
-
-    /// Reads the flat f32 parameters back (bf16: the master weights).
-    pub fn params(&self) -> Result<Vec<f32>> {
-        self.gpu.download(self.buffers.params_f32())
-    }
-
-    /// Per-token losses of the last forward pass (head ranges only).
-    pub fn losses(&self) -> Result<Vec<f32>> {
-        self.gpu.download(self.losses_view()?)
-    }
-
-    /// Where the forward writes its per-token losses [B·T] (head ranges only).
-    pub fn losses_view(&self) -> Result<&View> {
-        let h = self
-            .head
-            .as_ref()
-            .ok_or_else(|| Error::Config("this block range has no head".into()))?;
-        Ok(&h.losses)
-    }
-
-    /// Logits [B·T, V] of the last forward pass (head ranges only).
-    pub fn logits(&self) -> Result<Vec<f32>> {
-        let h = self
-            .head
-            .as_ref()
-            .ok_or_else(|| Error::Config("this block range has no head".into()))?;
-        self.gpu.download(&h.logits)
-    }
-
-    /// The range's output activations (what a pipeline stage sends forward).
-    pub fn output(&self) -> &View {
-        self.resid.last().expect("resid is never empty")
     }
 
     /// A linear layer in this model's precision; `f32_io`: the LM head, whose logits and

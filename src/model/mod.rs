@@ -91,10 +91,6 @@ impl GptConfig {
         Ok(())
     }
 
-    pub fn head_size(&self) -> usize {
-        self.channels / self.heads
-    }
-
     /// All blocks in order: embedding, layers, head.
     pub fn blocks(&self) -> Vec<Block> {
         let mut v = vec![Block::Embedding];

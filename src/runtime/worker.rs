@@ -11,48 +11,23 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+mod comms;
 mod passes;
-use passes::missing;
 mod reduce;
+pub use comms::Comms;
+use comms::{comm_call, tag};
+use passes::missing;
 
 use super::chunk::Chunk;
 use super::fault::{Fault, GradScale};
 use super::ir::Op;
 use super::turn::{Held, Turn};
 use crate::collective::{Algo, Ledger};
-use crate::comm::{Communicator, Tag};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::mesh::{Coords, Mesh};
-use crate::pipeline::schedule::{Action, Flow, Schedule};
+use crate::pipeline::schedule::{Action, Schedule};
 use crate::step::{StepStats, TrainConfig};
-
-/// A worker's communicators.
-pub struct Comms {
-    /// The pipeline devices of this (replica, tensor rank): rank = pipeline position.
-    pub pp: Box<dyn Communicator>,
-    /// The tensor-parallel group of this (replica, stage): rank = tensor rank.
-    pub tp: Box<dyn Communicator>,
-    /// The data-parallel group of this (stage, tensor rank): rank = replica.
-    pub dp: Box<dyn Communicator>,
-    /// Every device: rank = global device.
-    pub world: Box<dyn Communicator>,
-}
-
-impl Comms {
-    fn all(&self) -> [&dyn Communicator; 4] {
-        [&*self.pp, &*self.tp, &*self.dp, &*self.world]
-    }
-    /// Stamps step `s` on new ledger entries and drops those of earlier steps (a long run's
-    /// ledgers stay one step long; the engine reads each step's costs right after it).
-    fn set_step(&mut self, s: usize) {
-        for c in [&mut self.pp, &mut self.tp, &mut self.dp, &mut self.world] {
-            let l = c.ledger_mut();
-            l.step = s;
-            l.entries.retain(|e| e.step >= s);
-        }
-    }
-}
 
 /// What one op did: wall interval (seconds from the step start), kernel time, link-model
 /// time of its communication, bytes it sent.
@@ -404,30 +379,4 @@ impl Worker {
 /// for the device) while no other device computes.
 fn one(serial: Option<&Turn>) -> Option<Held<'_>> {
     serial.map(Turn::take)
-}
-
-fn tag(flow: Flow, micro: usize, stage: usize) -> Tag {
-    Tag {
-        flow: match flow {
-            Flow::Activation => 0,
-            Flow::Gradient => 1,
-        },
-        micro,
-        stage,
-    }
-}
-
-/// Runs one communicator call; returns the link-model seconds of the hops it recorded.
-fn comm_call(
-    c: &mut dyn Communicator,
-    f: impl FnOnce(&mut dyn Communicator) -> Result<()>,
-) -> Result<f64> {
-    let before = c.ledger().entries.len();
-    f(c)?;
-    let entries = c.ledger().entries[before..].to_vec();
-    Ok(Ledger {
-        entries,
-        ..Ledger::default()
-    }
-    .link_clock())
 }

@@ -1,7 +1,8 @@
 //! One product C (+)= A·B of two stored operands: the operands as stored (`Mat`), aligned for
 //! a kernel, and the kernel chosen by size and adapter.
 
-use super::texture::{self, Reuse, Tex};
+use super::pack::Reuse;
+use super::texture::{self, Tex};
 use super::{Kernel, Linear, ACCUMULATE, A_F32, BIAS, BUF_TILE, C_F32, WG_SIDE};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
