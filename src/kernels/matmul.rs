@@ -69,13 +69,16 @@ use crate::error::Result;
 use crate::gpu::{Gpu, View};
 use crate::precision::Precision;
 
+mod operand;
 mod pack;
 mod product;
+mod shaders;
 mod texture;
+use operand::Mat;
 pub use pack::Packs;
 use pack::Reuse;
 pub use product::texture_min_flops;
-use product::{check_dims, even_rows, need, product, Mat};
+use product::{check_dims, even_rows, need, product};
 
 /// Outputs per invocation (rows × columns of C) of the buffer kernel; must match the shader.
 const BUF_TILE: (usize, usize) = (8, 16);
@@ -86,6 +89,13 @@ const ACCUMULATE: u32 = 1;
 const BIAS: u32 = 2;
 const A_F32: u32 = 4;
 const C_F32: u32 = 8;
+
+/// Whether a product stores C a Quad at a time (shaders/c_quads.wgsl): where every Quad of its
+/// N columns is whole, and C is in the layer's precision (a C_F32 C holds f32 words, which the
+/// bf16 Quad store does not write).
+fn quad_stores(n: usize, flags: u32) -> bool {
+    n.is_multiple_of(4) && flags & C_F32 == 0
+}
 
 /// Which kernel computes the products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use super::product::Mat;
-use super::texture::{binding, shader, tex_op};
+use super::operand::Mat;
+use super::shaders::{binding, shader, tex_op};
 use super::WG_SIDE;
 use crate::error::Result;
 use crate::gpu::Gpu;

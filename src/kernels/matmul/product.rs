@@ -1,57 +1,16 @@
-//! One product C (+)= A·B of two stored operands: the operands as stored (`Mat`), aligned for
-//! a kernel, and the kernel chosen by size and adapter.
+//! One product C (+)= A·B of two stored operands: the operands aligned for a kernel, the kernel
+//! chosen by size and adapter, and the checks of the operands.
 
+use super::operand::Mat;
 use super::pack::Reuse;
+use super::shaders;
 use super::texture::{self, Tex};
-use super::{Kernel, Linear, ACCUMULATE, A_F32, BIAS, BUF_TILE, C_F32, WG_SIDE};
+use super::{quad_stores, Kernel, Linear, ACCUMULATE, A_F32, BIAS, BUF_TILE, C_F32, WG_SIDE};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::precision::Precision;
 
 use crate::kernels::{groups_1d, need_in, op, shader, Arg, Dispatch};
-
-/// An operand as stored: `sr × sc` row-major with row stride `ld` elements, used as is or
-/// transposed (`t`), its elements in `ty`. Logical element (r, c) lives at element `r·ld + c`,
-/// or `c·ld + r` when transposed.
-#[derive(Clone)]
-pub(super) struct Mat {
-    pub(super) v: View,
-    pub(super) ty: Precision,
-    pub(super) sr: usize,
-    pub(super) sc: usize,
-    pub(super) ld: usize,
-    pub(super) t: bool,
-}
-
-impl Mat {
-    pub(super) fn new(v: &View, ty: Precision, rows: usize, cols: usize) -> Mat {
-        Mat {
-            v: v.slice(0, ty.words(rows * cols)),
-            ty,
-            sr: rows,
-            sc: cols,
-            ld: cols,
-            t: false,
-        }
-    }
-    pub(super) fn t(self) -> Mat {
-        Mat { t: !self.t, ..self }
-    }
-    pub(super) fn rows(&self) -> usize {
-        if self.t {
-            self.sc
-        } else {
-            self.sr
-        }
-    }
-    pub(super) fn cols(&self) -> usize {
-        if self.t {
-            self.sr
-        } else {
-            self.sc
-        }
-    }
-}
 
 /// `m` with a row stride that is a multiple of 4: `m` itself, or a zero-padded copy (same
 /// storage) made by an op pushed onto `ops`.
@@ -111,7 +70,7 @@ fn buffer_product(
         Arg::R(bias.unwrap_or(&b.v)),
     ];
     let groups = [groups(n, BUF_TILE.1), groups(m, BUF_TILE.0), 1];
-    let module = texture::shader(p, false, quad_stores(n, flags));
+    let module = shaders::shader(p, false, quad_stores(n, flags));
     ops.push(op(g, module, entry, &dims, &args, groups)?);
     Ok(())
 }
@@ -151,13 +110,6 @@ pub(super) fn product(
         }
         None => buffer_product(g, l.p, ops, (&c, c_ty), a, b, bias, flags),
     }
-}
-
-/// Whether a product stores C a Quad at a time (shaders/c_quads.wgsl): where every Quad of its
-/// N columns is whole, and C is in the layer's precision (a C_F32 C holds f32 words, which the
-/// bf16 Quad store does not write).
-pub(super) fn quad_stores(n: usize, flags: u32) -> bool {
-    n.is_multiple_of(4) && flags & C_F32 == 0
 }
 
 /// Smallest product (2·M·N·K) for which [`Kernel::Auto`] takes a texture path on `g`, or

@@ -12,27 +12,14 @@
 //! groups hold textures, so its pipelines take the layout wgpu derives from the shader instead
 //! of the buffer convention of [`op`](crate::kernels::op).
 
+use super::operand::Mat;
 use super::pack::{copy_rows, pack, Reuse};
-use super::product::Mat;
+use super::shaders::{binding, shader, tex_op};
 use super::WG_SIDE;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, View};
 use crate::kernels::Dispatch;
 use crate::precision::Precision;
-
-/// The matmul shader of elements stored as `p` on texels of `words` (packed bf16) or f32: the
-/// packs, and the portable and buffer kernels with C stored a Quad at a time where `quads`
-/// ([`super::product::quad_stores`]).
-pub(super) fn shader(p: Precision, words: bool, quads: bool) -> &'static str {
-    match (p, words, quads) {
-        (Precision::F32, _, false) => "matmul",
-        (Precision::F32, _, true) => "matmul_q",
-        (Precision::Bf16, false, false) => "matmul_bf16",
-        (Precision::Bf16, false, true) => "matmul_bf16_q",
-        (Precision::Bf16, true, false) => "matmul_bf16_words",
-        (Precision::Bf16, true, true) => "matmul_bf16_words_q",
-    }
-}
 
 /// Which kernel multiplies the packed operands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,7 +41,7 @@ impl Tex {
     }
     /// The shader holding the kernel, for C and the bias stored in the layer's precision `p`,
     /// texels of `words` (packed bf16) or f32, operands in the rows layouts `rows`, and C
-    /// stored a Quad at a time where `quads` ([`super::product::quad_stores`]).
+    /// stored a Quad at a time where `quads` ([`super::quad_stores`]).
     fn shader(self, p: Precision, words: bool, rows: Rows, quads: bool) -> &'static str {
         let layout = match rows {
             (false, false) => "",
@@ -151,25 +138,6 @@ pub(super) fn fits(g: &Gpu, kernel: Tex, m: usize, n: usize, k: usize) -> bool {
         .all(|&(w, h)| w <= max && h <= max)
 }
 
-/// One dispatch of `shader`'s `entry` on the layout wgpu derives from the shader: `dims` at
-/// binding 0, `resources` at bindings 1, 2, … (the product's buffers belong to the caller, its
-/// textures to the product op).
-pub(super) fn tex_op(
-    g: &Gpu,
-    shader: &'static str,
-    entry: &'static str,
-    dims: &[u32; 8],
-    resources: Vec<wgpu::BindingResource>,
-    groups: [u32; 3],
-) -> Result<Dispatch> {
-    let resources = resources.into_iter().map(Some).collect();
-    crate::kernels::dispatch(g, shader, entry, None, dims, resources, groups, Vec::new())
-}
-
-pub(super) fn binding(v: &View) -> Result<wgpu::BindingResource<'_>> {
-    crate::kernels::buffer_binding("matmul", v)
-}
-
 /// C (= or +=) A·B (+ bias) with a texture kernel: two packs (one when B's texture is taken from
 /// `reuse`) and one product. The bias is in `p`, and C in `p` unless `flags` has C_F32; each
 /// operand is packed from its own storage.
@@ -248,7 +216,7 @@ pub(super) fn product(
     ];
     let mut op = tex_op(
         g,
-        kernel.shader(p, words, rows, super::product::quad_stores(n, flags)),
+        kernel.shader(p, words, rows, super::quad_stores(n, flags)),
         kernel.entry(),
         &dims,
         resources,
