@@ -22,7 +22,7 @@ use triaxis::model::{fit, GptConfig, Micro, Precision};
 use triaxis::pipeline::partition::describe_stages;
 use triaxis::pipeline::partition::{stage_blocks, Balance};
 use triaxis::pipeline::{Link, Schedule, ScheduleKind};
-use triaxis::runtime::Summary;
+use triaxis::runtime::{PassTimes, Summary};
 use triaxis::step::TrainConfig;
 
 #[path = "support/flags.rs"]
@@ -88,10 +88,10 @@ struct Args {
     /// Also run the wall-clock measurement one device at a time (the device clock always is).
     #[arg(long)]
     serial: bool,
-    /// Measured steps per point and clock (1 to 10⁶): the device clock pools at least this
-    /// many, and enough for 32 passes of each kind per device (⌈32/m⌉, at most 16 steps, the
-    /// engine's first among them), each pass at the 10th percentile of its kind, with the
-    /// spread of the steps' own bubbles; the wall clock then reports the median of this many.
+    /// Wall-clock steps per point (1 to 10⁶), their median reported. The device clock replays
+    /// the last of them, each pass at the 10th percentile of its kind over the passes this
+    /// schedule's points have run one device at a time: its first points run such steps
+    /// until every device has run 32 passes of each kind (at most 16 steps a point).
     #[arg(long, default_value_t = 1, value_parser = flags::count)]
     steps: usize,
     /// Precision: f32, or bf16 mixed precision (stages send 2-byte activations and gradients).
@@ -102,14 +102,16 @@ struct Args {
     out: PathBuf,
 }
 
-/// Passes of each kind every device runs, at least, across the steps the device clock pools
-/// for one point (so a small m takes several steps and its low quantile is stable).
+/// Passes of each kind every device has run, at least, before a point's device clock is read
+/// (so the first points of a schedule take several steps and the low quantile is stable).
+/// The passes pool over the points of one schedule: every point of it runs the same chunks on
+/// the same devices, whatever its m, so a pass's work is the same at every point.
 const SAMPLES: usize = 32;
-/// The most steps pooled for the samples: m = 1 takes 16 (16 passes; its passes are the
-/// shortest and vary least), every larger m its full 32.
+/// The most steps one point runs for the samples: m = 1 takes 16, m = 2 another 8, and
+/// larger m none (a schedule whose first point has m ≥ 2 takes ⌈32/m⌉ there).
 const MAX_POOLED: usize = 16;
 /// The device clock takes each pass at this quantile of its kind on its device over the pooled
-/// steps: a quiet host's figure. A shared host's interference only ever adds time, in bursts
+/// passes: a quiet host's figure. A shared host's interference only ever adds time, in bursts
 /// that span several steps and land on one device; the median moves with them, stage imbalance
 /// and bubble with it, while a low quantile stays put (three consecutive runs: 25 of 37 points
 /// within 1 point at the median of 8 passes, 36 of 37 at the 10th percentile of 32).
@@ -281,6 +283,8 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
     let mut batcher = Batcher::new(1);
     for &kind in &kinds {
         let v = chunks_of(kind, a.chunks);
+        // every pass this schedule's points have run on the device clock so far
+        let mut carried = PassTimes::default();
         say(
             &bar,
             format!("\n{} (p = {}, v = {v})", kind.name(), a.stages),
@@ -345,26 +349,28 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
             let mut step = 0;
             let tokens = m * micro.tokens();
             let traced = m == 8 || (m == *ms.last().unwrap_or(&m) && !ms.contains(&8));
-            // device clock first: one device at a time, so each pass's kernel time is its own;
-            // steps pooled until every device has run each kind of pass SAMPLES times, each
-            // pass then at the QUIET quantile of its kind. The engine's first step is among
-            // them: its few slower first passes sit above that quantile, so it needs no
-            // warm-up step of its own
-            engine.set_serial(true);
-            engine.pool_steps(true);
-            for _ in 0..a.steps.max(SAMPLES.div_ceil(m).min(MAX_POOLED)) {
-                engine.step(&batch()?, step)?;
-                step += 1;
+            // device clock: the pass times of this schedule's points so far. Until every device
+            // has run each kind of pass SAMPLES times, the point first runs steps one device at
+            // a time (so each pass's kernel time is its own) and adds their times; each pass
+            // then costs the QUIET quantile of its kind over them. The engine's first step is
+            // among them: its few slower first passes sit above that quantile, so it needs
+            // no warm-up step of its own
+            let short = SAMPLES.saturating_sub(carried.fewest());
+            if short > 0 {
+                engine.set_serial(true);
+                engine.pool_steps(true);
+                for _ in 0..short.div_ceil(m).min(MAX_POOLED) {
+                    engine.step(&batch()?, step)?;
+                    step += 1;
+                }
+                carried.extend(&engine.pass_times().context("the engine pools its steps")?);
+                engine.pool_steps(false);
             }
-            let pooled = engine
-                .pooled(tokens, traced, QUIET)?
-                .context("the engine pools its pipeline steps")?;
-            engine.pool_steps(false);
-            // wall clock, warm: the median step by wall time, devices running concurrently
-            // (unless --serial)
+            // wall clock: the median step by wall time, devices running concurrently (unless
+            // --serial); the device clock replays the last of them on the carried times
             engine.set_serial(a.serial);
             let mut walls = Vec::new();
-            for _ in 0..a.steps.max(1) {
+            for _ in 0..a.steps {
                 engine.step(&batch()?, step)?;
                 walls.push(
                     engine
@@ -373,6 +379,9 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                 );
                 step += 1;
             }
+            let pooled = engine
+                .pooled(&carried, tokens, traced, QUIET)?
+                .context("the engine has run a step")?;
             walls.sort_by(|x, y| x.wall_step.total_cmp(&y.wall_step));
             let wall = walls.swap_remove(walls.len() / 2);
             let trace = pooled.trace;

@@ -310,7 +310,7 @@ fn bad_layouts_are_clear_errors() {
 }
 
 #[test]
-fn pooled_device_clock_takes_each_pass_at_its_median_over_the_steps() {
+fn pooled_device_clock_takes_each_pass_at_its_quantile_over_the_steps() {
     let Some(gpus) = gpu::test_gpus(2) else {
         return;
     };
@@ -329,46 +329,77 @@ fn pooled_device_clock_takes_each_pass_at_its_median_over_the_steps() {
     )
     .unwrap();
     e.step(&data[0], 0).unwrap();
-    assert!(
-        e.pooled(1, false, 0.5).unwrap().is_none(),
-        "not pooling yet"
-    );
+    assert!(e.pass_times().is_none(), "not pooling yet");
     e.pool_steps(true);
     let measured = e.step(&data[1], 1).unwrap();
     // the replay of the measured op costs (what the simulator's validation replays) is the
     // device clock's figure for the step
     let plan = e.plan().unwrap().clone();
-    let replayed = replay(&plan, &mesh, &e.pooled_costs(0.5).unwrap()).unwrap();
+    let replayed = replay(&plan, &mesh, &e.pooled_costs(0.5).unwrap().unwrap()).unwrap();
     assert_eq!(replayed.makespan, measured.device_step);
     // one step pooled is that step
-    let one = e.pooled(1, true, 0.5).unwrap().expect("one pooled step");
+    let pooled = |e: &Engine, trace, q| {
+        let times = e.pass_times().expect("pooled steps");
+        e.pooled(&times, 1, trace, q).unwrap().expect("a step")
+    };
+    let one = pooled(&e, true, 0.5);
     let own = e.summary(1).unwrap().expect("a step was run");
     assert_eq!(one.steps, 1);
     assert_eq!(one.summary.device_bubble, own.device_bubble);
-    assert_eq!(one.bubble_range, [own.device_bubble; 2]);
     assert!(one.trace.is_some());
     for (s, b) in data.iter().enumerate().skip(2) {
         e.step(b, s).unwrap();
     }
-    let three = e
-        .pooled(1, false, 0.5)
-        .unwrap()
-        .expect("three pooled steps");
+    let three = pooled(&e, false, 0.5);
     assert_eq!(three.steps, 3);
     // a lower quantile takes no pass longer, so the replayed step is no longer
-    let quiet = e
-        .pooled(1, false, 0.0)
-        .unwrap()
-        .expect("three pooled steps");
-    let slow = e
-        .pooled(1, false, 1.0)
-        .unwrap()
-        .expect("three pooled steps");
+    let quiet = pooled(&e, false, 0.0);
+    let slow = pooled(&e, false, 1.0);
     assert!(quiet.summary.device_step <= three.summary.device_step);
     assert!(three.summary.device_step <= slow.summary.device_step);
     let [lo, hi] = three.bubble_range;
     assert!(lo <= hi && three.trace.is_none());
     assert!((0.0..1.0).contains(&three.summary.device_bubble));
     e.pool_steps(false);
-    assert!(e.pooled(1, false, 0.5).unwrap().is_none(), "pooling off");
+    assert!(e.pass_times().is_none(), "pooling off");
+}
+
+#[test]
+fn pass_times_carry_across_engines_of_one_partition_and_no_further() {
+    let Some(gpus) = gpu::test_gpus(2) else {
+        return;
+    };
+    let c = corpus();
+    let serial = || RuntimeOptions {
+        serial: true,
+        ..RuntimeOptions::default()
+    };
+    // one pooled step at m = 2, then one at m = 4: the same two stages, so the same passes
+    let pooled_step = |m: usize, kind: ScheduleKind, v: usize| {
+        let cfg = cfg(m);
+        let data = batches(&c, &cfg, 1);
+        let mut e = engine(&gpus, cfg, pipeline(kind, 2, m, v), serial()).unwrap();
+        e.pool_steps(true);
+        e.step(&data[0], 0).unwrap();
+        e
+    };
+    let two = pooled_step(2, ScheduleKind::OneFOneB, 1);
+    let four = pooled_step(4, ScheduleKind::GPipe, 1);
+    let own = four.pass_times().expect("a pooled step");
+    // m = 2's passes first, then m = 4's: each pass of m = 4 has 6 samples, and at the lowest
+    // quantile none costs more than on m = 4's alone
+    let mut carried = two.pass_times().unwrap();
+    assert_eq!(carried.fewest(), 2);
+    carried.extend(&own);
+    assert_eq!(carried.fewest(), 6);
+    let quiet = |t| four.pooled(t, 1, false, 0.0).unwrap().unwrap();
+    assert!(quiet(&carried).summary.device_step <= quiet(&own).summary.device_step);
+    let [lo, hi] = quiet(&carried).bubble_range;
+    assert!(lo <= hi && (0.0..1.0).contains(&lo), "{lo} {hi}");
+    // another partition's passes (two chunks per device) cost nothing here: a named refusal
+    let other = pooled_step(4, ScheduleKind::Interleaved, 2);
+    let e = four
+        .pooled(&other.pass_times().unwrap(), 1, false, 0.5)
+        .expect_err("another partition's pass times");
+    assert!(e.to_string().contains("another partition"), "{e}");
 }

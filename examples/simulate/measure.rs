@@ -178,7 +178,7 @@ pub(crate) fn measured(run: &Run, quantile: f64) -> anyhow::Result<Measured> {
     let plan = run.engine.plan().context("the engine has no plan")?.clone();
     let cost = run
         .engine
-        .pooled_costs(quantile)
+        .pooled_costs(quantile)?
         .context("no pooled step")?;
     let clock = replay(&plan, &run.mesh, &cost)?;
     let lo = run.steps.iter().copied().fold(f64::INFINITY, f64::min);

@@ -197,7 +197,7 @@ fn name_hash(name: &str) -> u64 {
 }
 
 /// One unit of the model a stage can own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Block {
     Embedding,
     Layer(usize),

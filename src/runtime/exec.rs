@@ -19,7 +19,8 @@ use super::groups::groups;
 use super::ir::{ChunkShape, Plan};
 use super::lower::lower_with;
 pub use super::options::{CommKind, RuntimeOptions};
-use super::replay::{op_costs, replay, Clock};
+use super::pass_times::{PassTimes, Works};
+use super::replay::{replay, Clock};
 use super::turn::Turn;
 use super::worker::{Comms, StepIn, Worker, WorkerRun};
 use crate::comm::Communicator;
@@ -236,32 +237,62 @@ impl Runtime {
     /// seconds (each pass at the median of its kind on its device) and link-model
     /// communication seconds.
     pub fn clock(&self, run: &RuntimeStep) -> Result<Clock> {
-        self.clock_over(&[run], 0.5)
+        self.clock_on(&self.pass_times(&[run]), run, 0.5)
     }
 
-    /// The last of `steps` on the device clock with each pass at the `quantile` (0.5: the
-    /// median) of its kind on its device over all of `steps` (the same programs run every
-    /// step; communication from the last). Errors on no step.
-    pub fn clock_over(&self, steps: &[&RuntimeStep], quantile: f64) -> Result<Clock> {
+    /// Device-clock seconds of every op of the last of `steps`, each pass at the `quantile` of
+    /// its kind on its device over all of them (a low quantile is a quiet host's figure:
+    /// interference only ever adds time). Errors on no step.
+    pub fn costs_over(&self, steps: &[&RuntimeStep], quantile: f64) -> Result<Vec<Vec<f64>>> {
+        let Some(last) = steps.last() else {
+            return Err(Error::Config(
+                "a device clock needs at least one step".into(),
+            ));
+        };
+        self.costs_on(&self.pass_times(steps), last, quantile)
+    }
+
+    /// `step` on the device clock with each pass at the `quantile` of its work's samples on its
+    /// device in `times` (pooled over steps of this runtime or of another of the same
+    /// partition), communication from `step` itself.
+    pub fn clock_on(&self, times: &PassTimes, step: &RuntimeStep, quantile: f64) -> Result<Clock> {
+        replay(
+            &self.plan,
+            &self.mesh,
+            &self.costs_on(times, step, quantile)?,
+        )
+    }
+
+    fn costs_on(
+        &self,
+        times: &PassTimes,
+        step: &RuntimeStep,
+        quantile: f64,
+    ) -> Result<Vec<Vec<f64>>> {
         if !self.opts.device_clock {
             return Err(Error::Config(
                 "the device clock is off (RuntimeOptions::device_clock): no pass was timed".into(),
             ));
         }
-        if steps.is_empty() {
-            return Err(Error::Config(
-                "a device clock needs at least one step".into(),
-            ));
-        }
-        replay(&self.plan, &self.mesh, &self.costs_over(steps, quantile))
+        times.costs(self.works(), &step.runs, quantile)
     }
 
-    /// Device-clock seconds of every op of every device over `steps`, each pass at the
-    /// `quantile` of its kind on its device; at 0.5 what [`Runtime::clock_over`] replays (a low
-    /// quantile is a quiet host's figure: interference only ever adds time).
-    pub fn costs_over(&self, steps: &[&RuntimeStep], quantile: f64) -> Vec<Vec<f64>> {
-        let runs: Vec<&[WorkerRun]> = steps.iter().map(|s| s.runs.as_slice()).collect();
-        op_costs(&self.plan, &runs, quantile)
+    fn works(&self) -> Works<'_> {
+        Works {
+            plan: &self.plan,
+            schedule: &self.schedule,
+            stages: &self.stages,
+        }
+    }
+
+    /// The device times of `steps`' passes and optimizer, to pool across runtimes of one
+    /// partition ([`Runtime::clock_on`]).
+    pub fn pass_times(&self, steps: &[&RuntimeStep]) -> PassTimes {
+        let mut times = PassTimes::default();
+        for s in steps {
+            times.add(self.works(), &s.runs);
+        }
+        times
     }
 
     /// Global device `device`'s chunks (one per pipeline chunk it runs).

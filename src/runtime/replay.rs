@@ -21,10 +21,9 @@ use std::collections::{HashMap, VecDeque};
 
 use super::check::group;
 use super::ir::{Op, Plan};
-use super::worker::WorkerRun;
 use crate::error::{Error, Result};
 use crate::mesh::Mesh;
-use crate::pipeline::schedule::{Flow, Kind};
+use crate::pipeline::schedule::Flow;
 
 /// The replayed step.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -247,53 +246,4 @@ pub fn replay_free(plan: &Plan, mesh: &Mesh, cost: &[Vec<f64>], free: Free) -> R
     }
     clock.makespan = (0..n).map(|d| compute[d].max(comm[d])).fold(0.0, f64::max);
     Ok(clock)
-}
-
-/// Per op of every device, its device-clock seconds: a compute op costs the `quantile` (0.5:
-/// the median) of the ops of its kind on its device over `steps` (every F, B, W of one chunk
-/// does identical work, so only scheduler noise differs; pooling several steps gives a small
-/// m enough samples for a stable figure), communication its link-model seconds in the last of
-/// them.
-pub(super) fn op_costs(plan: &Plan, steps: &[&[WorkerRun]], quantile: f64) -> Vec<Vec<f64>> {
-    let key = |op: &Op| match op {
-        Op::Compute { action, segs } => Some((action.chunk, action.kind, segs.clone())),
-        _ => None,
-    };
-    let Some(last) = steps.last() else {
-        return plan
-            .programs
-            .iter()
-            .map(|p| vec![0.0; p.ops.len()])
-            .collect();
-    };
-    plan.programs
-        .iter()
-        .enumerate()
-        .map(|(d, p)| {
-            let mut by: HashMap<(usize, Kind, std::ops::Range<usize>), Vec<f64>> = HashMap::new();
-            for runs in steps {
-                for (op, rec) in p.ops.iter().zip(&runs[d].records) {
-                    if let Some(k) = key(op) {
-                        by.entry(k).or_default().push(rec.device);
-                    }
-                }
-            }
-            let median: HashMap<_, f64> = by
-                .into_iter()
-                .map(|(k, mut v)| {
-                    v.sort_by(f64::total_cmp);
-                    let at = (quantile.clamp(0.0, 1.0) * v.len() as f64) as usize;
-                    (k, v[at.min(v.len() - 1)])
-                })
-                .collect();
-            p.ops
-                .iter()
-                .zip(&last[d].records)
-                .map(|(op, rec)| match key(op) {
-                    Some(k) => median[&k],
-                    None => rec.device + rec.link,
-                })
-                .collect()
-        })
-        .collect()
 }
