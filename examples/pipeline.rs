@@ -363,7 +363,8 @@ fn run(a: &Args, c: Checked) -> anyhow::Result<()> {
                     engine.step(&batch()?, step)?;
                     step += 1;
                 }
-                carried.extend(&engine.pass_times().context("the engine pools its steps")?);
+                let times = engine.pass_times()?;
+                carried.extend(&times.context("the engine pools its steps")?)?;
                 engine.pool_steps(false);
             }
             // wall clock: the median step by wall time, devices running concurrently (unless

@@ -329,7 +329,7 @@ fn pooled_device_clock_takes_each_pass_at_its_quantile_over_the_steps() {
     )
     .unwrap();
     e.step(&data[0], 0).unwrap();
-    assert!(e.pass_times().is_none(), "not pooling yet");
+    assert!(e.pass_times().unwrap().is_none(), "not pooling yet");
     e.pool_steps(true);
     let measured = e.step(&data[1], 1).unwrap();
     // the replay of the measured op costs (what the simulator's validation replays) is the
@@ -339,7 +339,7 @@ fn pooled_device_clock_takes_each_pass_at_its_quantile_over_the_steps() {
     assert_eq!(replayed.makespan, measured.device_step);
     // one step pooled is that step
     let pooled = |e: &Engine, trace, q| {
-        let times = e.pass_times().expect("pooled steps");
+        let times = e.pass_times().unwrap().expect("pooled steps");
         e.pooled(&times, 1, trace, q).unwrap().expect("a step")
     };
     let one = pooled(&e, true, 0.5);
@@ -361,7 +361,7 @@ fn pooled_device_clock_takes_each_pass_at_its_quantile_over_the_steps() {
     assert!(lo <= hi && three.trace.is_none());
     assert!((0.0..1.0).contains(&three.summary.device_bubble));
     e.pool_steps(false);
-    assert!(e.pass_times().is_none(), "pooling off");
+    assert!(e.pass_times().unwrap().is_none(), "pooling off");
 }
 
 #[test]
@@ -385,12 +385,16 @@ fn pass_times_carry_across_engines_of_one_partition_and_no_further() {
     };
     let two = pooled_step(2, ScheduleKind::OneFOneB, 1);
     let four = pooled_step(4, ScheduleKind::GPipe, 1);
-    let own = four.pass_times().expect("a pooled step");
+    let own = four.pass_times().unwrap().expect("a pooled step");
+    // m = 2's times alone cost m = 4's step: the same passes
+    let two_times = two.pass_times().unwrap().unwrap();
+    let on_two = four.pooled(&two_times, 1, false, 0.5).unwrap().unwrap();
+    assert!(on_two.summary.device_step > 0.0);
     // m = 2's passes first, then m = 4's: each pass of m = 4 has 6 samples, and at the lowest
     // quantile none costs more than on m = 4's alone
-    let mut carried = two.pass_times().unwrap();
+    let mut carried = two_times.clone();
     assert_eq!(carried.fewest(), 2);
-    carried.extend(&own);
+    carried.extend(&own).unwrap();
     assert_eq!(carried.fewest(), 6);
     let quiet = |t| four.pooled(t, 1, false, 0.0).unwrap().unwrap();
     assert!(quiet(&carried).summary.device_step <= quiet(&own).summary.device_step);
@@ -399,7 +403,7 @@ fn pass_times_carry_across_engines_of_one_partition_and_no_further() {
     // another partition's passes (two chunks per device) cost nothing here: a named refusal
     let other = pooled_step(4, ScheduleKind::Interleaved, 2);
     let e = four
-        .pooled(&other.pass_times().unwrap(), 1, false, 0.5)
+        .pooled(&other.pass_times().unwrap().unwrap(), 1, false, 0.5)
         .expect_err("another partition's pass times");
     assert!(e.to_string().contains("another partition"), "{e}");
 }
